@@ -1,0 +1,189 @@
+# preduce: one Makefile for the whole tree (no recursive make into
+# subdirectories). Objects and generated protobuf-c code live under $(BUILD).
+#
+#   make            daemon, client library, example trainer
+#   make check      unit + integration suites (Check prints a summary each)
+#   make asan       the same suites under AddressSanitizer + UBSan
+#   make demo       partial-reduce training of 4 trainers on this machine
+#   make install    PREFIX=/usr/local DESTDIR=
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCDIR ?= $(PREFIX)/include
+SYSCONFDIR ?= /etc
+UNITDIR ?= /lib/systemd/system
+
+BUILD ?= build
+CC ?= cc
+PROTOC_C ?= protoc-c
+PKG_CONFIG ?= pkg-config
+CLANG_FORMAT ?= clang-format
+
+PKGS := libuv libprotobuf-c inih libsodium libsystemd
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) check 2>/dev/null)
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wformat=2 -Wvla
+OPT ?= -O2 -g
+SAN_FLAGS :=
+ifeq ($(SANITIZE),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+endif
+CPPFLAGS += -I. -I$(BUILD) -Iclient/include
+CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC $(SAN_FLAGS) \
+	$(PKG_CFLAGS)
+LDFLAGS += $(SAN_FLAGS)
+LDLIBS += $(PKG_LIBS) -lm -lpthread
+
+PROTO_GEN := $(BUILD)/proto/preduce.pb-c.c
+PROTO_HDR := $(BUILD)/proto/preduce.pb-c.h
+PROTO_OBJS := $(BUILD)/proto/preduce.pb-c.o $(BUILD)/proto/frame.o
+
+DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+CLIENT_SRCS := $(wildcard client/*.c)
+CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
+TOOL_SRCS := $(wildcard tools/*.c)
+TOOLS := $(TOOL_SRCS:tools/%.c=$(BUILD)/%)
+
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+ITEST_SRCS := $(wildcard tests/integration/test_*.c)
+ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/tests/i%)
+TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
+	$(wildcard tests/integration/*.c))
+TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
+BENCH_SRCS := $(wildcard tests/bench/*.c)
+BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+
+SOVER := 1
+LIB_SO := $(BUILD)/libpreduce.so.$(SOVER)
+LIB_A := $(BUILD)/libpreduce.a
+BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(TOOLS)
+
+FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
+	client/*.[ch] client/include/*.h client/examples/*.[ch] proto/*.[ch] \
+	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch]))
+
+.PHONY: all test check check-unit check-integration check-format asan demo \
+	install uninstall clean format bench
+.SECONDARY:
+
+all: $(BINS) $(LIB_SO) $(LIB_A)
+
+$(PROTO_GEN) $(PROTO_HDR): proto/preduce.proto
+	@mkdir -p $(BUILD)
+	$(PROTOC_C) --c_out=$(BUILD) $<
+
+# Every object may include the generated header.
+$(BUILD)/%.o: %.c | $(PROTO_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/proto/preduce.pb-c.o: $(PROTO_GEN)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
+
+# The client library: everything hidden but what preduce.h marks public.
+$(BUILD)/client/%.o: CFLAGS += -fvisibility=hidden
+$(LIB_SO): $(CLIENT_OBJS) $(PROTO_OBJS) client/libpreduce.map
+	$(CC) -shared -Wl,-soname,libpreduce.so.$(SOVER) \
+		-Wl,--version-script=client/libpreduce.map $(LDFLAGS) -o $@ \
+		$(CLIENT_OBJS) $(PROTO_OBJS) $(shell $(PKG_CONFIG) --libs libprotobuf-c)
+	ln -sf libpreduce.so.$(SOVER) $(BUILD)/libpreduce.so
+$(LIB_A): $(CLIENT_OBJS) $(PROTO_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libpreduced.a: $(DAEMON_OBJS) $(PROTO_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/preduced: $(BUILD)/daemon/main.o $(BUILD)/libpreduced.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/preduce-trainer: $(BUILD)/client/examples/trainer.o $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libpreduced.a $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(BUILD)/libpreduced.a \
+		$(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
+$(BUILD)/tests/itest_%: $(BUILD)/tests/integration/test_%.o \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(TEST_LIB_OBJS) \
+		$(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Tests find the binaries they start through these variables.
+TEST_ENV = PREDUCE_BUILD=$(abspath $(BUILD)) \
+	PREDUCED=$(abspath $(BUILD)/preduced) \
+	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer)
+
+test check: check-format check-unit check-integration
+
+check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; \
+		$(TEST_ENV) ./$$t; done
+
+check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
+	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
+		$(TEST_ENV) ./$$t; done
+
+check-format:
+	@if command -v $(CLANG_FORMAT) >/dev/null; then \
+		$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_SRCS) && \
+		echo "clang-format: clean"; \
+	else echo "clang-format not installed: format check skipped"; fi
+
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_SRCS)
+
+asan:
+	$(MAKE) BUILD=build/asan SANITIZE=1 OPT="-O1 -g" check-unit \
+		check-integration
+
+bench: $(BENCH_BINS) $(BINS)
+	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; \
+		$(TEST_ENV) ./$$b; done
+
+demo: all
+	./client/examples/demo.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/preduce $(DESTDIR)$(UNITDIR)
+	install -m 755 $(BUILD)/preduced $(BUILD)/preduce-trainer $(TOOLS) \
+		$(DESTDIR)$(BINDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 client/include/preduce.h $(DESTDIR)$(INCDIR)/
+	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
+	for u in systemd/*.service; do \
+		sed 's|/usr/local/bin|$(BINDIR)|g' $$u > \
+			$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
+		$(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) \
+		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
+		$(DESTDIR)$(INCDIR)/preduce.h \
+		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
+		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

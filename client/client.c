@@ -1,0 +1,548 @@
+/*
+ * libpreduce: the connection to the node daemon (socket, frames, dispatch).
+ *
+ * Protocol on the daemon's Unix socket (SOCK_STREAM), client side. Every
+ * frame is a PR_FRAME_MSG carrying one pr.v1.Msg (proto/frame.h); the
+ * daemon's frames may be at most PR_CLIENT_MAX_FRAME bytes.
+ *
+ * 1. connect(); send hello{version = PR_PROTO_VERSION, ROLE_CLIENT, name}.
+ *    The daemon answers welcome{id = the worker's rank} once the scheduler
+ *    registered the worker, or error{code, reason} and closes.
+ * 2. tensor_create{nfloats} -> tensor_created{tensor_id, nfloats}, with the
+ *    memfd attached to that frame (SCM_RIGHTS); the client maps it shared.
+ *    Descriptors are queued as they arrive; a tensor_created takes the
+ *    oldest one.
+ * 3. tensor_destroy{tensor_id}: no answer; the client unmaps and closes.
+ * 4. reduce{seq = 1, 2, ..., version = local version + 1, tensor_ids,
+ *    timeout_ms} -> reduce_done{seq, status, group, members, ...}. The
+ *    daemon enforces timeout_ms and always answers; the client waits
+ *    PR_CLIENT_GRACE_MS longer and then gives the connection up, because
+ *    the tensors' state is unknown. On success the local version becomes
+ *    reduce_done.version.
+ * 5. error{code} at any time breaks the connection; later calls return it.
+ *
+ * Frames interleave: a reduce_done may arrive while a call waits for a
+ * tensor_created. Every frame read is dispatched at once, whatever call
+ * reads it, and its content stays in the client (created_*, done_*) until
+ * the call it belongs to picks it up. Because frames are dispatched as soon
+ * as they are complete, the reader never holds a whole frame between calls,
+ * so preduce_fd() (the socket, plus an eventfd for answers already in
+ * memory) is readable whenever preduce_reduce_wait() has something to do.
+ */
+#include "preduce.h"
+#include "client/client_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* At most this many descriptors are taken from one recvmsg(). */
+#define CMSG_FDS 8
+
+int64_t pr_client_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t pr_client_deadline(int timeout_ms)
+{
+    return pr_client_now() + (int64_t)timeout_ms * 1000000;
+}
+
+/* Milliseconds left until `deadline` for poll(), rounded up; 0 if passed. */
+static int remaining_ms(int64_t deadline)
+{
+    int64_t left = deadline - pr_client_now();
+    if (left <= 0)
+        return 0;
+    left = (left + 999999) / 1000000;
+    return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* 1 when `fd` is ready for `events`, 0 at the deadline, or -errno. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events};
+        int ms = remaining_ms(deadline);
+        int rc = poll(&p, 1, ms);
+        if (rc > 0)
+            return 1;
+        if (rc == 0 && ms == 0)
+            return 0;
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+static void notify(struct preduce_client *c)
+{
+    uint64_t one = 1;
+    if (c->evfd >= 0 && write(c->evfd, &one, sizeof(one)) < 0) {
+        /* Only EAGAIN at a full counter: it is readable already. */
+    }
+}
+
+void pr_client_unnotify(struct preduce_client *c)
+{
+    uint64_t v;
+    if (c->evfd >= 0 && read(c->evfd, &v, sizeof(v)) < 0) {
+        /* EAGAIN: it was not signalled. */
+    }
+}
+
+int pr_client_err(const struct preduce_client *c)
+{
+    return c->daemon_err ? c->daemon_err : c->err;
+}
+
+int pr_client_fail(struct preduce_client *c, int rc)
+{
+    if (!c->err) {
+        c->err = -ENOTCONN;
+        shutdown(c->fd, SHUT_RDWR);
+        c->inflight = false;
+        c->done_ready = false;
+        pr_client_result_fini(&c->done);
+        pr_client_tensors_unbusy(c);
+        if (c->created_fd >= 0)
+            close(c->created_fd);
+        c->created_fd = -1;
+        c->created_ready = false;
+        /* A poll()ing trainer must call in to learn about it. */
+        notify(c);
+    }
+    return c->daemon_err ? c->daemon_err : rc;
+}
+
+static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w >= 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -errno;
+        int rc = wait_fd(fd, POLLOUT, deadline);
+        if (rc == 0)
+            return -ETIMEDOUT;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int recv_some(struct preduce_client *c);
+
+/*
+ * `drain`: after a failed send, read what the daemon left in the socket, so
+ * that the caller gets the reason from its Msg.error rather than -EPIPE.
+ * Never from inside dispatch(), where the reader still holds a frame.
+ */
+static int send_msg(struct preduce_client *c, const Pr__V1__Msg *m,
+                    int64_t deadline, bool drain)
+{
+    if (c->err)
+        return pr_client_err(c);
+    uint8_t *buf;
+    size_t len;
+    int rc = pr_msg_frame(m, PR_CLIENT_MAX_FRAME, &buf, &len);
+    if (rc < 0)
+        return rc; /* nothing was sent: the connection is fine */
+    rc = send_all(c->fd, buf, len, deadline);
+    free(buf);
+    if (rc < 0 && drain && rc != -ETIMEDOUT) {
+        while (!c->err && recv_some(c) > 0) {
+        }
+    }
+    return rc < 0 ? pr_client_fail(c, rc) : 0;
+}
+
+int pr_client_send(struct preduce_client *c, const Pr__V1__Msg *m,
+                   int64_t deadline)
+{
+    return send_msg(c, m, deadline, true);
+}
+
+/* Moves the descriptors of one recvmsg() into the FIFO. 0 or -EPROTO. */
+static int take_fds(struct preduce_client *c, struct msghdr *mh)
+{
+    int rc = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+            if (c->fd_count == PR_CLIENT_MAX_FDS) {
+                close(fd);
+                rc = -EPROTO;
+                continue;
+            }
+            c->fds[(c->fd_head + c->fd_count) % PR_CLIENT_MAX_FDS] = fd;
+            c->fd_count++;
+        }
+    }
+    /* The kernel dropped descriptors that did not fit. */
+    if (mh->msg_flags & MSG_CTRUNC)
+        rc = -EPROTO;
+    return rc;
+}
+
+static int pop_fd(struct preduce_client *c)
+{
+    if (c->fd_count == 0)
+        return -1;
+    int fd = c->fds[c->fd_head];
+    c->fd_head = (c->fd_head + 1) % PR_CLIENT_MAX_FDS;
+    c->fd_count--;
+    return fd;
+}
+
+static int on_error(struct preduce_client *c, const Pr__V1__Error *e)
+{
+    /* Only a negative errno is a code a caller can act on. */
+    c->daemon_err = e->code < 0 && e->code >= -4095 ? e->code : -EPROTO;
+    return c->daemon_err;
+}
+
+static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
+{
+    if (w->version != PR_PROTO_VERSION || w->id > INT_MAX)
+        return -EPROTO;
+    c->rank = w->id;
+    c->welcomed = true;
+    return 0;
+}
+
+static int send_destroy(struct preduce_client *c, uint32_t id, bool drain);
+
+static int on_tensor_created(struct preduce_client *c,
+                             const Pr__V1__TensorCreated *t)
+{
+    if (c->creates_pending == 0 || c->created_ready)
+        return -EPROTO;
+    int fd = pop_fd(c);
+    if (fd < 0)
+        return -EPROTO;
+    c->creates_pending--;
+    if (c->creates_orphaned > 0) {
+        /* The call that asked for it gave up: hand it straight back. */
+        c->creates_orphaned--;
+        close(fd);
+        return send_destroy(c, t->tensor_id, false);
+    }
+    c->created_ready = true;
+    c->created_id = t->tensor_id;
+    c->created_nfloats = t->nfloats;
+    c->created_fd = fd;
+    return 0;
+}
+
+static int send_destroy(struct preduce_client *c, uint32_t id, bool drain)
+{
+    Pr__V1__TensorDestroy d = PR__V1__TENSOR_DESTROY__INIT;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    d.tensor_id = id;
+    m.body_case = PR__V1__MSG__BODY_TENSOR_DESTROY;
+    m.tensor_destroy = &d;
+    return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), drain);
+}
+
+int pr_client_send_destroy(struct preduce_client *c, uint32_t id)
+{
+    return send_destroy(c, id, true);
+}
+
+static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
+{
+    if (!c->inflight || c->done_ready || d->seq != c->seq)
+        return -EPROTO;
+    if (d->status > 0 || d->status < -4095)
+        return -EPROTO;
+    if (d->status == 0) {
+        int rc = pr_client_result_set(&c->done, d, c->rank);
+        if (rc < 0)
+            return rc;
+    }
+    c->done_status = d->status;
+    c->done_ready = true;
+    notify(c);
+    return 0;
+}
+
+static int on_ping(struct preduce_client *c, const Pr__V1__Ping *p)
+{
+    Pr__V1__Ping pong = PR__V1__PING__INIT;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    pong.nonce = p->nonce;
+    m.body_case = PR__V1__MSG__BODY_PONG;
+    m.pong = &pong;
+    return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), false);
+}
+
+/* Handles one frame. 0, or the error that broke the connection. */
+static int dispatch(struct preduce_client *c, const struct pr_frame_hdr *h,
+                    const uint8_t *payload)
+{
+    if (h->type != PR_FRAME_MSG)
+        return pr_client_fail(c, -EPROTO);
+    Pr__V1__Msg *m = pr_msg_unpack(payload, h->len);
+    if (!m)
+        return pr_client_fail(c, -EPROTO);
+    int rc = -EPROTO;
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_ERROR:
+        rc = on_error(c, m->error);
+        break;
+    case PR__V1__MSG__BODY_PING:
+        rc = on_ping(c, m->ping);
+        break;
+    case PR__V1__MSG__BODY_PONG:
+        rc = 0;
+        break;
+    case PR__V1__MSG__BODY_WELCOME:
+        if (!c->welcomed)
+            rc = on_welcome(c, m->welcome);
+        break;
+    case PR__V1__MSG__BODY_TENSOR_CREATED:
+        if (c->welcomed)
+            rc = on_tensor_created(c, m->tensor_created);
+        break;
+    case PR__V1__MSG__BODY_REDUCE_DONE:
+        if (c->welcomed)
+            rc = on_reduce_done(c, m->reduce_done);
+        break;
+    default:
+        break;
+    }
+    pr_msg_free(m);
+    return rc < 0 ? pr_client_fail(c, rc) : 0;
+}
+
+/*
+ * One recvmsg() without waiting, then every complete frame dispatched.
+ * 1 after progress, 0 when nothing was there, or the error that broke the
+ * connection.
+ */
+static int recv_some(struct preduce_client *c)
+{
+    void *p;
+    size_t n;
+    int rc = pr_frame_reader_reserve(&c->rd, 4096, &p, &n);
+    if (rc < 0)
+        return pr_client_fail(c, rc);
+    union {
+        char buf[CMSG_SPACE(CMSG_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = p, .iov_len = n};
+    struct msghdr mh = {
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = u.buf,
+        .msg_controllen = sizeof(u.buf),
+    };
+    ssize_t r;
+    do {
+        r = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return pr_client_fail(c, -errno);
+    }
+    rc = take_fds(c, &mh);
+    if (rc < 0)
+        return pr_client_fail(c, rc);
+    if (r == 0)
+        return pr_client_fail(c, -EPIPE);
+    pr_frame_reader_commit(&c->rd, (size_t)r);
+    struct pr_frame_hdr h;
+    const uint8_t *payload;
+    while ((rc = pr_frame_reader_next(&c->rd, &h, &payload)) == 1) {
+        rc = dispatch(c, &h, payload);
+        if (rc < 0)
+            return rc;
+    }
+    if (rc < 0)
+        return pr_client_fail(c, rc);
+    return 1;
+}
+
+int pr_client_pump(struct preduce_client *c, const bool *flag, int64_t deadline)
+{
+    while (!*flag) {
+        if (c->err)
+            return pr_client_err(c);
+        int rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc == 0)
+            return -ETIMEDOUT;
+        if (rc < 0)
+            return pr_client_fail(c, rc);
+        rc = recv_some(c);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* 1..63 bytes, no control characters (names end up in logs and metrics). */
+static bool valid_name(const char *name)
+{
+    if (!name)
+        return false;
+    size_t n = strnlen(name, PR_CLIENT_NAME_MAX + 1);
+    if (n == 0 || n > PR_CLIENT_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+static int open_socket(struct preduce_client *c, const struct sockaddr_un *sa,
+                       int64_t deadline)
+{
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (c->fd < 0)
+        return -errno;
+    for (;;) {
+        if (connect(c->fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
+            return -errno;
+        /*
+         * The daemon's backlog is full. A Unix socket cannot be polled for
+         * that: retry every 10 ms until the deadline.
+         */
+        int ms = remaining_ms(deadline);
+        if (ms == 0)
+            return -ETIMEDOUT;
+        struct timespec ts = {0, (ms < 10 ? ms : 10) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* preduce_fd(): readable when the socket is, or an answer is in memory. */
+static int open_notify(struct preduce_client *c)
+{
+    c->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->evfd < 0)
+        return -errno;
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->epfd < 0)
+        return -errno;
+    struct epoll_event ev = {.events = EPOLLIN};
+    ev.data.fd = c->fd;
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+        return -errno;
+    ev.data.fd = c->evfd;
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->evfd, &ev) < 0)
+        return -errno;
+    return 0;
+}
+
+static int say_hello(struct preduce_client *c, const char *name,
+                     int64_t deadline)
+{
+    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    hello.version = PR_PROTO_VERSION;
+    hello.role = PR__V1__ROLE__ROLE_CLIENT;
+    hello.name = (char *)name;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &hello;
+    int rc = pr_client_send(c, &m, deadline);
+    if (rc < 0)
+        return rc;
+    return pr_client_pump(c, &c->welcomed, deadline);
+}
+
+int preduce_connect(const char *socket_path, const char *name, int timeout_ms,
+                    preduce_client_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!socket_path || !out || timeout_ms < 0 || !valid_name(name))
+        return -EINVAL;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = strlen(socket_path);
+    if (len == 0 || len >= sizeof(sa.sun_path))
+        return -EINVAL;
+    memcpy(sa.sun_path, socket_path, len + 1);
+    int64_t deadline = pr_client_deadline(timeout_ms);
+
+    struct preduce_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->fd = -1;
+    c->epfd = -1;
+    c->evfd = -1;
+    c->created_fd = -1;
+    int rc = pr_frame_reader_init(&c->rd, PR_CLIENT_MAX_FRAME);
+    if (rc == 0)
+        rc = open_socket(c, &sa, deadline);
+    if (rc == 0)
+        rc = open_notify(c);
+    if (rc == 0)
+        rc = say_hello(c, name, deadline);
+    if (rc < 0) {
+        preduce_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int preduce_close(preduce_client_t *c)
+{
+    if (!c)
+        return 0;
+    pr_client_tensors_free(c);
+    while (c->fd_count > 0)
+        close(pop_fd(c));
+    if (c->created_fd >= 0)
+        close(c->created_fd);
+    pr_client_result_fini(&c->done);
+    pr_client_result_fini(&c->result);
+    pr_frame_reader_fini(&c->rd);
+    if (c->epfd >= 0)
+        close(c->epfd);
+    if (c->evfd >= 0)
+        close(c->evfd);
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c);
+    return 0;
+}
+
+int preduce_rank(const preduce_client_t *c)
+{
+    return c ? (int)c->rank : -EINVAL;
+}
+
+int preduce_fd(const preduce_client_t *c)
+{
+    return c ? c->epfd : -EINVAL;
+}

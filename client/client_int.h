@@ -1,0 +1,160 @@
+/*
+ * libpreduce internals shared by client.c (connection, frames), tensor.c
+ * (shared tensors) and result.c (reduce calls, results, error texts).
+ *
+ * Everything here is hidden: the library exports only what preduce.h marks
+ * PREDUCE_API (hidden visibility plus client/libpreduce.map).
+ *
+ * A client is single-threaded and blocking: all I/O happens inside API calls,
+ * on a non-blocking socket, and every wait is a poll() bounded by the call's
+ * deadline on CLOCK_MONOTONIC (nanoseconds in an int64_t).
+ */
+#ifndef PR_CLIENT_INT_H
+#define PR_CLIENT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "preduce.h"
+#include "proto/frame.h"
+
+#define PR_CLIENT_HIDDEN __attribute__((visibility("hidden")))
+
+/* Largest frame payload accepted from the daemon (and sent to it). */
+#define PR_CLIENT_MAX_FRAME (1u << 20)
+/* How long past its timeout_ms a reduce waits for the daemon's answer. */
+#define PR_CLIENT_GRACE_MS 10000
+/* Longest worker name in bytes, without the NUL. */
+#define PR_CLIENT_NAME_MAX 63
+/* Received descriptors not yet claimed by a tensor_created. */
+#define PR_CLIENT_MAX_FDS 16
+/* Bound for sends that belong to no call with a timeout (destroy, pong). */
+#define PR_CLIENT_SEND_MS 2000
+
+/*
+ * The outcome of one reduce. The arrays are heap copies of the daemon's
+ * ReduceDone (n entries each), owned by the struct.
+ */
+struct preduce_result {
+    uint64_t group;
+    uint64_t version; /* this worker's version after the reduce */
+    double weight;    /* this worker's weight */
+    size_t n;
+    uint32_t *ranks;
+    uint64_t *versions;
+    double *weights;
+};
+
+/*
+ * One shared tensor: `data` maps the daemon's memfd (MAP_SHARED), so the
+ * trainer and the daemon work on the same pages. Owned by its client, which
+ * keeps every live tensor on a doubly linked list.
+ */
+struct preduce_tensor {
+    struct preduce_client *c;
+    struct preduce_tensor *prev;
+    struct preduce_tensor *next;
+    uint32_t id; /* the daemon's tensor_id */
+    int fd;      /* the memfd */
+    float *data;
+    size_t nfloats;
+    uint64_t mark; /* duplicate check: the client's mark_gen when last seen */
+    bool busy;     /* used by the reduce in flight */
+};
+
+struct preduce_client {
+    int fd;   /* the Unix socket, non-blocking */
+    int epfd; /* preduce_fd(): epoll over fd and evfd */
+    int evfd; /* eventfd: signalled while an answer waits in memory */
+    uint32_t rank;
+    bool welcomed;
+
+    /*
+     * A broken connection: err is what later calls return (-ENOTCONN, or
+     * the code of the daemon's Msg.error, kept in daemon_err). The socket
+     * is then shut down, and nothing is in flight any more.
+     */
+    int err;
+    int daemon_err;
+
+    struct pr_frame_reader rd;
+    int fds[PR_CLIENT_MAX_FDS]; /* FIFO of descriptors from SCM_RIGHTS */
+    unsigned fd_head;
+    unsigned fd_count;
+
+    /*
+     * tensor_create requests sent and not answered yet, and of those how
+     * many belong to calls that timed out (answered in order; the answer
+     * of an orphan is destroyed at once). The answer of the current call
+     * waits in created_*.
+     */
+    unsigned creates_pending;
+    unsigned creates_orphaned;
+    bool created_ready;
+    uint32_t created_id;
+    uint64_t created_nfloats;
+    int created_fd;
+
+    /* Reduce state: version and seq as in the protocol sketch. */
+    uint64_t version;
+    uint64_t seq; /* seq of the last reduce sent */
+    bool inflight;
+    int64_t reduce_deadline; /* timeout_ms + grace after the start */
+    bool done_ready;         /* a reduce_done for seq waits in done_* */
+    int done_status;
+    struct preduce_result done;
+    bool have_result;
+    struct preduce_result result; /* preduce_last_result() */
+
+    uint64_t mark_gen;
+    struct preduce_tensor *tensors;
+};
+
+PR_CLIENT_HIDDEN int64_t pr_client_now(void);
+/* The deadline `timeout_ms` (>= 0) from now. */
+PR_CLIENT_HIDDEN int64_t pr_client_deadline(int timeout_ms);
+
+/* What a call on a broken client returns; 0 while it is usable. */
+PR_CLIENT_HIDDEN int pr_client_err(const struct preduce_client *c);
+/*
+ * Breaks the connection (once): shuts the socket down and abandons what was
+ * in flight. Returns the daemon's error code if it sent one, else rc.
+ */
+PR_CLIENT_HIDDEN int pr_client_fail(struct preduce_client *c, int rc);
+
+/*
+ * Packs and sends `m` before `deadline`. 0, or a negative errno; any failure
+ * after the first byte could have left breaks the connection.
+ */
+PR_CLIENT_HIDDEN int pr_client_send(struct preduce_client *c,
+                                    const Pr__V1__Msg *m, int64_t deadline);
+/*
+ * Reads and dispatches the daemon's frames until *flag is true. 0, or
+ * -ETIMEDOUT at the deadline (the connection stays usable), or the error
+ * that broke the connection.
+ */
+PR_CLIENT_HIDDEN int pr_client_pump(struct preduce_client *c, const bool *flag,
+                                    int64_t deadline);
+
+/* Clears preduce_fd()'s eventfd once the answer it announced is taken. */
+PR_CLIENT_HIDDEN void pr_client_unnotify(struct preduce_client *c);
+/* Sends tensor_destroy{id} (no answer comes). 0 or a negative errno. */
+PR_CLIENT_HIDDEN int pr_client_send_destroy(struct preduce_client *c,
+                                            uint32_t id);
+
+/* tensor.c */
+PR_CLIENT_HIDDEN void pr_client_tensors_free(struct preduce_client *c);
+PR_CLIENT_HIDDEN void pr_client_tensors_unbusy(struct preduce_client *c);
+
+/* result.c */
+/*
+ * Checks a successful ReduceDone for worker `rank` and copies it into *r
+ * (whose old arrays are freed). 0, -EPROTO or -ENOMEM.
+ */
+PR_CLIENT_HIDDEN int pr_client_result_set(struct preduce_result *r,
+                                          const Pr__V1__ReduceDone *d,
+                                          uint32_t rank);
+PR_CLIENT_HIDDEN void pr_client_result_fini(struct preduce_result *r);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * libpreduce: the trainer's side of preduce.
+ *
+ * A trainer connects to the preduced node daemon on its machine, creates its
+ * model tensors as shared memory (the pointer it gets *is* the memory the
+ * daemon reads and writes, so nothing is copied), and calls
+ * preduce_reduce() after each optimizer step. The call returns when the
+ * group the scheduler formed has averaged its members' tensors; the result
+ * is then already in the trainer's tensors.
+ *
+ *     preduce_client_t *c;
+ *     preduce_tensor_t *w;
+ *     preduce_connect("/run/preduce/preduced.sock", "worker-0", 5000, &c);
+ *     preduce_tensor_create(c, n, 5000, &w);
+ *     float *x = preduce_tensor_data(w);
+ *     for (;;) {
+ *         sgd_step(x, n);
+ *         int rc = preduce_reduce(c, &w, 1, 60000);
+ *         if (rc < 0)
+ *             fprintf(stderr, "%s\n", preduce_strerror(rc));
+ *     }
+ *
+ * Every call returns 0 (or a documented non-negative value) or a negative
+ * errno, honours its timeout, and never prints or exits. A client handle is
+ * not thread-safe: use it from one thread at a time. After a protocol error,
+ * a lost daemon, an error message from the daemon or a reduce the daemon
+ * never answered, the connection is broken: later calls return -ENOTCONN
+ * (or the daemon's error code); close it and connect again.
+ */
+#ifndef PREDUCE_H
+#define PREDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PREDUCE_API __attribute__((visibility("default")))
+#else
+#define PREDUCE_API
+#endif
+
+#define PREDUCE_VERSION_MAJOR 0
+#define PREDUCE_VERSION_MINOR 1
+
+typedef struct preduce_client preduce_client_t;
+typedef struct preduce_tensor preduce_tensor_t;
+typedef struct preduce_result preduce_result_t;
+
+/*
+ * Connects to the daemon at `socket_path` as worker `name` (unique within
+ * the job; 1 to 63 bytes, no control characters) and waits until the
+ * scheduler has given it a rank. -ENOENT/-ECONNREFUSED: no daemon;
+ * -ETIMEDOUT; -EPROTO: the daemon speaks another protocol version;
+ * -EEXIST: name taken; -EINVAL.
+ */
+PREDUCE_API int preduce_connect(const char *socket_path, const char *name,
+                                int timeout_ms, preduce_client_t **out);
+
+/*
+ * Closes the connection. Tensors still open are unmapped and freed: their
+ * data pointers become invalid. Always returns 0; NULL is a no-op.
+ */
+PREDUCE_API int preduce_close(preduce_client_t *c);
+
+/* The worker's rank in the job (>= 0), or a negative errno. */
+PREDUCE_API int preduce_rank(const preduce_client_t *c);
+
+/*
+ * A file descriptor that becomes readable when an asynchronous reduce has
+ * an answer (for poll/epoll integration), or a negative errno.
+ */
+PREDUCE_API int preduce_fd(const preduce_client_t *c);
+
+/*
+ * Creates a shared tensor of `nfloats` float32, zero-filled.
+ * -EINVAL: nfloats is 0 or over the daemon's limit (max_tensor_mb).
+ */
+PREDUCE_API int preduce_tensor_create(preduce_client_t *c, size_t nfloats,
+                                      int timeout_ms, preduce_tensor_t **out);
+
+/* The tensor's memory (shared with the daemon) and its length in floats. */
+PREDUCE_API float *preduce_tensor_data(preduce_tensor_t *t);
+PREDUCE_API size_t preduce_tensor_len(const preduce_tensor_t *t);
+
+/* Releases a tensor; -EBUSY while a reduce that uses it is in flight. */
+PREDUCE_API int preduce_tensor_destroy(preduce_tensor_t *t);
+
+/*
+ * Averages `n` tensors (one model, several parts) with the group the
+ * scheduler assigns this step. All workers of a job must pass tensors of the
+ * same total length. On success the tensors hold the result.
+ * On error they hold what they held before the call. -ETIMEDOUT: no group
+ * finished within timeout_ms; -ECONNRESET: a peer died mid-reduce (the
+ * tensors are unchanged and the next call may succeed); -EINVAL: length
+ * mismatch with the job; -EBUSY: another reduce is in flight.
+ */
+PREDUCE_API int preduce_reduce(preduce_client_t *c,
+                               preduce_tensor_t *const *tensors, size_t n,
+                               int timeout_ms);
+
+/*
+ * The same in two halves: start sends the request and returns at once; the
+ * tensors must not be touched until wait returned something other than
+ * -EAGAIN. wait with timeout_ms 0 only polls (-EAGAIN: not yet, also when
+ * wait's own timeout_ms passes first; start's timeout_ms still bounds the
+ * reduce).
+ */
+PREDUCE_API int preduce_reduce_start(preduce_client_t *c,
+                                     preduce_tensor_t *const *tensors, size_t n,
+                                     int timeout_ms);
+PREDUCE_API int preduce_reduce_wait(preduce_client_t *c, int timeout_ms);
+
+/*
+ * The outcome of the last successful reduce; valid until the next reduce or
+ * close. NULL before the first success.
+ */
+PREDUCE_API const preduce_result_t *
+preduce_last_result(const preduce_client_t *c);
+PREDUCE_API uint64_t preduce_result_group(const preduce_result_t *r);
+/* Number of members in the group (1 means the worker kept its own model). */
+PREDUCE_API size_t preduce_result_size(const preduce_result_t *r);
+/* Member i: rank, version it brought, weight in the group's mean. */
+PREDUCE_API int preduce_result_member(const preduce_result_t *r, size_t i,
+                                      uint32_t *rank, uint64_t *version,
+                                      double *weight);
+/* This worker's own weight and its version after the reduce. */
+PREDUCE_API double preduce_result_weight(const preduce_result_t *r);
+PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
+
+/* A short English text for a return code (never NULL). */
+PREDUCE_API const char *preduce_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,237 @@
+/*
+ * libpreduce: the reduce calls, their results, and error texts.
+ *
+ * preduce_reduce() is start plus wait. start sends reduce{seq, version + 1,
+ * tensor_ids, timeout_ms} and marks the tensors busy; the answer is read by
+ * whichever call reads the socket next (client.c dispatches every frame)
+ * and waits in the client's done_* fields until wait hands it over. The
+ * daemon always answers; if it has not within timeout_ms + grace, the
+ * client gives the connection up, because the tensors' state is unknown.
+ *
+ * A result is a copy of the daemon's ReduceDone, checked before it is
+ * believed: the member arrays are parallel and the group contains this
+ * worker. preduce_last_result() points into the client, so it stays valid
+ * until the next successful reduce replaces it, or close.
+ */
+#include "preduce.h"
+#include "client/client_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
+                         size_t n, int timeout_ms)
+{
+    if (!c || !tensors || n == 0 || timeout_ms < 0)
+        return -EINVAL;
+    if (c->err)
+        return pr_client_err(c);
+    if (c->inflight)
+        return -EBUSY;
+    if (n > PR_CLIENT_MAX_FRAME / sizeof(uint32_t))
+        return -EINVAL;
+    /* Each tensor once, and only this client's. */
+    uint64_t gen = ++c->mark_gen;
+    for (size_t i = 0; i < n; i++) {
+        struct preduce_tensor *t = tensors[i];
+        if (!t || t->c != c || t->mark == gen)
+            return -EINVAL;
+        t->mark = gen;
+    }
+    uint32_t *ids = malloc(n * sizeof(*ids));
+    if (!ids)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = tensors[i]->id;
+
+    Pr__V1__Reduce r = PR__V1__REDUCE__INIT;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    r.seq = c->seq + 1;
+    r.version = c->version + 1; /* one local update since the last reduce */
+    r.n_tensor_ids = n;
+    r.tensor_ids = ids;
+    r.timeout_ms = (uint32_t)timeout_ms;
+    m.body_case = PR__V1__MSG__BODY_REDUCE;
+    m.reduce = &r;
+    int64_t deadline =
+        pr_client_deadline(timeout_ms) + (int64_t)PR_CLIENT_GRACE_MS * 1000000;
+    int rc = pr_client_send(c, &m, deadline);
+    free(ids);
+    if (rc < 0)
+        return rc;
+    c->seq++;
+    c->inflight = true;
+    c->reduce_deadline = deadline;
+    for (size_t i = 0; i < n; i++)
+        tensors[i]->busy = true;
+    return 0;
+}
+
+/* Hands the stashed answer to the caller and ends the reduce. */
+static int finish(struct preduce_client *c)
+{
+    c->inflight = false;
+    c->done_ready = false;
+    pr_client_tensors_unbusy(c);
+    pr_client_unnotify(c);
+    if (c->done_status < 0)
+        return c->done_status;
+    struct preduce_result old = c->result;
+    c->result = c->done;
+    memset(&c->done, 0, sizeof(c->done));
+    pr_client_result_fini(&old);
+    c->have_result = true;
+    c->version = c->result.version;
+    return 0;
+}
+
+/*
+ * Waits until `deadline` for the answer: -EAGAIN when that comes first,
+ * -ETIMEDOUT (and a broken connection) when the reduce's own deadline does.
+ */
+static int wait_until(struct preduce_client *c, int64_t deadline)
+{
+    if (c->err)
+        return pr_client_err(c);
+    if (!c->inflight)
+        return -EINVAL;
+    bool final = deadline >= c->reduce_deadline;
+    int rc = pr_client_pump(c, &c->done_ready,
+                            final ? c->reduce_deadline : deadline);
+    if (rc == -ETIMEDOUT)
+        return final ? pr_client_fail(c, -ETIMEDOUT) : -EAGAIN;
+    if (rc < 0)
+        return rc;
+    return finish(c);
+}
+
+int preduce_reduce_wait(preduce_client_t *c, int timeout_ms)
+{
+    if (!c || timeout_ms < 0)
+        return -EINVAL;
+    return wait_until(c, pr_client_deadline(timeout_ms));
+}
+
+int preduce_reduce(preduce_client_t *c, preduce_tensor_t *const *tensors,
+                   size_t n, int timeout_ms)
+{
+    int rc = preduce_reduce_start(c, tensors, n, timeout_ms);
+    if (rc < 0)
+        return rc;
+    return wait_until(c, INT64_MAX);
+}
+
+void pr_client_result_fini(struct preduce_result *r)
+{
+    free(r->ranks);
+    free(r->versions);
+    free(r->weights);
+    memset(r, 0, sizeof(*r));
+}
+
+int pr_client_result_set(struct preduce_result *r, const Pr__V1__ReduceDone *d,
+                         uint32_t rank)
+{
+    size_t n = d->n_members;
+    if (n == 0 || d->n_member_versions != n || d->n_member_weights != n)
+        return -EPROTO;
+    bool self = false;
+    for (size_t i = 0; i < n; i++)
+        self = self || d->members[i] == rank;
+    if (!self)
+        return -EPROTO;
+    struct preduce_result nr = {
+        .group = d->group_id,
+        .version = d->version,
+        .weight = d->weight,
+        .n = n,
+        .ranks = malloc(n * sizeof(uint32_t)),
+        .versions = malloc(n * sizeof(uint64_t)),
+        .weights = malloc(n * sizeof(double)),
+    };
+    if (!nr.ranks || !nr.versions || !nr.weights) {
+        pr_client_result_fini(&nr);
+        return -ENOMEM;
+    }
+    memcpy(nr.ranks, d->members, n * sizeof(*nr.ranks));
+    memcpy(nr.versions, d->member_versions, n * sizeof(*nr.versions));
+    memcpy(nr.weights, d->member_weights, n * sizeof(*nr.weights));
+    pr_client_result_fini(r);
+    *r = nr;
+    return 0;
+}
+
+const preduce_result_t *preduce_last_result(const preduce_client_t *c)
+{
+    return c && c->have_result ? &c->result : NULL;
+}
+
+uint64_t preduce_result_group(const preduce_result_t *r)
+{
+    return r ? r->group : 0;
+}
+
+size_t preduce_result_size(const preduce_result_t *r)
+{
+    return r ? r->n : 0;
+}
+
+int preduce_result_member(const preduce_result_t *r, size_t i, uint32_t *rank,
+                          uint64_t *version, double *weight)
+{
+    if (!r || i >= r->n)
+        return -EINVAL;
+    if (rank)
+        *rank = r->ranks[i];
+    if (version)
+        *version = r->versions[i];
+    if (weight)
+        *weight = r->weights[i];
+    return 0;
+}
+
+double preduce_result_weight(const preduce_result_t *r)
+{
+    return r ? r->weight : 0.0;
+}
+
+uint64_t preduce_result_version(const preduce_result_t *r)
+{
+    return r ? r->version : 0;
+}
+
+static const struct {
+    int code;
+    const char *text;
+} texts[] = {
+    {0, "success"},
+    {-ENOENT, "no daemon socket at that path"},
+    {-ECONNREFUSED, "no daemon is listening on that socket"},
+    {-ETIMEDOUT, "timed out: no group or no answer in time"},
+    {-EPROTO, "protocol error: the daemon speaks another protocol version "
+              "or sent a malformed message"},
+    {-EMSGSIZE, "message larger than the protocol allows"},
+    {-EEXIST, "worker name already taken in this job"},
+    {-EINVAL, "invalid argument, or tensor length differs from the job's"},
+    {-EBUSY, "busy: a reduce is in flight"},
+    {-ECONNRESET, "a group member died mid-reduce; tensors unchanged, retry"},
+    {-ENOTCONN, "connection to the daemon lost; reconnect"},
+    {-EPIPE, "the daemon closed the connection"},
+    {-EAGAIN, "the reduce has not finished yet"},
+    {-ENOMEM, "out of memory"},
+};
+
+const char *preduce_strerror(int err)
+{
+    static _Thread_local char buf[128];
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        if (texts[i].code == err)
+            return texts[i].text;
+    }
+    if (err == INT_MIN)
+        return "unknown error";
+    /* GNU strerror_r: returns buf or a static string, never NULL. */
+    return strerror_r(err < 0 ? -err : err, buf, sizeof(buf));
+}

@@ -1,0 +1,825 @@
+/*
+ * preduced configuration, table-driven (see conf.h).
+ *
+ * Every key is one row of `keys` below: where it lives in struct pr_conf,
+ * its type, its default as text, its bounds and whether SIGHUP may change
+ * it. Defaults go through the same setters as file values, so a bad default
+ * in the table fails pr_conf_init() instead of slipping through.
+ *
+ * Value syntax, for files and --set alike: whole numbers are decimal digits
+ * only (no sign, no hex, no junk after them); reals are decimal with an
+ * optional exponent (no nan/inf/hex); one pair of double quotes around a
+ * value is removed, so `key = ""` means the empty string. The libinih that
+ * Debian ships reads ';' after whitespace as an inline comment, '#' only at
+ * the start of a line, and lines of at most INI_MAX_LINE - 2 characters.
+ *
+ * Single-threaded: the loop thread loads and reloads; nothing here locks.
+ */
+#include "daemon/conf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+
+/*
+ * Strings longer than this could not be written back by pr_conf_dump() as a
+ * line libinih reads (name + " = " + quotes + value < INI_MAX_LINE).
+ */
+#define STR_MAX 160
+
+#define SYNTAX_MSG "expected 'name = value' or '[section]'"
+
+enum type { T_STR, T_ENUM, T_U32, T_DBL };
+
+enum {
+    F_RELOAD = 1, /* SIGHUP may change it */
+    F_ADDR = 2,   /* T_STR holding host:port, checked by pr_conf_validate() */
+    F_EMPTY = 4,  /* F_ADDR: "" is allowed (off, or "same as") */
+    F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
+};
+
+struct enum_name {
+    const char *name;
+    int value;
+};
+
+struct entry {
+    const char *section; /* "" for the global keys */
+    const char *name;
+    enum type type;
+    size_t off;                    /* offsetof(struct pr_conf, field) */
+    const char *def;               /* default, parsed like a file value */
+    double lo, hi;                 /* T_U32 and T_DBL bounds, inclusive */
+    const struct enum_name *names; /* T_ENUM, ended by a NULL name */
+    int flags;                     /* F_* */
+    const char *doc;               /* one line, written by pr_conf_dump() */
+};
+
+static const struct enum_name roles[] = {
+    {"node", PR_ROLE_NODE}, {"scheduler", PR_ROLE_SCHEDULER}, {NULL, 0}};
+
+static const struct enum_name policies[] = {{"allreduce", PR_POLICY_ALLREDUCE},
+                                            {"constant", PR_POLICY_CONSTANT},
+                                            {"dynamic", PR_POLICY_DYNAMIC},
+                                            {NULL, 0}};
+
+static const struct enum_name weightings[] = {
+    {"uniform", PR_WEIGHT_UNIFORM},
+    {"staleness", PR_WEIGHT_STALENESS},
+    {NULL, 0}};
+
+static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
+                                          {"rdma", PR_XPORT_RDMA},
+                                          {"tcp", PR_XPORT_TCP},
+                                          {NULL, 0}};
+
+static const struct enum_name levels[] = {{"error", PR_LOG_ERROR},
+                                          {"warn", PR_LOG_WARN},
+                                          {"info", PR_LOG_INFO},
+                                          {"debug", PR_LOG_DEBUG},
+                                          {NULL, 0}};
+
+#define OFF(field) offsetof(struct pr_conf, field)
+
+/*
+ * Grouped by section in file order: pr_conf_dump() relies on it. Columns:
+ * section, name, type, field, default, lo, hi, enum names, flags, doc.
+ */
+static const struct entry keys[] = {
+    {"", "role", T_ENUM, OFF(role), "node", 0, 0, roles, 0,
+     "node or scheduler"},
+    {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, 0,
+     "job name; a job's daemons share one scheduler"},
+
+    {"node", "name", T_STR, OFF(node_name), "", 0, 0, NULL, 0,
+     "this node's name; empty = host name"},
+    {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
+     0, NULL, 0, "Unix socket the local trainers connect to"},
+    {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
+     NULL, F_ADDR, "host:port of the job's scheduler"},
+    {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
+     0, NULL, F_ADDR | F_PORT0,
+     "host:port peer daemons connect to; port 0 = any free port"},
+    {"node", "data_advertise", T_STR, OFF(node_data_advertise), "", 0, 0, NULL,
+     F_ADDR | F_EMPTY, "host:port given to peers; empty = data_listen"},
+    {"node", "max_clients", T_U32, OFF(node_max_clients), "64", 1, 4096, NULL,
+     0, "trainers served at once"},
+    {"node", "max_tensor_mb", T_U32, OFF(node_max_tensor_mb), "1024", 1, 65536,
+     NULL, 0, "largest tensor, MiB"},
+    {"node", "reduce_timeout_ms", T_U32, OFF(node_reduce_timeout_ms), "30000",
+     100, 3600000, NULL, F_RELOAD, "a reduce not done after this fails, ms"},
+    {"node", "connect_timeout_ms", T_U32, OFF(node_connect_timeout_ms), "5000",
+     100, 600000, NULL, F_RELOAD,
+     "give up connecting to scheduler or peer after, ms"},
+
+    {"scheduler", "listen", T_STR, OFF(sched_listen), "127.0.0.1:7070", 0, 0,
+     NULL, F_ADDR | F_PORT0,
+     "host:port daemons connect to; port 0 = any free port"},
+    {"scheduler", "policy", T_ENUM, OFF(sched_policy), "allreduce", 0, 0,
+     policies, F_RELOAD, "allreduce, constant or dynamic"},
+    {"scheduler", "group_size", T_U32, OFF(sched_group_size), "2", 1, 65536,
+     NULL, F_RELOAD, "constant: members per group (P)"},
+    {"scheduler", "group_min", T_U32, OFF(sched_group_min), "2", 1, 65536, NULL,
+     F_RELOAD, "dynamic: the window grows after a group smaller than this"},
+    {"scheduler", "group_max", T_U32, OFF(sched_group_max), "0", 0, 65536, NULL,
+     F_RELOAD, "dynamic: a group closes at this size; 0 = all live workers"},
+    {"scheduler", "window_ms", T_DBL, OFF(sched_window_ms), "5", 0.001, 10000,
+     NULL, F_RELOAD, "dynamic: initial window, ms"},
+    {"scheduler", "window_min_ms", T_DBL, OFF(sched_window_min_ms), "0.01",
+     0.001, 10000, NULL, F_RELOAD, "dynamic: smallest window, ms"},
+    {"scheduler", "window_max_ms", T_DBL, OFF(sched_window_max_ms), "10", 0.001,
+     10000, NULL, F_RELOAD, "dynamic: largest window, ms"},
+    {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
+     weightings, F_RELOAD, "uniform or staleness"},
+    {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
+     0, 1, NULL, F_RELOAD,
+     "staleness: decay per version behind, strictly in (0, 1)"},
+    {"scheduler", "isolation_bound", T_U32, OFF(sched_isolation_bound), "10", 0,
+     1000000, NULL, F_RELOAD,
+     "B: connect all workers every B x N updates; 0 = off"},
+    {"scheduler", "heartbeat_ms", T_U32, OFF(sched_heartbeat_ms), "1000", 10,
+     600000, NULL, 0, "heartbeat period, ms"},
+    {"scheduler", "node_timeout_ms", T_U32, OFF(sched_node_timeout_ms), "5000",
+     50, 3600000, NULL, 0, "a silent daemon is declared dead after, ms"},
+    {"scheduler", "group_timeout_ms", T_U32, OFF(sched_group_timeout_ms),
+     "30000", 100, 3600000, NULL, F_RELOAD,
+     "a group not done after this is aborted, ms"},
+
+    {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
+     "auto, rdma or tcp"},
+    {"transport", "chunk_kb", T_U32, OFF(xport_chunk_kb), "1024", 4, 65536,
+     NULL, 0, "ring all-reduce chunk, KiB"},
+    {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
+     "chunks in flight per link"},
+    {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,
+     0, "verbs device name; empty = the first device"},
+    {"transport", "rdma_port", T_U32, OFF(xport_rdma_port), "1", 1, 255, NULL,
+     0, "port number on the device"},
+    {"transport", "gid_index", T_U32, OFF(xport_gid_index), "1", 0, 255, NULL,
+     0, "GID table index (RoCE v2 is usually 1 or 3)"},
+
+    {"security", "key_file", T_STR, OFF(sec_key_file), "", 0, 0, NULL, 0,
+     "cluster key file; empty = no authentication"},
+
+    {"metrics", "listen", T_STR, OFF(metrics_listen), "", 0, 0, NULL,
+     F_ADDR | F_EMPTY, "host:port of the Prometheus endpoint; empty = off"},
+
+    {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, levels, F_RELOAD,
+     "error, warn, info or debug"},
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const void *cfield(const struct pr_conf *c, const struct entry *e)
+{
+    return (const char *)c + e->off;
+}
+
+static void *field(struct pr_conf *c, const struct entry *e)
+{
+    return (char *)c + e->off;
+}
+
+/* Bytes of one field of each type, for copying fields generically. */
+static const size_t type_size[] = {
+    [T_STR] = sizeof(char *),
+    [T_ENUM] = sizeof(int),
+    [T_U32] = sizeof(uint32_t),
+    [T_DBL] = sizeof(double),
+};
+
+static void keyname(char *buf, size_t len, const char *section,
+                    const char *name)
+{
+    snprintf(buf, len, "%s%s%s", section, *section ? "." : "", name);
+}
+
+/* Fills *err (line 0; the file parser sets it) and returns rc. */
+__attribute__((format(printf, 5, 6))) static int
+seterr(struct pr_conf_err *err, int rc, const char *section, const char *name,
+       const char *fmt, ...)
+{
+    va_list ap;
+
+    err->line = 0;
+    keyname(err->key, sizeof(err->key), section, name);
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+#define bad(err, rc, e, ...)                                                   \
+    seterr(err, rc, (e)->section, (e)->name, __VA_ARGS__)
+
+static const struct entry *lookup(const char *section, const char *name,
+                                  struct pr_conf_err *err)
+{
+    const struct entry *other = NULL;
+    int section_known = !*section;
+
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct entry *e = &keys[i];
+        if (strcmp(e->section, section) == 0) {
+            section_known = 1;
+            if (strcmp(e->name, name) == 0)
+                return e;
+        } else if (!other && strcmp(e->name, name) == 0) {
+            other = e;
+        }
+    }
+    if (!section_known)
+        seterr(err, -EINVAL, section, name, "unknown section [%s]", section);
+    else if (other)
+        seterr(err, -EINVAL, section, name,
+               "unknown key (did you mean %s%s%s?)", other->section,
+               *other->section ? "." : "", other->name);
+    else
+        seterr(err, -EINVAL, section, name, "unknown key");
+    return NULL;
+}
+
+static int parse_u32(const struct entry *e, const char *v, uint32_t *out,
+                     struct pr_conf_err *err)
+{
+    size_t digits = strspn(v, "0123456789");
+    unsigned long long n;
+
+    if (digits == 0)
+        return bad(err, -EINVAL, e, "'%s' is not a whole number", v);
+    if (v[digits])
+        return bad(err, -EINVAL, e, "junk after the number in '%s'", v);
+    errno = 0;
+    n = strtoull(v, NULL, 10);
+    if (errno == ERANGE || (double)n < e->lo || (double)n > e->hi)
+        return bad(err, -ERANGE, e, "%s is out of range %.0f..%.0f", v, e->lo,
+                   e->hi);
+    *out = (uint32_t)n;
+    return 0;
+}
+
+static int parse_dbl(const struct entry *e, const char *v, double *out,
+                     struct pr_conf_err *err)
+{
+    char *end;
+    double d;
+
+    /* strtod alone would also take "nan", "inf" and hex floats. */
+    if (!*v || strspn(v, "0123456789+-.eE") != strlen(v) ||
+        !strpbrk(v, "0123456789"))
+        return bad(err, -EINVAL, e, "'%s' is not a decimal number", v);
+    errno = 0;
+    d = strtod(v, &end);
+    if (end == v || *end)
+        return bad(err, -EINVAL, e, "'%s' is not a decimal number", v);
+    if (errno == ERANGE || d < e->lo || d > e->hi)
+        return bad(err, -ERANGE, e, "%s is out of range %g..%g", v, e->lo,
+                   e->hi);
+    *out = d;
+    return 0;
+}
+
+static int parse_enum(const struct entry *e, const char *v, int *out,
+                      struct pr_conf_err *err)
+{
+    char allowed[96] = "";
+    size_t n = 0;
+
+    for (const struct enum_name *p = e->names; p->name; p++) {
+        if (strcmp(p->name, v) == 0) {
+            *out = p->value;
+            return 0;
+        }
+        n += (size_t)snprintf(allowed + n, sizeof(allowed) - n, "%s%s",
+                              n ? ", " : "", p->name);
+        if (n >= sizeof(allowed))
+            n = sizeof(allowed) - 1;
+    }
+    return bad(err, -EINVAL, e, "'%s' is not one of: %s", v, allowed);
+}
+
+static int parse_str(const struct entry *e, const char *v, char **out,
+                     struct pr_conf_err *err)
+{
+    char *s;
+
+    if (strlen(v) > STR_MAX)
+        return bad(err, -EINVAL, e, "longer than %d characters", STR_MAX);
+    for (const char *p = v; *p; p++) {
+        if (iscntrl((unsigned char)*p))
+            return bad(err, -EINVAL, e, "control characters are not allowed");
+        /* In a file this starts a comment, so dump could not write it. */
+        if (*p == ';' && p > v && isspace((unsigned char)p[-1]))
+            return bad(err, -EINVAL, e, "' ;' would start a comment");
+    }
+    s = strdup(v);
+    if (!s)
+        return bad(err, -ENOMEM, e, "out of memory");
+    free(*out);
+    *out = s;
+    return 0;
+}
+
+/* The one generic setter: files, --set and the defaults all come here. */
+static int set_value(struct pr_conf *c, const struct entry *e,
+                     const char *value, struct pr_conf_err *err)
+{
+    size_t len = strlen(value);
+    char *v;
+    int rc = 0;
+
+    if (len >= 2 && value[0] == '"' && value[len - 1] == '"') {
+        value++;
+        len -= 2;
+    }
+    v = strndup(value, len);
+    if (!v)
+        return bad(err, -ENOMEM, e, "out of memory");
+    switch (e->type) {
+    case T_STR:
+        rc = parse_str(e, v, field(c, e), err);
+        break;
+    case T_ENUM:
+        rc = parse_enum(e, v, field(c, e), err);
+        break;
+    case T_U32:
+        rc = parse_u32(e, v, field(c, e), err);
+        break;
+    case T_DBL:
+        rc = parse_dbl(e, v, field(c, e), err);
+        break;
+    }
+    free(v);
+    return rc;
+}
+
+/* Keys whose empty value stands for something computed at load time. */
+static int finish(struct pr_conf *c)
+{
+    char host[256];
+
+    if (c->node_name && *c->node_name)
+        return 0;
+    if (gethostname(host, sizeof(host)) < 0)
+        return 0; /* keep "": the name only labels logs and metrics */
+    host[sizeof(host) - 1] = '\0';
+    char *s = strdup(host);
+    if (!s)
+        return -ENOMEM;
+    free(c->node_name);
+    c->node_name = s;
+    return 0;
+}
+
+int pr_conf_init(struct pr_conf *c)
+{
+    struct pr_conf_err err;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < NKEYS; i++) {
+        rc = set_value(c, &keys[i], keys[i].def, &err);
+        if (rc) {
+            pr_conf_fini(c);
+            return rc;
+        }
+    }
+    rc = finish(c);
+    if (rc)
+        pr_conf_fini(c);
+    return rc;
+}
+
+void pr_conf_fini(struct pr_conf *c)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (keys[i].type == T_STR) {
+            char **s = field(c, &keys[i]);
+            free(*s);
+            *s = NULL;
+        }
+    }
+}
+
+/*
+ * State of one file parse. libinih reads lines through our reader so that
+ * we know the current line number inside the handler, and so that the first
+ * error can stop the parse: the reader returns NULL once one is recorded.
+ */
+struct parse {
+    struct pr_conf *c;
+    FILE *f;
+    struct pr_conf_err *err;
+    int lineno;
+    int indented;    /* the current line starts with white space */
+    int rc;          /* first error, 0 while none */
+    int err_line;    /* its line */
+    int seen[NKEYS]; /* line that set each key, to catch duplicates */
+};
+
+static char *read_line(char *str, int num, void *stream)
+{
+    struct parse *p = stream;
+    const char *s = str;
+    size_t n;
+    int ch;
+
+    if (p->rc || !fgets(str, num, p->f))
+        return NULL;
+    p->lineno++;
+    n = strlen(str);
+    /* libinih would read the rest of an over-long line as a new line. */
+    if (n && str[n - 1] != '\n' && (ch = getc(p->f)) != EOF) {
+        ungetc(ch, p->f);
+        p->rc = seterr(p->err, -EINVAL, "", "",
+                       "line longer than %d characters", num - 2);
+        p->err_line = p->err->line = p->lineno;
+        return NULL;
+    }
+    if (p->lineno == 1 && strncmp(str, "\xef\xbb\xbf", 3) == 0)
+        s += 3; /* libinih skips a UTF-8 BOM too */
+    p->indented = *s == ' ' || *s == '\t';
+    while (isspace((unsigned char)*s))
+        s++;
+    /*
+     * Lines libinih rejects for sure. It would report them but go on and
+     * apply the keys below; we stop here. It still catches the subtler ones
+     * ("name ; = x"), and pr_conf_load() reports those by their line.
+     */
+    if (*s && !strchr(";#", *s) && !p->indented &&
+        (*s == '[' ? !strchr(s, ']') : !strpbrk(s, "=:"))) {
+        p->rc = seterr(p->err, -EINVAL, "", "", SYNTAX_MSG);
+        p->err_line = p->err->line = p->lineno;
+        return NULL;
+    }
+    return str;
+}
+
+static int on_key(void *user, const char *section, const char *name,
+                  const char *value)
+{
+    struct parse *p = user;
+    const struct entry *e;
+    int rc;
+
+    if (p->rc)
+        return 0;
+    if (p->indented) {
+        /* INI would append it to the previous value: too easy to misread. */
+        rc = seterr(p->err, -EINVAL, section, name,
+                    "indented line (continuation lines are not supported)");
+    } else if (!(e = lookup(section, name, p->err))) {
+        rc = -EINVAL;
+    } else if (p->seen[e - keys]) {
+        rc = seterr(p->err, -EINVAL, section, name, "already set on line %d",
+                    p->seen[e - keys]);
+    } else {
+        p->seen[e - keys] = p->lineno;
+        rc = set_value(p->c, e, value, p->err);
+    }
+    if (!rc)
+        return 1;
+    p->rc = rc;
+    p->err_line = p->err->line = p->lineno;
+    return 0;
+}
+
+int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err)
+{
+    struct pr_conf_err dummy;
+    struct parse p;
+    int ret, io, rc;
+
+    if (!err)
+        err = &dummy;
+    memset(err, 0, sizeof(*err));
+    p = (struct parse){.c = c, .err = err, .f = fopen(path, "r")};
+    if (!p.f) {
+        rc = -errno;
+        snprintf(err->msg, sizeof(err->msg), "fopen(%s): %s", path,
+                 strerror(-rc));
+        return rc;
+    }
+    ret = ini_parse_stream(read_line, &p, on_key, &p);
+    io = ferror(p.f);
+    fclose(p.f);
+
+    /* libinih reports the first error line, ours or its own syntax error. */
+    if (ret > 0 && (!p.rc || ret < p.err_line)) {
+        seterr(err, -EINVAL, "", "", SYNTAX_MSG);
+        err->line = ret;
+        return -EINVAL;
+    }
+    if (p.rc)
+        return p.rc;
+    if (ret < 0)
+        return seterr(err, -ENOMEM, "", "", "out of memory");
+    if (io) {
+        snprintf(err->msg, sizeof(err->msg), "read error on %s", path);
+        return -EIO;
+    }
+    rc = finish(c);
+    if (rc)
+        seterr(err, rc, "node", "name", "out of memory");
+    return rc;
+}
+
+static char *trim(char *s)
+{
+    size_t n;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+int pr_conf_set(struct pr_conf *c, const char *assignment,
+                struct pr_conf_err *err)
+{
+    struct pr_conf_err dummy;
+    const struct entry *e;
+    char *copy, *key, *value, *dot;
+    const char *section = "";
+    int rc;
+
+    if (!err)
+        err = &dummy;
+    memset(err, 0, sizeof(*err));
+    copy = strdup(assignment);
+    if (!copy)
+        return seterr(err, -ENOMEM, "", "", "out of memory");
+    value = strchr(copy, '=');
+    if (!value) {
+        rc =
+            seterr(err, -EINVAL, "", trim(copy), "expected section.name=value");
+        goto out;
+    }
+    *value++ = '\0';
+    value = trim(value);
+    key = trim(copy);
+    dot = strchr(key, '.');
+    if (dot) {
+        *dot = '\0';
+        section = key;
+        key = dot + 1;
+    }
+    e = lookup(section, key, err);
+    rc = e ? set_value(c, e, value, err) : -EINVAL;
+    if (!rc)
+        rc = finish(c);
+out:
+    free(copy);
+    return rc;
+}
+
+int pr_conf_parse_hostport(const char *s, char *host, size_t hostlen,
+                           uint16_t *port)
+{
+    const char *colon, *h = s, *hend, *ports;
+    unsigned long n;
+
+    if (s[0] == '[') {
+        /* "[v6addr]:port", the only form in which the host has colons. */
+        h = s + 1;
+        hend = strchr(h, ']');
+        if (!hend || hend[1] != ':')
+            return -EINVAL;
+        colon = hend + 1;
+    } else {
+        colon = strchr(s, ':');
+        if (!colon || strchr(colon + 1, ':'))
+            return -EINVAL;
+        hend = colon;
+    }
+    if (hend == h)
+        return -EINVAL;
+    for (const char *q = h; q < hend; q++)
+        if (!isgraph((unsigned char)*q) || *q == '[' || *q == ']' ||
+            (s[0] != '[' && *q == ':'))
+            return -EINVAL;
+    ports = colon + 1;
+    if (!*ports || strlen(ports) > 5 ||
+        strspn(ports, "0123456789") != strlen(ports))
+        return -EINVAL;
+    n = strtoul(ports, NULL, 10);
+    if (n > 65535)
+        return -EINVAL;
+    if (host) {
+        if ((size_t)(hend - h) >= hostlen)
+            return -EINVAL;
+        memcpy(host, h, (size_t)(hend - h));
+        host[hend - h] = '\0';
+    }
+    if (port)
+        *port = (uint16_t)n;
+    return 0;
+}
+
+/*
+ * Per-key checks for pr_conf_validate(): the bounds again, because a struct
+ * filled in code never saw the setters, and host:port syntax.
+ */
+static int check_entry(const struct pr_conf *c, const struct entry *e,
+                       struct pr_conf_err *err)
+{
+    const void *f = cfield(c, e);
+    const char *s;
+    uint16_t port;
+
+    switch (e->type) {
+    case T_STR:
+        s = *(char *const *)f;
+        if (!s)
+            return bad(err, -EINVAL, e, "not set");
+        if (!(e->flags & F_ADDR) || (!*s && (e->flags & F_EMPTY)))
+            return 0;
+        if (pr_conf_parse_hostport(s, NULL, 0, &port) < 0 ||
+            (port == 0 && !(e->flags & F_PORT0)))
+            return bad(err, -EINVAL, e, "'%s' is not host:port, port %d..65535",
+                       s, (e->flags & F_PORT0) ? 0 : 1);
+        return 0;
+    case T_ENUM:
+        for (const struct enum_name *p = e->names; p->name; p++)
+            if (p->value == *(const int *)f)
+                return 0;
+        return bad(err, -EINVAL, e, "bad value %d", *(const int *)f);
+    case T_U32:
+        if (*(const uint32_t *)f < e->lo || *(const uint32_t *)f > e->hi)
+            return bad(err, -EINVAL, e, "%u is out of range %.0f..%.0f",
+                       *(const uint32_t *)f, e->lo, e->hi);
+        return 0;
+    case T_DBL:
+        if (!(*(const double *)f >= e->lo && *(const double *)f <= e->hi))
+            return bad(err, -EINVAL, e, "%g is out of range %g..%g",
+                       *(const double *)f, e->lo, e->hi);
+        return 0;
+    }
+    return 0;
+}
+
+int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
+{
+    struct pr_conf_err dummy;
+    int rc;
+
+    if (!err)
+        err = &dummy;
+    memset(err, 0, sizeof(*err));
+    for (size_t i = 0; i < NKEYS; i++) {
+        rc = check_entry(c, &keys[i], err);
+        if (rc)
+            return rc;
+    }
+    /*
+     * The bounds above already hold group_size >= 1, chunk_kb >= 4 and
+     * inflight >= 1. The rules below only relate keys that are all
+     * reloadable, so the mix pr_conf_reload() makes of a valid new file and
+     * the fixed keys of the live config is valid too. Keep it that way.
+     */
+    if (c->sched_group_max != 0 && c->sched_group_min > c->sched_group_max)
+        return seterr(err, -EINVAL, "scheduler", "group_min",
+                      "group_min %u is above group_max %u", c->sched_group_min,
+                      c->sched_group_max);
+    if (!(c->sched_window_min_ms <= c->sched_window_ms))
+        return seterr(err, -EINVAL, "scheduler", "window_ms",
+                      "window_ms %g is below window_min_ms %g",
+                      c->sched_window_ms, c->sched_window_min_ms);
+    if (!(c->sched_window_ms <= c->sched_window_max_ms))
+        return seterr(err, -EINVAL, "scheduler", "window_ms",
+                      "window_ms %g is above window_max_ms %g",
+                      c->sched_window_ms, c->sched_window_max_ms);
+    /* 0 would weigh every stale member 0, 1 makes every level's mass 0. */
+    if (!(c->sched_staleness_alpha > 0 && c->sched_staleness_alpha < 1))
+        return seterr(err, -EINVAL, "scheduler", "staleness_alpha",
+                      "%g is not strictly between 0 and 1",
+                      c->sched_staleness_alpha);
+    return 0;
+}
+
+/* The value as pr_conf_dump() writes it: the setters read it back. */
+static void format_value(const struct pr_conf *c, const struct entry *e,
+                         char *buf, size_t len)
+{
+    const void *f = cfield(c, e);
+    const char *s;
+    double d;
+
+    switch (e->type) {
+    case T_STR:
+        s = *(char *const *)f;
+        if (!s)
+            s = "";
+        /* Quotes keep white space at either end, which INI would strip. */
+        if (*s && (isspace((unsigned char)s[0]) || s[0] == '"' ||
+                   isspace((unsigned char)s[strlen(s) - 1])))
+            snprintf(buf, len, "\"%s\"", s);
+        else
+            snprintf(buf, len, "%s", s);
+        return;
+    case T_ENUM:
+        for (const struct enum_name *p = e->names; p->name; p++) {
+            if (p->value == *(const int *)f) {
+                snprintf(buf, len, "%s", p->name);
+                return;
+            }
+        }
+        snprintf(buf, len, "%d", *(const int *)f);
+        return;
+    case T_U32:
+        snprintf(buf, len, "%u", *(const uint32_t *)f);
+        return;
+    case T_DBL:
+        d = *(const double *)f;
+        /* The shortest text that reads back as the same double. */
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(buf, len, "%.*g", prec, d);
+            if (strtod(buf, NULL) == d)
+                break;
+        }
+        return;
+    }
+}
+
+int pr_conf_dump(const struct pr_conf *c, FILE *out)
+{
+    const char *section = NULL;
+    char val[STR_MAX + 8];
+
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct entry *e = &keys[i];
+        if (!section || strcmp(section, e->section) != 0) {
+            if (*e->section)
+                fprintf(out, "%s[%s]\n", section ? "\n" : "", e->section);
+            section = e->section;
+        }
+        format_value(c, e, val, sizeof(val));
+        fprintf(out, "; %s%s\n%s = %s\n", e->doc,
+                (e->flags & F_RELOAD) ? " (reloadable)" : "", e->name, val);
+    }
+    if (fflush(out) != 0 || ferror(out))
+        return -EIO;
+    return 0;
+}
+
+int pr_conf_reload(struct pr_conf *live, const char *path,
+                   const char *const *overrides, int noverrides,
+                   struct pr_conf_err *err, int *changed)
+{
+    struct pr_conf_err dummy;
+    struct pr_conf fresh;
+    char was[STR_MAX + 8], now[STR_MAX + 8], key[sizeof(dummy.key)];
+    unsigned char tmp[sizeof(double)]; /* the largest field */
+    int rc, n = 0;
+
+    if (!err)
+        err = &dummy;
+    memset(err, 0, sizeof(*err));
+    if (changed)
+        *changed = 0;
+    rc = pr_conf_init(&fresh);
+    if (rc)
+        return seterr(err, rc, "", "", "out of memory");
+    rc = pr_conf_load(&fresh, path, err);
+    for (int i = 0; !rc && i < noverrides; i++)
+        rc = pr_conf_set(&fresh, overrides[i], err);
+    if (!rc)
+        rc = pr_conf_validate(&fresh, err);
+    if (rc) {
+        pr_conf_fini(&fresh);
+        return rc;
+    }
+
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct entry *e = &keys[i];
+        /* The text is exact: doubles print as the shortest round trip. */
+        format_value(live, e, was, sizeof(was));
+        format_value(&fresh, e, now, sizeof(now));
+        if (strcmp(was, now) == 0)
+            continue;
+        keyname(key, sizeof(key), e->section, e->name);
+        if (!(e->flags & F_RELOAD)) {
+            pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
+            continue;
+        }
+        pr_info("conf: %s: %s -> %s", key, was, now);
+        /* Swap, so that fini(&fresh) frees the string *live gave up. */
+        memcpy(tmp, field(live, e), type_size[e->type]);
+        memcpy(field(live, e), field(&fresh, e), type_size[e->type]);
+        memcpy(field(&fresh, e), tmp, type_size[e->type]);
+        n++;
+    }
+    pr_conf_fini(&fresh);
+    if (changed)
+        *changed = n;
+    return 0;
+}

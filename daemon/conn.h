@@ -1,0 +1,88 @@
+/*
+ * A framed stream connection on the daemon's loop (TCP to the scheduler and
+ * between daemons, or a Unix socket to a trainer): reads frames
+ * (proto/frame.h) and hands each to its owner; writes packed messages
+ * (copied) and data frames (zero-copy, with a completion callback).
+ *
+ * A malformed frame (oversized length, unknown type, payload that is not a
+ * Msg) closes the connection after one log line that names the peer and
+ * the reason; nothing else on the loop is affected.
+ *
+ * Ownership: pr_conn_create() allocates; the conn frees itself after
+ * on_close() ran, which happens exactly once, after pr_conn_close() or an
+ * error. Writes pending at close complete with an error status.
+ */
+#ifndef PR_CONN_H
+#define PR_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "proto/frame.h"
+
+struct pr_conn;
+
+struct pr_conn_ops {
+    /* A control message; `m` is freed after the call. Return < 0 to close. */
+    int (*on_msg)(struct pr_conn *c, const Pr__V1__Msg *m);
+    /* A data frame payload (NULL: data frames are refused). */
+    int (*on_data)(struct pr_conn *c, const uint8_t *p, size_t n);
+    /* Once, when the connection is gone; status 0 for a local close. */
+    void (*on_close)(struct pr_conn *c, int status);
+};
+
+typedef void (*pr_conn_write_cb)(void *arg, int status);
+
+struct pr_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    const struct pr_conn_ops *ops;
+    void *owner; /* the owner's object, for its callbacks */
+    struct pr_frame_reader rd;
+    char name[128]; /* peer, for logs: "10.0.0.2:7071" or "client 3" */
+    int closing;
+    int status; /* reason passed to on_close */
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t last_rx_ms; /* loop time of the last frame received */
+};
+
+/* Allocates an unconnected TCP conn (uv_tcp_init done). NULL: no memory. */
+struct pr_conn *pr_conn_create_tcp(uv_loop_t *loop, size_t max_frame,
+                                   const struct pr_conn_ops *ops, void *owner);
+struct pr_conn *pr_conn_create_pipe(uv_loop_t *loop, size_t max_frame,
+                                    const struct pr_conn_ops *ops, void *owner);
+/* Starts reading (after accept or connect). */
+int pr_conn_start(struct pr_conn *c);
+/*
+ * Connects a TCP conn to host:port; cb(conn, status) runs once; on success
+ * reading has started. On failure the caller still owns `c` and must close.
+ */
+int pr_conn_connect(struct pr_conn *c, const char *host, uint16_t port,
+                    void (*cb)(struct pr_conn *c, int status));
+
+int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m);
+/* A data frame: `hdr` is copied, `data` must live until cb. */
+int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
+                      const void *data, size_t len, pr_conn_write_cb cb,
+                      void *arg);
+/* Sends an Error message, then closes. */
+void pr_conn_fail(struct pr_conn *c, int code, const char *reason);
+void pr_conn_close(struct pr_conn *c, int status);
+/*
+ * Closes without calling the owner back: for an owner that goes away
+ * before the close callback could run.
+ */
+void pr_conn_detach_close(struct pr_conn *c);
+/* Bytes queued in the kernel-side write queue not yet written. */
+size_t pr_conn_write_queue(const struct pr_conn *c);
+
+/* The Msg to use in a frame: zero-initialised, with a body set by caller. */
+#define PR_MSG_INIT PR__V1__MSG__INIT
+
+#endif

@@ -1,0 +1,605 @@
+#include "daemon/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/reduce.h"
+
+/* How often deadlines and the stash are swept. */
+#define SWEEP_MS 50
+
+enum gstate {
+    G_RUNNING,  /* receiving and forwarding chunks */
+    G_DRAINING, /* done() has run; waiting for posted sends to complete */
+};
+
+/* Per ring step: how much of its segment has arrived. */
+struct step {
+    size_t got;    /* floats received */
+    size_t chunks; /* chunks received */
+};
+
+struct group {
+    struct group *next;
+    struct pr_engine *e;
+    uint64_t id;
+    size_t total;
+    uint32_t k, m, pos;
+    int personal;
+    uint32_t *ring;
+    uint32_t left, right;
+    struct pr_engine_member *local;
+    size_t nlocal;
+    float *scratch;
+    struct step *steps;  /* 2m - 2 entries */
+    uint32_t steps_left; /* steps not yet complete */
+    size_t sends_posted, sends_done;
+    enum gstate state;
+    int status; /* set when done() is due */
+    int reported;
+    uint64_t deadline_ms;
+    pr_engine_done_cb done;
+    void *arg;
+};
+
+/* A chunk that came before its group. */
+struct stashed {
+    struct stashed *next;
+    uint32_t from;
+    struct pr_chunk_hdr h;
+    uint64_t expires_ms;
+    float data[];
+};
+
+struct pr_engine {
+    uv_loop_t *loop;
+    uv_timer_t sweep;
+    uv_timer_t kick; /* delivers done() outside of the caller's stack */
+    size_t chunk_floats;
+    size_t stash_max;
+    size_t stash_bytes;
+    pr_engine_resolve_fn resolve;
+    void *ctx;
+    struct group *groups;
+    struct stashed *stash, **stash_tail;
+    uint64_t max_started;
+    struct pr_engine_stats st;
+    int closing;
+};
+
+static void finish(struct group *g, int status);
+static void sweep_cb(uv_timer_t *t);
+static void kick_cb(uv_timer_t *t);
+
+struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
+                                   size_t stash_max_bytes,
+                                   pr_engine_resolve_fn resolve, void *ctx)
+{
+    if (chunk_floats == 0 || !resolve)
+        return NULL;
+    struct pr_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->loop = loop;
+    e->chunk_floats = chunk_floats;
+    e->stash_max = stash_max_bytes;
+    e->resolve = resolve;
+    e->ctx = ctx;
+    e->stash_tail = &e->stash;
+    uv_timer_init(loop, &e->sweep);
+    uv_timer_init(loop, &e->kick);
+    e->sweep.data = e;
+    e->kick.data = e;
+    return e;
+}
+
+void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats)
+{
+    if (chunk_floats > 0)
+        e->chunk_floats = chunk_floats;
+}
+
+static void group_free(struct group *g)
+{
+    free(g->ring);
+    free(g->local);
+    free(g->scratch);
+    free(g->steps);
+    free(g);
+}
+
+static void unlink_group(struct group *g)
+{
+    struct group **pp = &g->e->groups;
+    while (*pp && *pp != g)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = g->next;
+}
+
+/* The engine outlives destroy() until its timers closed and no send posted
+ * by one of its groups is still out with a transport. */
+static void maybe_free_engine(struct pr_engine *e)
+{
+    if (e->closing == 3 && !e->groups)
+        free(e);
+}
+
+static void engine_free_cb(uv_handle_t *h)
+{
+    struct pr_engine *e = h->data;
+    e->closing++;
+    maybe_free_engine(e);
+}
+
+void pr_engine_destroy(struct pr_engine *e)
+{
+    if (!e)
+        return;
+    struct group **pp = &e->groups;
+    while (*pp) {
+        struct group *g = *pp;
+        if (!g->reported) {
+            /*
+             * A group that finished but was not reported yet keeps its
+             * outcome: on success its results are in the members' tensors.
+             */
+            int status = g->state == G_RUNNING ? -ECANCELED : g->status;
+            g->reported = 1;
+            g->state = G_DRAINING;
+            if (g->done)
+                g->done(g->arg, g->id, status);
+        }
+        g->done = NULL;
+        if (g->sends_done == g->sends_posted) {
+            *pp = g->next;
+            group_free(g);
+        } else {
+            pp = &g->next;
+        }
+    }
+    while (e->stash) {
+        struct stashed *s = e->stash;
+        e->stash = s->next;
+        free(s);
+    }
+    e->closing = 1;
+    uv_close((uv_handle_t *)&e->sweep, engine_free_cb);
+    uv_close((uv_handle_t *)&e->kick, engine_free_cb);
+}
+
+static struct group *find(struct pr_engine *e, uint64_t id)
+{
+    for (struct group *g = e->groups; g; g = g->next)
+        if (g->id == id)
+            return g;
+    return NULL;
+}
+
+static void arm_sweep(struct pr_engine *e)
+{
+    if (!uv_is_active((uv_handle_t *)&e->sweep))
+        uv_timer_start(&e->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+}
+
+/* Segment that position `pos` receives at ring step `step`. */
+static uint32_t recv_seg(const struct group *g, uint32_t step)
+{
+    uint32_t m = g->m;
+    if (step < m - 1)
+        return (g->pos + 2 * m - step - 1) % m;
+    return (g->pos + 2 * m - (step - (m - 1))) % m;
+}
+
+static void send_done_cb(void *arg, int status)
+{
+    struct group *g = arg;
+    g->sends_done++;
+    if (status < 0 && g->state == G_RUNNING) {
+        pr_warn("group %llu: send to node %u failed: %s",
+                (unsigned long long)g->id, g->right, strerror(-status));
+        finish(g, status);
+    }
+    if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
+        g->reported) {
+        struct pr_engine *e = g->e;
+        unlink_group(g);
+        group_free(g);
+        if (e->closing)
+            maybe_free_engine(e);
+    }
+}
+
+static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                size_t n)
+{
+    struct pr_link *l = g->e->resolve(g->e->ctx, g->right);
+    if (!l)
+        return -ENOTCONN;
+    struct pr_chunk_hdr h = {
+        .group_id = g->id,
+        .total = g->total,
+        .off = off,
+        .nfloats = (uint32_t)n,
+        .step = step,
+        .seg = seg,
+    };
+    int rc = l->ops->send(l, &h, g->scratch + off, send_done_cb, g);
+    if (rc == 0)
+        g->sends_posted++;
+    return rc;
+}
+
+/* Step 0: this daemon's own segment, cut into chunks of its chunk size. */
+static int post_own_segment(struct group *g)
+{
+    size_t start, len;
+    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
+    size_t c = g->e->chunk_floats;
+    if (len == 0)
+        return post(g, 0, g->pos, start, 0);
+    for (size_t off = 0; off < len; off += c) {
+        size_t n = len - off < c ? len - off : c;
+        int rc = post(g, 0, g->pos, start + off, n);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void write_results(struct group *g)
+{
+    for (size_t i = 0; i < g->nlocal; i++) {
+        const struct pr_engine_member *mb = &g->local[i];
+        size_t off = 0;
+        for (size_t p = 0; p < mb->nparts; p++) {
+            const struct pr_engine_part *pt = &mb->parts[p];
+            if (g->personal)
+                pr_reduce_personal(pt->data, pt->data, g->scratch + off,
+                                   mb->weight, g->k, pt->len);
+            else
+                memcpy(pt->data, g->scratch + off, pt->len * sizeof(float));
+            off += pt->len;
+        }
+        g->e->st.bytes_reduced += g->total * sizeof(float);
+    }
+}
+
+/*
+ * The one transition out of G_RUNNING: records the status and schedules
+ * done(). The group stays allocated while sends that read its scratch
+ * vector are posted.
+ */
+static void finish(struct group *g, int status)
+{
+    if (g->state != G_RUNNING)
+        return;
+    g->state = G_DRAINING;
+    g->status = status;
+    if (status == 0) {
+        write_results(g);
+        g->e->st.groups_ok++;
+    } else {
+        g->e->st.groups_failed++;
+    }
+    if (!g->e->closing)
+        uv_timer_start(&g->e->kick, kick_cb, 0, 0);
+}
+
+static void kick_cb(uv_timer_t *t)
+{
+    struct pr_engine *e = t->data;
+    struct group **pp = &e->groups;
+    while (*pp) {
+        struct group *g = *pp;
+        if (g->state == G_DRAINING && !g->reported) {
+            g->reported = 1;
+            if (g->done)
+                g->done(g->arg, g->id, g->status);
+            /* done() may have started or aborted groups: rescan. */
+            pp = &e->groups;
+            continue;
+        }
+        if (g->state == G_DRAINING && g->sends_done == g->sends_posted) {
+            *pp = g->next;
+            group_free(g);
+            continue;
+        }
+        pp = &g->next;
+    }
+}
+
+static int chunk_ok(const struct group *g, uint32_t from,
+                    const struct pr_chunk_hdr *h, const char **why)
+{
+    size_t start, len;
+    if (from != g->left)
+        return *why = "chunk from a node that is not the left neighbour", 0;
+    if (h->total != g->total)
+        return *why = "vector length differs from this node's", 0;
+    if (h->step >= 2 * (g->m - 1))
+        return *why = "ring step out of range", 0;
+    if (h->seg != recv_seg(g, h->step))
+        return *why = "segment does not match the ring step", 0;
+    pr_ring_segment(g->total, g->m, h->seg, &start, &len);
+    /* off and nfloats come off the wire: no sum of them may wrap. */
+    if (h->off < start || h->nfloats > len || h->off - start > len - h->nfloats)
+        return *why = "chunk outside its segment", 0;
+    /* Only an empty segment travels as an empty chunk. */
+    if (len > 0 && h->nfloats == 0)
+        return *why = "empty chunk for a non-empty segment", 0;
+    const struct step *s = &g->steps[h->step];
+    if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
+        return *why = "more data than the segment holds", 0;
+    return 1;
+}
+
+static void apply_chunk(struct group *g, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    const char *why = NULL;
+    if (!chunk_ok(g, from, h, &why)) {
+        pr_warn("group %llu: bad chunk from node %u (step %u seg %u off "
+                "%llu n %u): %s",
+                (unsigned long long)g->id, from, h->step, h->seg,
+                (unsigned long long)h->off, h->nfloats, why);
+        finish(g, -EPROTO);
+        return;
+    }
+    uint32_t m = g->m;
+    float *dst = g->scratch + h->off;
+    if (h->step < m - 1)
+        pr_reduce_add(dst, data, h->nfloats);
+    else
+        memcpy(dst, data, h->nfloats * sizeof(float));
+
+    struct step *s = &g->steps[h->step];
+    s->got += h->nfloats;
+    s->chunks++;
+    size_t start, len;
+    pr_ring_segment(g->total, m, h->seg, &start, &len);
+    if (s->got == len)
+        g->steps_left--;
+
+    /* Forward: the chunk just completed is the next step's chunk. */
+    if (h->step + 1 < 2 * (m - 1)) {
+        int rc = post(g, h->step + 1, h->seg, h->off, h->nfloats);
+        if (rc < 0) {
+            finish(g, rc);
+            return;
+        }
+    }
+    if (g->steps_left == 0)
+        finish(g, 0);
+}
+
+static void stash_drop(struct pr_engine *e, struct stashed **pp)
+{
+    struct stashed *s = *pp;
+    *pp = s->next;
+    if (!*pp)
+        e->stash_tail = pp;
+    e->stash_bytes -= s->h.nfloats * sizeof(float);
+    free(s);
+}
+
+/* Replays the chunks that arrived before this group, in arrival order. */
+static void replay(struct pr_engine *e, struct group *g)
+{
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        struct stashed *s = *pp;
+        if (s->h.group_id != g->id) {
+            pp = &s->next;
+            continue;
+        }
+        if (g->state == G_RUNNING)
+            apply_chunk(g, s->from, &s->h, s->data);
+        stash_drop(e, pp);
+    }
+}
+
+int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
+{
+    if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
+        !spec->ring || spec->k < spec->nlocal || spec->total == 0)
+        return -EINVAL;
+    if (find(e, spec->id))
+        return -EEXIST;
+    for (size_t i = 0; i < spec->nlocal; i++) {
+        size_t sum = 0;
+        for (size_t p = 0; p < spec->local[i].nparts; p++)
+            sum += spec->local[i].parts[p].len;
+        if (sum != spec->total)
+            return -EINVAL;
+    }
+    uint32_t m = spec->m;
+    if (m > 1) {
+        if (!e->resolve(e->ctx, spec->ring[(spec->pos + 1) % m]) ||
+            !e->resolve(e->ctx, spec->ring[(spec->pos + m - 1) % m]))
+            return -ENOTCONN;
+    }
+
+    struct group *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->e = e;
+    g->id = spec->id;
+    g->total = spec->total;
+    g->k = spec->k;
+    g->m = m;
+    g->pos = spec->pos;
+    g->personal = spec->personal;
+    g->done = spec->done;
+    g->arg = spec->arg;
+    g->nlocal = spec->nlocal;
+    g->ring = malloc(m * sizeof(*g->ring));
+    g->local = malloc(spec->nlocal * sizeof(*g->local));
+    g->scratch = malloc(spec->total * sizeof(float));
+    g->steps = calloc(m > 1 ? 2 * (m - 1) : 1, sizeof(*g->steps));
+    if (!g->ring || !g->local || !g->scratch || !g->steps) {
+        group_free(g);
+        return -ENOMEM;
+    }
+    memcpy(g->ring, spec->ring, m * sizeof(*g->ring));
+    memcpy(g->local, spec->local, spec->nlocal * sizeof(*g->local));
+    g->left = g->ring[(g->pos + m - 1) % m];
+    g->right = g->ring[(g->pos + 1) % m];
+    g->steps_left = m > 1 ? 2 * (m - 1) : 0;
+    g->deadline_ms = uv_now(e->loop) + spec->timeout_ms;
+
+    /* 1. The weighted local sum, straight from the members' memory. */
+    for (size_t i = 0; i < g->nlocal; i++) {
+        const struct pr_engine_member *mb = &g->local[i];
+        size_t off = 0;
+        for (size_t p = 0; p < mb->nparts; p++) {
+            float w = (float)mb->weight;
+            if (i == 0)
+                pr_reduce_scale(g->scratch + off, mb->parts[p].data, w,
+                                mb->parts[p].len);
+            else
+                pr_reduce_axpy(g->scratch + off, mb->parts[p].data, w,
+                               mb->parts[p].len);
+            off += mb->parts[p].len;
+        }
+    }
+
+    g->next = e->groups;
+    e->groups = g;
+    if (g->id > e->max_started)
+        e->max_started = g->id;
+    arm_sweep(e);
+
+    if (m == 1) {
+        finish(g, 0);
+        return 0;
+    }
+    /* 2. Our segment goes right; then what came early from the left. */
+    int rc = post_own_segment(g);
+    if (rc < 0)
+        finish(g, rc);
+    /* Even a failed group takes its early chunks out of the stash. */
+    replay(e, g);
+    return 0;
+}
+
+static void stash_chunk(struct pr_engine *e, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    size_t bytes = (size_t)h->nfloats * sizeof(float);
+    if (e->stash_bytes + bytes > e->stash_max) {
+        e->st.chunks_dropped++;
+        pr_warn("group %llu: early chunk from node %u dropped: stash full "
+                "(%zu bytes)",
+                (unsigned long long)h->group_id, from, e->stash_bytes);
+        return;
+    }
+    struct stashed *s = malloc(sizeof(*s) + bytes);
+    if (!s) {
+        e->st.chunks_dropped++;
+        return;
+    }
+    s->next = NULL;
+    s->from = from;
+    s->h = *h;
+    /* An early chunk waits at most as long as a group may run. */
+    s->expires_ms = uv_now(e->loop) + 60000;
+    memcpy(s->data, data, bytes);
+    *e->stash_tail = s;
+    e->stash_tail = &s->next;
+    e->stash_bytes += bytes;
+    e->st.chunks_stashed++;
+    arm_sweep(e);
+}
+
+void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    struct group *g = find(e, h->group_id);
+    if (g) {
+        if (g->state == G_RUNNING)
+            apply_chunk(g, from, h, data);
+        return;
+    }
+    if (h->group_id <= e->max_started) {
+        e->st.chunks_dropped++;
+        pr_dbg("group %llu: stale chunk from node %u dropped",
+               (unsigned long long)h->group_id, from);
+        return;
+    }
+    stash_chunk(e, from, h, data);
+}
+
+void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
+{
+    for (struct group *g = e->groups; g; g = g->next) {
+        if (g->state != G_RUNNING)
+            continue;
+        for (uint32_t i = 0; i < g->m; i++) {
+            if (g->ring[i] == node) {
+                pr_warn("group %llu: node %u lost: %s",
+                        (unsigned long long)g->id, node, strerror(-status));
+                finish(g, status);
+                break;
+            }
+        }
+    }
+    /* Early chunks from that node belong to groups that cannot finish. */
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        if ((*pp)->from == node)
+            stash_drop(e, pp);
+        else
+            pp = &(*pp)->next;
+    }
+}
+
+int pr_engine_abort(struct pr_engine *e, uint64_t id, int status)
+{
+    struct group *g = find(e, id);
+    if (!g || g->state != G_RUNNING)
+        return -ENOENT;
+    finish(g, status);
+    return 0;
+}
+
+static void sweep_cb(uv_timer_t *t)
+{
+    struct pr_engine *e = t->data;
+    uint64_t now = uv_now(e->loop);
+    for (struct group *g = e->groups; g; g = g->next) {
+        if (g->state == G_RUNNING && now >= g->deadline_ms) {
+            pr_warn("group %llu: deadline passed with %u of %u ring steps "
+                    "missing",
+                    (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
+            finish(g, -ETIMEDOUT);
+        }
+    }
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        if (now >= (*pp)->expires_ms) {
+            e->st.chunks_dropped++;
+            stash_drop(e, pp);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    if (!e->groups && !e->stash)
+        uv_timer_stop(&e->sweep);
+}
+
+void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st)
+{
+    *st = e->st;
+}
+
+size_t pr_engine_running(const struct pr_engine *e)
+{
+    size_t n = 0;
+    for (const struct group *g = e->groups; g; g = g->next)
+        if (g->state == G_RUNNING)
+            n++;
+    return n;
+}

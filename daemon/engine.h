@@ -1,0 +1,101 @@
+/*
+ * The reduce engine: runs one node daemon's part of every group in flight.
+ *
+ * Per group, on the loop thread:
+ *  1. start(): sum the local members' tensors, each scaled by its weight,
+ *     into one scratch vector (read straight from their shared memory).
+ *  2. If the group spans m > 1 daemons, run a chunked, pipelined ring
+ *     all-reduce of the scratch vector over the links to the left and
+ *     right neighbours (xport.h): reduce-scatter steps 0..m-2, then
+ *     all-gather steps m-1..2m-3. A chunk received at one step is summed
+ *     (or copied) in place and forwarded at once as the next step's chunk,
+ *     so chunks stream around the ring.
+ *  3. Write each local member's result into its tensors (the mean, or the
+ *     member's personal result under staleness weights) and call done(0).
+ * Any failure (bad chunk, link down, deadline, abort) calls done(-errno)
+ * without touching the members' tensors: they keep their inputs.
+ *
+ * Chunks may arrive before the scheduler's GROUP reached this daemon: they
+ * are stashed (copied, bounded in bytes and time) and replayed at start().
+ * Group ids from one scheduler rise, so a chunk for an id at or below the
+ * highest started one that is not running is stale and dropped.
+ */
+#ifndef PR_ENGINE_H
+#define PR_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/xport.h"
+
+struct pr_engine_part {
+    float *data;
+    size_t len;
+};
+
+struct pr_engine_member {
+    uint32_t rank;
+    double weight;
+    const struct pr_engine_part *parts; /* valid until done() */
+    size_t nparts;
+};
+
+typedef void (*pr_engine_done_cb)(void *arg, uint64_t group_id, int status);
+
+struct pr_engine_group {
+    uint64_t id;
+    size_t total;         /* floats in each member's vector */
+    uint32_t k;           /* members in the whole group */
+    int personal;         /* personal results (staleness weights) */
+    uint32_t m;           /* daemons in the ring */
+    uint32_t pos;         /* this daemon's position in the ring */
+    const uint32_t *ring; /* m node ids in ring order; copied by start() */
+    const struct pr_engine_member *local; /* copied by start() */
+    size_t nlocal;
+    uint32_t timeout_ms;
+    pr_engine_done_cb done;
+    void *arg;
+};
+
+/* Finds the link to a peer, or NULL when there is none (yet). */
+typedef struct pr_link *(*pr_engine_resolve_fn)(void *ctx, uint32_t node_id);
+
+struct pr_engine_stats {
+    uint64_t groups_ok;
+    uint64_t groups_failed;
+    uint64_t chunks_stashed;
+    uint64_t chunks_dropped;
+    uint64_t bytes_reduced; /* floats * 4 written back to members */
+};
+
+struct pr_engine;
+
+struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
+                                   size_t stash_max_bytes,
+                                   pr_engine_resolve_fn resolve, void *ctx);
+/*
+ * Fails every group still running with -ECANCELED. Memory that a transport
+ * still reads (posted sends) is freed when the transport completes those
+ * sends, so transports may be closed before or after this call.
+ */
+void pr_engine_destroy(struct pr_engine *e);
+void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
+
+/*
+ * Starts a group. 0: done() will run exactly once, never from inside this
+ * call. Negative errno (-EINVAL, -EEXIST, -ENOMEM, -ENOTCONN when a
+ * neighbour has no link): done() will not run.
+ */
+int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *g);
+/* A chunk from peer `from`; data valid during the call only. */
+void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data);
+/* Fails every group whose ring contains `node`. */
+void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status);
+/* Fails group `id` with `status`; -ENOENT when not running. */
+int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
+void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);
+size_t pr_engine_running(const struct pr_engine *e);
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * preduced: the preduce daemon. One binary, two roles (node, scheduler),
+ * chosen by `role` in the config or --role.
+ *
+ *   preduced -c FILE            run
+ *   preduced -t -c FILE         check the config and exit
+ *   preduced --set key=value    override a key (repeatable)
+ *
+ * SIGHUP re-reads the config file and applies the reloadable keys only if
+ * the whole new file is valid; SIGTERM/SIGINT stop cleanly.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "daemon/conf.h"
+#include "daemon/log.h"
+#include "daemon/node.h"
+#include "daemon/sched.h"
+#include "proto/frame.h"
+
+#define DEFAULT_CONF "/etc/preduce/preduced.conf"
+#define MAX_SETS     64
+
+struct daemon {
+    uv_loop_t loop;
+    struct pr_conf conf;
+    const char *path;
+    const char *sets[MAX_SETS];
+    int nsets;
+    struct pr_node *node;
+    struct pr_sched *sched;
+    uv_signal_t sigs[3];
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: preduced [-c FILE] [-t] [-T] [--role node|scheduler]\n"
+            "                [--set section.key=value]...\n"
+            "  -c, --config FILE  configuration file (default %s if it "
+            "exists)\n"
+            "  -t, --test         check the configuration and exit\n"
+            "  -T, --dump         print the effective configuration and "
+            "exit\n"
+            "  -r, --role ROLE    node or scheduler (same as --set "
+            "role=ROLE)\n"
+            "  -s, --set K=V      override a key, e.g. --set "
+            "scheduler.policy=constant\n"
+            "  -h, --help         this text\n"
+            "  -V, --version      the version\n",
+            DEFAULT_CONF);
+}
+
+static void print_err(const char *path, const struct pr_conf_err *e)
+{
+    if (e->line > 0)
+        fprintf(stderr, "preduced: %s:%d: %s: %s\n", path, e->line, e->key,
+                e->msg);
+    else if (e->key[0])
+        fprintf(stderr, "preduced: %s: %s\n", e->key, e->msg);
+    else
+        fprintf(stderr, "preduced: %s: %s\n", path ? path : "config", e->msg);
+}
+
+static int load(struct daemon *d)
+{
+    struct pr_conf_err err;
+    memset(&err, 0, sizeof(err));
+    int rc = pr_conf_init(&d->conf);
+    if (rc < 0)
+        return rc;
+    if (d->path) {
+        rc = pr_conf_load(&d->conf, d->path, &err);
+        if (rc < 0) {
+            if (rc == -ENOENT && !err.msg[0])
+                snprintf(err.msg, sizeof(err.msg), "%s", strerror(ENOENT));
+            print_err(d->path, &err);
+            return rc;
+        }
+    }
+    for (int i = 0; i < d->nsets; i++) {
+        rc = pr_conf_set(&d->conf, d->sets[i], &err);
+        if (rc < 0) {
+            print_err("--set", &err);
+            return rc;
+        }
+    }
+    rc = pr_conf_validate(&d->conf, &err);
+    if (rc < 0) {
+        print_err(d->path, &err);
+        return rc;
+    }
+    return 0;
+}
+
+static void stop(struct daemon *d)
+{
+    sd_notify(0, "STOPPING=1");
+    pr_info("stopping");
+    if (d->node)
+        pr_node_destroy(d->node);
+    if (d->sched)
+        pr_sched_destroy(d->sched);
+    d->node = NULL;
+    d->sched = NULL;
+    for (int i = 0; i < 3; i++)
+        uv_close((uv_handle_t *)&d->sigs[i], NULL);
+}
+
+static void reload(struct daemon *d)
+{
+    if (!d->path) {
+        pr_warn("SIGHUP: no configuration file to reload");
+        return;
+    }
+    sd_notify(0, "RELOADING=1");
+    struct pr_conf_err err;
+    memset(&err, 0, sizeof(err));
+    int changed = 0;
+    int rc =
+        pr_conf_reload(&d->conf, d->path, d->sets, d->nsets, &err, &changed);
+    if (rc < 0) {
+        pr_err("reload of %s refused, old configuration kept: line %d: "
+               "%s: %s",
+               d->path, err.line, err.key, err.msg);
+    } else {
+        pr_log_set_level((enum pr_log_level)d->conf.log_level);
+        if (d->node)
+            pr_node_reload(d->node);
+        if (d->sched)
+            rc = pr_sched_reload(d->sched);
+        pr_info("reloaded %s: %d keys changed", d->path, changed);
+    }
+    sd_notify(0, "READY=1");
+}
+
+static void signal_cb(uv_signal_t *s, int signum)
+{
+    struct daemon *d = s->data;
+    if (signum == SIGHUP)
+        reload(d);
+    else
+        stop(d);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"test", no_argument, NULL, 't'},
+        {"dump", no_argument, NULL, 'T'},
+        {"role", required_argument, NULL, 'r'},
+        {"set", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    static struct daemon d;
+    static char role_set[64];
+    int test = 0, dump = 0, c;
+    while ((c = getopt_long(argc, argv, "c:tTr:s:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            d.path = optarg;
+            break;
+        case 't':
+            test = 1;
+            break;
+        case 'T':
+            dump = 1;
+            break;
+        case 'r':
+            snprintf(role_set, sizeof(role_set), "role=%s", optarg);
+            if (d.nsets < MAX_SETS)
+                d.sets[d.nsets++] = role_set;
+            break;
+        case 's':
+            if (d.nsets == MAX_SETS) {
+                fprintf(stderr, "preduced: more than %d --set\n", MAX_SETS);
+                return 2;
+            }
+            d.sets[d.nsets++] = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("preduced 0.1 (protocol %d)\n", PR_PROTO_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "preduced: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!d.path && access(DEFAULT_CONF, R_OK) == 0)
+        d.path = DEFAULT_CONF;
+    if (load(&d) < 0)
+        return 1;
+    if (test) {
+        printf("preduced: configuration %s test is successful\n",
+               d.path ? d.path : "(defaults)");
+        pr_conf_fini(&d.conf);
+        return 0;
+    }
+    if (dump) {
+        pr_conf_dump(&d.conf, stdout);
+        pr_conf_fini(&d.conf);
+        return 0;
+    }
+    pr_log_set_level((enum pr_log_level)d.conf.log_level);
+    pr_log_set_ident(d.conf.role == PR_ROLE_SCHEDULER ? "preduced-sched"
+                                                      : "preduced");
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(&d.loop);
+    static const int signums[3] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(&d.loop, &d.sigs[i]);
+        d.sigs[i].data = &d;
+        uv_signal_start(&d.sigs[i], signal_cb, signums[i]);
+    }
+    int rc;
+    if (d.conf.role == PR_ROLE_SCHEDULER)
+        rc = pr_sched_create(&d.loop, &d.conf, &d.sched);
+    else
+        rc = pr_node_create(&d.loop, &d.conf, &d.node);
+    if (rc < 0) {
+        for (int i = 0; i < 3; i++)
+            uv_close((uv_handle_t *)&d.sigs[i], NULL);
+        uv_run(&d.loop, UV_RUN_DEFAULT);
+        uv_loop_close(&d.loop);
+        pr_conf_fini(&d.conf);
+        return 1;
+    }
+    sd_notify(0, "READY=1");
+    uv_run(&d.loop, UV_RUN_DEFAULT);
+    rc = uv_loop_close(&d.loop);
+    if (rc < 0)
+        pr_warn("loop closed with handles open: %s", uv_strerror(rc));
+    pr_conf_fini(&d.conf);
+    return 0;
+}

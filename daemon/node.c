@@ -1,0 +1,535 @@
+/*
+ * The node role's control half: the link to the scheduler and the groups it
+ * sends. See sched.h for the protocol on this link; node_ipc.c serves the
+ * trainers, engine.c runs the reductions.
+ */
+#include "daemon/node.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/node_int.h"
+
+#define CTRL_MAX_FRAME  (1u << 20)
+#define TICK_MS         20
+#define BACKOFF_MIN_MS  100
+#define BACKOFF_MAX_MS  5000
+#define STASH_MAX_BYTES (256u << 20)
+
+/* This node's part of one group, kept until the engine calls back. */
+struct ngroup {
+    struct ngroup *next;
+    struct pr_node *n;
+    uint64_t id;
+    size_t nlocal;
+    struct nclient **clients; /* nlocal */
+    double *local_weight;     /* nlocal */
+    size_t k;
+    uint32_t *ranks; /* k: the whole group, for the trainers' results */
+    uint64_t *versions;
+    double *weights;
+    uint64_t max_version;
+};
+
+static void connect_sched(struct pr_node *n);
+
+int pr_node_sched_up(const struct pr_node *n)
+{
+    return n->sstate == S_UP && n->sched;
+}
+
+int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
+{
+    if (!n->sched || n->sstate < S_HELLO)
+        return -ENOTCONN;
+    int rc = pr_conn_send(n->sched, m);
+    if (rc < 0)
+        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
+    return rc;
+}
+
+static void ngroup_free(struct ngroup *g)
+{
+    free(g->clients);
+    free(g->local_weight);
+    free(g->ranks);
+    free(g->versions);
+    free(g->weights);
+    free(g);
+}
+
+static void send_group_done(struct pr_node *n, uint64_t id, int status)
+{
+    Pr__V1__GroupDone d = PR__V1__GROUP_DONE__INIT;
+    d.id = id;
+    d.status = status;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_GROUP_DONE;
+    m.group_done = &d;
+    if (pr_node_sched_up(n))
+        pr_node_send(n, &m);
+}
+
+/* The engine finished (or failed) this node's part: answer the trainers. */
+static void group_done_cb(void *arg, uint64_t id, int status)
+{
+    struct ngroup *g = arg;
+    struct pr_node *n = g->n;
+    struct ngroup **pp = &n->groups;
+    while (*pp && *pp != g)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = g->next;
+    if (status < 0)
+        pr_warn("group %llu failed: %s", (unsigned long long)id,
+                strerror(-status));
+    for (size_t i = 0; i < g->nlocal; i++) {
+        struct nclient *c = g->clients[i];
+        Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+        d.seq = c->seq;
+        d.status = status;
+        d.group_id = id;
+        d.n_members = g->k;
+        d.members = g->ranks;
+        d.weight = g->local_weight[i];
+        d.version = status == 0 ? g->max_version : c->version;
+        d.n_member_versions = g->k;
+        d.member_versions = g->versions;
+        d.n_member_weights = g->k;
+        d.member_weights = g->weights;
+        d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+        pr_node_reduce_reply(c, &d);
+    }
+    if (!n->stopping)
+        send_group_done(n, id, status);
+    ngroup_free(g);
+}
+
+/* Fails the local members found so far and tells the scheduler. */
+static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
+                         size_t nfound, int status, const char *why)
+{
+    pr_warn("group %llu refused: %s", (unsigned long long)id, why);
+    for (size_t i = 0; i < nfound; i++)
+        pr_node_reduce_fail(found[i], status);
+    send_group_done(n, id, status);
+}
+
+static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
+{
+    uint32_t pos = UINT32_MAX;
+    for (size_t i = 0; i < gm->n_ring; i++)
+        if (gm->ring[i] == n->self)
+            pos = (uint32_t)i;
+    struct ngroup *g = calloc(1, sizeof(*g));
+    size_t k = gm->n_members;
+    struct pr_engine_member *em = calloc(k ? k : 1, sizeof(*em));
+    if (g) {
+        g->clients = calloc(k ? k : 1, sizeof(*g->clients));
+        g->local_weight = calloc(k ? k : 1, sizeof(double));
+        g->ranks = calloc(k ? k : 1, sizeof(uint32_t));
+        g->versions = calloc(k ? k : 1, sizeof(uint64_t));
+        g->weights = calloc(k ? k : 1, sizeof(double));
+    }
+    if (!g || !em || !g->clients || !g->local_weight || !g->ranks ||
+        !g->versions || !g->weights) {
+        if (g)
+            ngroup_free(g);
+        free(em);
+        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
+        return;
+    }
+    g->n = n;
+    g->id = gm->id;
+    g->k = k;
+    g->max_version = gm->max_version;
+    const char *why = NULL;
+    int status = -EPROTO;
+    if (k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
+        why = "malformed group (no members, or this node not in the ring)";
+    for (size_t i = 0; i < k && !why; i++) {
+        const Pr__V1__Member *mb = gm->members[i];
+        g->ranks[i] = mb->rank;
+        g->versions[i] = mb->version;
+        g->weights[i] = mb->weight;
+        if (mb->node_id != n->self)
+            continue;
+        struct nclient *c = pr_node_client_by_rank(n, mb->rank);
+        if (!c || c->seq != mb->seq ||
+            (c->rstate != R_QUEUED && c->rstate != R_CANCELLING)) {
+            why = "a local member has no reduce waiting";
+            status = -ESRCH;
+            break;
+        }
+        size_t total = 0;
+        for (size_t p = 0; p < c->nparts; p++)
+            total += c->parts[p].len;
+        if (total != gm->nfloats) {
+            why = "a local member's tensors differ in length from the group";
+            status = -EINVAL;
+            g->clients[g->nlocal++] = c;
+            break;
+        }
+        em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
+                                                  .weight = mb->weight,
+                                                  .parts = c->parts,
+                                                  .nparts = c->nparts};
+        g->local_weight[g->nlocal] = mb->weight;
+        g->clients[g->nlocal++] = c;
+    }
+    if (!why && g->nlocal == 0)
+        why = "no member of the group is on this node";
+    if (why) {
+        group_refuse(n, gm->id, g->clients, g->nlocal, status, why);
+        ngroup_free(g);
+        free(em);
+        return;
+    }
+    struct pr_engine_group spec = {
+        .id = gm->id,
+        .total = gm->nfloats,
+        .k = (uint32_t)k,
+        .personal = gm->personal,
+        .m = (uint32_t)gm->n_ring,
+        .pos = pos,
+        .ring = gm->ring,
+        .local = em,
+        .nlocal = g->nlocal,
+        .timeout_ms =
+            gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms,
+        .done = group_done_cb,
+        .arg = g,
+    };
+    int rc = pr_engine_start(n->engine, &spec);
+    free(em);
+    if (rc < 0) {
+        group_refuse(n, gm->id, g->clients, g->nlocal, rc,
+                     "the engine could not start it");
+        ngroup_free(g);
+        return;
+    }
+    for (size_t i = 0; i < g->nlocal; i++) {
+        g->clients[i]->rstate = R_GROUPED;
+        g->clients[i]->group_id = gm->id;
+    }
+    g->next = n->groups;
+    n->groups = g;
+}
+
+static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
+{
+    struct pr_tcp_peer_info *pi =
+        calloc(pl->n_peers ? pl->n_peers : 1, sizeof(*pi));
+    if (!pi)
+        return;
+    for (size_t i = 0; i < pl->n_peers; i++) {
+        pi[i].node_id = pl->peers[i]->node_id;
+        pi[i].addr = pl->peers[i]->data_addr ? pl->peers[i]->data_addr : "";
+    }
+    pr_tcp_xport_set_peers(n->xport, pi, pl->n_peers);
+    free(pi);
+}
+
+static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
+{
+    struct nclient *c = pr_node_client_by_rank(n, r->rank);
+    if (!c || c->seq != r->seq ||
+        (c->rstate != R_QUEUED && c->rstate != R_CANCELLING))
+        return;
+    if (r->status != -ETIMEDOUT)
+        pr_warn("worker %u: reduce %llu refused by the scheduler: %s", r->rank,
+                (unsigned long long)r->seq, r->reason ? r->reason : "");
+    pr_node_reduce_fail(c, r->status < 0 ? r->status : -EPROTO);
+}
+
+static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+{
+    struct pr_node *n = conn->owner;
+    if (n->sstate == S_HELLO) {
+        if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+            pr_err("scheduler refused this node: %s",
+                   m->error->reason ? m->error->reason : "");
+            return m->error->code < 0 ? m->error->code : -EPROTO;
+        }
+        if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
+            m->welcome->version != PR_PROTO_VERSION) {
+            pr_warn("scheduler: expected a welcome of version %u, got %s: "
+                    "closing",
+                    PR_PROTO_VERSION, pr_msg_name(m));
+            return -EPROTO;
+        }
+        n->self = m->welcome->id;
+        n->sstate = S_UP;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        pr_tcp_xport_set_self(n->xport, n->self);
+        pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+        pr_node_ipc_sched_up(n);
+        return 0;
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_PEER_LIST:
+        on_peer_list(n, m->peer_list);
+        return 0;
+    case PR__V1__MSG__BODY_WORKER_JOINED: {
+        const Pr__V1__WorkerJoined *j = m->worker_joined;
+        struct nclient *c = pr_node_client_by_cookie(n, j->cookie);
+        if (c) {
+            pr_node_client_joined(c, j->status, j->rank);
+        } else if (j->status == 0) {
+            Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+            l.rank = j->rank;
+            Pr__V1__Msg r = PR_MSG_INIT;
+            r.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
+            r.worker_leave = &l;
+            pr_node_send(n, &r);
+        }
+        return 0;
+    }
+    case PR__V1__MSG__BODY_GROUP:
+        on_group(n, m->group);
+        return 0;
+    case PR__V1__MSG__BODY_GROUP_ABORT:
+        pr_engine_abort(n->engine, m->group_abort->id,
+                        m->group_abort->status < 0 ? m->group_abort->status
+                                                   : -ECONNRESET);
+        return 0;
+    case PR__V1__MSG__BODY_REJECT:
+        on_reject(n, m->reject);
+        return 0;
+    case PR__V1__MSG__BODY_PING: {
+        Pr__V1__Msg r = PR_MSG_INIT;
+        r.body_case = PR__V1__MSG__BODY_PONG;
+        r.pong = m->ping;
+        pr_node_send(n, &r);
+        return 0;
+    }
+    case PR__V1__MSG__BODY_PONG:
+        return 0;
+    case PR__V1__MSG__BODY_ERROR:
+        pr_err("scheduler: error %d: %s", m->error->code,
+               m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    default:
+        pr_warn("scheduler: unexpected %s message: closing", pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+    struct pr_node *n = t->data;
+    if (n->sstate == S_CONNECTING || n->sstate == S_HELLO) {
+        pr_warn("scheduler %s: no answer within %u ms", n->conf->node_scheduler,
+                n->conf->node_connect_timeout_ms);
+        pr_conn_close(n->sched, -ETIMEDOUT);
+        return;
+    }
+    if (n->sstate == S_DOWN && !n->stopping)
+        connect_sched(n);
+}
+
+static void sched_on_close(struct pr_conn *conn, int status)
+{
+    struct pr_node *n = conn->owner;
+    if (n->sched != conn)
+        return;
+    int was_up = n->sstate == S_UP;
+    n->sched = NULL;
+    n->sstate = S_DOWN;
+    if (n->stopping)
+        return;
+    if (was_up) {
+        pr_warn("scheduler link lost: %s; reconnecting",
+                status ? strerror(-status) : "closed");
+        pr_node_ipc_sched_lost(n);
+    }
+    uv_timer_start(&n->sched_retry, retry_cb, n->backoff_ms, 0);
+    n->backoff_ms =
+        n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
+}
+
+static const struct pr_conn_ops sched_ops = {
+    .on_msg = sched_on_msg,
+    .on_data = NULL,
+    .on_close = sched_on_close,
+};
+
+static void sched_connected(struct pr_conn *c, int status)
+{
+    struct pr_node *n = c->owner;
+    if (n->sched != c)
+        return;
+    if (status < 0) {
+        if (n->backoff_ms <= BACKOFF_MIN_MS)
+            pr_warn("scheduler %s: %s; retrying", n->conf->node_scheduler,
+                    uv_strerror(status));
+        pr_conn_close(c, status);
+        return;
+    }
+    Pr__V1__Hello h = PR__V1__HELLO__INIT;
+    h.version = PR_PROTO_VERSION;
+    h.role = PR__V1__ROLE__ROLE_NODE;
+    h.name = n->conf->node_name;
+    h.data_addr = n->data_addr;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &h;
+    n->sstate = S_HELLO;
+    int rc = pr_node_send(n, &m);
+    if (rc < 0)
+        pr_conn_close(c, rc);
+}
+
+static void connect_sched(struct pr_node *n)
+{
+    char host[96];
+    uint16_t port;
+    if (pr_conf_parse_hostport(n->conf->node_scheduler, host, sizeof(host),
+                               &port) < 0)
+        return;
+    n->sched = pr_conn_create_tcp(n->loop, CTRL_MAX_FRAME, &sched_ops, n);
+    if (!n->sched)
+        return;
+    n->sstate = S_CONNECTING;
+    int rc = pr_conn_connect(n->sched, host, port, sched_connected);
+    if (rc < 0) {
+        pr_err("scheduler %s: %s", n->conf->node_scheduler, uv_strerror(rc));
+        pr_conn_close(n->sched, rc);
+        return;
+    }
+    snprintf(n->sched->name, sizeof(n->sched->name), "scheduler %s",
+             n->conf->node_scheduler);
+    uv_timer_start(&n->sched_retry, retry_cb, n->conf->node_connect_timeout_ms,
+                   0);
+}
+
+static void tick_cb(uv_timer_t *t)
+{
+    struct pr_node *n = t->data;
+    uint64_t now = uv_now(n->loop);
+    pr_node_ipc_tick(n, now);
+    if (n->sstate != S_UP)
+        return;
+    if (now - n->sched->last_rx_ms > n->conf->sched_node_timeout_ms) {
+        pr_warn("scheduler silent for %llu ms: dropping the link",
+                (unsigned long long)(now - n->sched->last_rx_ms));
+        pr_conn_close(n->sched, -ETIMEDOUT);
+        return;
+    }
+    if (now - n->last_ping_ms >= n->conf->sched_heartbeat_ms) {
+        n->last_ping_ms = now;
+        Pr__V1__Ping p = PR__V1__PING__INIT;
+        p.nonce = now;
+        Pr__V1__Msg m = PR_MSG_INIT;
+        m.body_case = PR__V1__MSG__BODY_PING;
+        m.ping = &p;
+        pr_node_send(n, &m);
+    }
+}
+
+static struct pr_link *resolve(void *ctx, uint32_t node_id)
+{
+    struct pr_node *n = ctx;
+    return pr_tcp_xport_link(n->xport, node_id);
+}
+
+static size_t chunk_floats(const struct pr_conf *c)
+{
+    return (size_t)c->xport_chunk_kb * 1024 / sizeof(float);
+}
+
+int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
+{
+    struct pr_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    n->loop = loop;
+    n->conf = conf;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_init(loop, &n->sched_retry);
+    uv_timer_init(loop, &n->tick);
+    n->sched_retry.data = n;
+    n->tick.data = n;
+    n->handles = 2;
+    int rc = 0;
+    char host[96];
+    uint16_t port, bound = 0;
+    if (conf->xport_type == PR_XPORT_RDMA) {
+        pr_err("transport = rdma: this build has no RDMA transport yet; "
+               "use tcp or auto");
+        rc = -EPROTONOSUPPORT;
+        goto fail;
+    }
+    n->xport = pr_tcp_xport_create(loop, 0, chunk_floats(conf) * 4 * 2,
+                                   conf->node_connect_timeout_ms);
+    n->engine =
+        pr_engine_create(loop, chunk_floats(conf), STASH_MAX_BYTES, resolve, n);
+    if (!n->xport || !n->engine) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    pr_tcp_xport_set_engine(n->xport, n->engine);
+    rc = pr_conf_parse_hostport(conf->node_data_listen, host, sizeof(host),
+                                &port);
+    if (rc == 0)
+        rc = pr_tcp_xport_listen(n->xport, host, port, &bound);
+    if (rc < 0) {
+        pr_err("peer listener on %s: %s", conf->node_data_listen,
+               rc == -EINVAL ? "bad address" : uv_strerror(rc));
+        goto fail;
+    }
+    if (conf->node_data_advertise && conf->node_data_advertise[0])
+        snprintf(n->data_addr, sizeof(n->data_addr), "%s",
+                 conf->node_data_advertise);
+    else
+        snprintf(n->data_addr, sizeof(n->data_addr), "%s:%u", host, bound);
+    rc = pr_node_ipc_listen(n);
+    if (rc < 0)
+        goto fail;
+    pr_info("node '%s': peers connect to %s; scheduler at %s", conf->node_name,
+            n->data_addr, conf->node_scheduler);
+    connect_sched(n);
+    uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
+    *out = n;
+    return 0;
+fail:
+    pr_node_destroy(n);
+    return rc;
+}
+
+int pr_node_reload(struct pr_node *n)
+{
+    pr_engine_set_chunk(n->engine, chunk_floats(n->conf));
+    return 0;
+}
+
+static void node_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    if (--n->handles == 0)
+        free(n);
+}
+
+void pr_node_destroy(struct pr_node *n)
+{
+    if (!n)
+        return;
+    n->stopping = 1;
+    /* Groups fail first, so their trainers still get an answer. */
+    pr_engine_destroy(n->engine);
+    n->engine = NULL;
+    pr_tcp_xport_destroy(n->xport);
+    n->xport = NULL;
+    pr_node_ipc_close(n);
+    if (n->sched) {
+        struct pr_conn *c = n->sched;
+        n->sched = NULL;
+        pr_conn_detach_close(c);
+    }
+    uv_close((uv_handle_t *)&n->sched_retry, node_closed_cb);
+    uv_close((uv_handle_t *)&n->tick, node_closed_cb);
+}

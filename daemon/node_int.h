@@ -1,0 +1,110 @@
+/*
+ * State shared by the node role's two halves: node.c (scheduler link,
+ * groups) and node_ipc.c (trainers). Everything here is owned by the loop
+ * thread.
+ */
+#ifndef PR_NODE_INT_H
+#define PR_NODE_INT_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/conf.h"
+#include "daemon/conn.h"
+#include "daemon/engine.h"
+#include "daemon/xport_tcp.h"
+
+struct ntensor {
+    uint32_t id;
+    float *data; /* the daemon's mapping of the trainer's memfd */
+    size_t n;    /* floats */
+    int busy;    /* used by the reduce in flight */
+    int doomed;  /* destroyed by the trainer while busy: free after */
+};
+
+enum cstate {
+    C_HELLO,   /* waiting for the trainer's hello */
+    C_JOINING, /* WorkerJoin sent to the scheduler */
+    C_UP,
+};
+
+/* Where a trainer's current reduce is. */
+enum rstate {
+    R_NONE,
+    R_QUEUED,     /* READY sent; waiting for a Group or a Reject */
+    R_CANCELLING, /* deadline passed, Cancel sent */
+    R_GROUPED,    /* its group is running in the engine */
+};
+
+struct nclient {
+    struct nclient *next;
+    struct pr_node *node;
+    struct pr_conn *conn; /* NULL once the trainer hung up */
+    uint32_t cookie;
+    char name[64];
+    int64_t rank; /* -1 until the scheduler answered */
+    enum cstate state;
+    struct ntensor *tensors;
+    size_t ntensors, cap;
+    uint32_t next_tensor_id;
+    enum rstate rstate;
+    uint64_t seq;
+    uint64_t version;
+    uint64_t deadline_ms;
+    struct pr_engine_part *parts;
+    size_t nparts;
+    uint64_t group_id;
+};
+
+enum sstate {
+    S_DOWN,
+    S_CONNECTING,
+    S_HELLO,
+    S_UP,
+};
+
+struct pr_node {
+    uv_loop_t *loop;
+    struct pr_conf *conf;
+    struct pr_conn *sched;
+    enum sstate sstate;
+    uv_timer_t sched_retry;
+    uint32_t backoff_ms;
+    uint32_t self;
+    char data_addr[128];
+    uv_pipe_t ipc;
+    int ipc_open;
+    struct nclient *clients;
+    uint32_t nclients;
+    uint32_t next_cookie;
+    struct pr_tcp_xport *xport;
+    struct pr_engine *engine;
+    struct ngroup *groups;
+    uv_timer_t tick;
+    uint64_t last_ping_ms;
+    int stopping;
+    int handles;
+    uint64_t reduces_ok, reduces_failed;
+};
+
+/* node.c */
+int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
+int pr_node_sched_up(const struct pr_node *n);
+
+/* node_ipc.c */
+int pr_node_ipc_listen(struct pr_node *n);
+void pr_node_ipc_close(struct pr_node *n);
+struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie);
+struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank);
+void pr_node_client_joined(struct nclient *c, int status, uint32_t rank);
+/* Answers the trainer's reduce and releases its tensors. */
+void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d);
+void pr_node_reduce_fail(struct nclient *c, int status);
+/* Deadlines of queued reduces; called by the node's tick. */
+void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
+/* The scheduler link went down: fail what waited on it. */
+void pr_node_ipc_sched_lost(struct pr_node *n);
+/* The scheduler link came (back) up: join every trainer again. */
+void pr_node_ipc_sched_up(struct pr_node *n);
+
+#endif

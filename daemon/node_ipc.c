@@ -1,0 +1,670 @@
+/*
+ * The trainers' side of a node daemon: a Unix socket where each trainer
+ * (libpreduce) registers, creates shared tensors and asks for reduces.
+ *
+ * Protocol with a trainer, in order:
+ *  1. trainer -> Hello{version, role CLIENT, name}; the daemon registers the
+ *     worker with the scheduler and answers Welcome{id = rank} or Error.
+ *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
+ *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
+ *     seals the memfd's size first, so a trainer cannot truncate it under
+ *     the daemon's mapping (which would SIGBUS the daemon).
+ *  3. Reduce{seq, version, tensor_ids, timeout_ms} -> READY to the
+ *     scheduler; then ReduceDone{seq, status, group, ...} when the group
+ *     ran, the scheduler refused, or the deadline passed.
+ *  4. TensorDestroy{id}: no answer.
+ * A trainer that hangs up mid-reduce leaves its tensors mapped here until
+ * its group (if one comes) has finished: the group never waits on it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/node_int.h"
+
+#define IPC_MAX_FRAME          (1u << 20)
+#define MAX_TENSORS_PER_REDUCE 4096
+
+static const struct pr_conn_ops client_ops;
+
+struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie)
+{
+    for (struct nclient *c = n->clients; c; c = c->next)
+        if (c->cookie == cookie)
+            return c;
+    return NULL;
+}
+
+struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank)
+{
+    for (struct nclient *c = n->clients; c; c = c->next)
+        if (c->rank == (int64_t)rank)
+            return c;
+    return NULL;
+}
+
+static void send_to(struct nclient *c, Pr__V1__Msg *m)
+{
+    if (!c->conn)
+        return;
+    int rc = pr_conn_send(c->conn, m);
+    if (rc < 0)
+        pr_warn("%s: send %s: %s", c->conn->name, pr_msg_name(m),
+                strerror(-rc));
+}
+
+static void tensor_free(struct ntensor *t)
+{
+    if (t->data)
+        munmap(t->data, t->n * sizeof(float));
+    t->data = NULL;
+}
+
+static void send_leave(struct nclient *c)
+{
+    if (c->rank < 0 || !pr_node_sched_up(c->node))
+        return;
+    Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+    l.rank = (uint32_t)c->rank;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
+    m.worker_leave = &l;
+    pr_node_send(c->node, &m);
+}
+
+/* Frees a client whose trainer is gone and whose reduce has ended. */
+static void client_free(struct nclient *c)
+{
+    struct pr_node *n = c->node;
+    struct nclient **pp = &n->clients;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = c->next;
+    n->nclients--;
+    send_leave(c);
+    for (size_t i = 0; i < c->ntensors; i++)
+        tensor_free(&c->tensors[i]);
+    free(c->tensors);
+    free(c->parts);
+    free(c);
+}
+
+static void release_tensors(struct nclient *c)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < c->ntensors; i++) {
+        struct ntensor *t = &c->tensors[i];
+        t->busy = 0;
+        if (t->doomed)
+            tensor_free(t);
+        else
+            c->tensors[w++] = *t;
+    }
+    c->ntensors = w;
+    free(c->parts);
+    c->parts = NULL;
+    c->nparts = 0;
+    c->rstate = R_NONE;
+}
+
+void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
+{
+    release_tensors(c);
+    if (!c->conn) {
+        client_free(c);
+        return;
+    }
+    if (d->status == 0) {
+        c->version = d->version;
+        c->node->reduces_ok++;
+    } else {
+        c->node->reduces_failed++;
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
+    m.reduce_done = (Pr__V1__ReduceDone *)d;
+    send_to(c, &m);
+}
+
+void pr_node_reduce_fail(struct nclient *c, int status)
+{
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = c->seq;
+    d.status = status;
+    d.version = c->version;
+    d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+    pr_node_reduce_reply(c, &d);
+}
+
+static void reply_error(struct nclient *c, int code, const char *reason)
+{
+    Pr__V1__Error e = PR__V1__ERROR__INIT;
+    e.code = code;
+    e.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_ERROR;
+    m.error = &e;
+    send_to(c, &m);
+}
+
+static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
+{
+    struct pr_node *n = c->node;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
+                c->conn->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(c->conn, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    size_t len = h->name ? strlen(h->name) : 0;
+    if (h->role != PR__V1__ROLE__ROLE_CLIENT || len == 0 ||
+        len >= sizeof(c->name)) {
+        pr_warn("%s: hello with role %d and a name of %zu bytes: closing",
+                c->conn->name, (int)h->role, len);
+        pr_conn_fail(c->conn, -EINVAL, "expected a client hello with a name");
+        return 0;
+    }
+    if (!pr_node_sched_up(n)) {
+        pr_conn_fail(c->conn, -ENOTCONN, "the scheduler is unreachable");
+        return 0;
+    }
+    memcpy(c->name, h->name, len + 1);
+    snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
+    Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+    j.cookie = c->cookie;
+    j.name = c->name;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
+    m.worker_join = &j;
+    int rc = pr_node_send(n, &m);
+    if (rc < 0) {
+        pr_conn_fail(c->conn, rc, "the scheduler is unreachable");
+        return 0;
+    }
+    c->state = C_JOINING;
+    return 0;
+}
+
+void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
+{
+    if (status == 0)
+        c->rank = rank;
+    if (!c->conn) {
+        /* The trainer left while joining: undo the registration. */
+        client_free(c);
+        return;
+    }
+    if (c->state == C_UP) {
+        /* A re-join after the scheduler came back. */
+        if (status < 0) {
+            pr_conn_fail(c->conn, status, "re-registration refused");
+            c->rank = -1;
+        }
+        return;
+    }
+    if (status < 0) {
+        pr_conn_fail(c->conn, status,
+                     status == -EEXIST ? "worker name already in use"
+                                       : "registration refused");
+        return;
+    }
+    c->state = C_UP;
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = rank;
+    w.job = c->node->conf->job;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WELCOME;
+    m.welcome = &w;
+    send_to(c, &m);
+    pr_info("trainer '%s' is worker %u", c->name, rank);
+}
+
+/*
+ * Sends one frame with `fd` attached. libuv cannot pass an arbitrary fd on
+ * a stream, so this writes the frame itself; it is only safe when nothing
+ * is queued ahead of it on the stream, which holds for this request/answer
+ * protocol (the trainer waits for this answer and reads meanwhile).
+ */
+static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = pr_msg_frame(m, IPC_MAX_FRAME, &buf, &len);
+    if (rc < 0)
+        return rc;
+    uv_os_fd_t sock;
+    if (pr_conn_write_queue(c->conn) != 0 ||
+        uv_fileno(&c->conn->h.handle, &sock) < 0) {
+        free(buf);
+        return -EAGAIN;
+    }
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t w;
+    do
+        w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        rc = -errno;
+        free(buf);
+        return rc;
+    }
+    if ((size_t)w < len) {
+        /* The fd went with the first byte; the rest may queue normally. */
+        uv_buf_t b = uv_buf_init((char *)buf + w, (unsigned)(len - (size_t)w));
+        rc = uv_try_write(&c->conn->h.stream, &b, 1);
+        if (rc < 0 || (size_t)rc < b.len) {
+            free(buf);
+            return -EAGAIN;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+static int on_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
+{
+    struct pr_node *n = c->node;
+    uint64_t max =
+        (uint64_t)n->conf->node_max_tensor_mb * 1024 * 1024 / sizeof(float);
+    if (t->nfloats == 0 || t->nfloats > max) {
+        char why[128];
+        snprintf(why, sizeof(why),
+                 "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
+                 (unsigned long long)t->nfloats, (unsigned long long)max);
+        pr_warn("%s: %s", c->conn->name, why);
+        reply_error(c, -EINVAL, why);
+        return 0;
+    }
+    if (c->ntensors == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 8;
+        struct ntensor *nt = realloc(c->tensors, cap * sizeof(*nt));
+        if (!nt) {
+            reply_error(c, -ENOMEM, "out of memory");
+            return 0;
+        }
+        c->tensors = nt;
+        c->cap = cap;
+    }
+    size_t bytes = (size_t)t->nfloats * sizeof(float);
+    char label[96];
+    snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
+             c->next_tensor_id + 1);
+    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int rc = 0;
+    void *p = MAP_FAILED;
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+            MAP_FAILED)
+        rc = -errno;
+    if (rc < 0) {
+        pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
+               c->conn->name, bytes, strerror(-rc));
+        if (fd >= 0)
+            close(fd);
+        reply_error(c, rc, "cannot allocate shared memory");
+        return 0;
+    }
+    struct ntensor *nt = &c->tensors[c->ntensors];
+    *nt =
+        (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
+    Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
+    r.tensor_id = nt->id;
+    r.nfloats = t->nfloats;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATED;
+    m.tensor_created = &r;
+    rc = send_with_fd(c, &m, fd);
+    close(fd);
+    if (rc < 0) {
+        pr_warn("%s: passing the tensor's memfd: %s", c->conn->name,
+                strerror(-rc));
+        munmap(p, bytes);
+        return rc;
+    }
+    c->ntensors++;
+    return 0;
+}
+
+static struct ntensor *tensor_by_id(struct nclient *c, uint32_t id)
+{
+    for (size_t i = 0; i < c->ntensors; i++)
+        if (c->tensors[i].id == id && !c->tensors[i].doomed)
+            return &c->tensors[i];
+    return NULL;
+}
+
+static void on_tensor_destroy(struct nclient *c, uint32_t id)
+{
+    struct ntensor *t = tensor_by_id(c, id);
+    if (!t)
+        return;
+    if (t->busy) {
+        t->doomed = 1;
+        return;
+    }
+    tensor_free(t);
+    *t = c->tensors[--c->ntensors];
+}
+
+static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
+                          const char *why)
+{
+    pr_warn("%s: reduce %llu refused: %s", c->conn->name,
+            (unsigned long long)seq, why);
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = seq;
+    d.status = status;
+    d.version = c->version;
+    d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
+    m.reduce_done = &d;
+    send_to(c, &m);
+}
+
+static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
+{
+    struct pr_node *n = c->node;
+    if (c->rstate != R_NONE) {
+        reduce_refuse(c, r->seq, -EBUSY, "a reduce is already in flight");
+        return 0;
+    }
+    if (r->n_tensor_ids == 0 || r->n_tensor_ids > MAX_TENSORS_PER_REDUCE) {
+        reduce_refuse(c, r->seq, -EINVAL, "no tensors, or too many");
+        return 0;
+    }
+    if (!pr_node_sched_up(n) || c->rank < 0) {
+        reduce_refuse(c, r->seq, -ENOTCONN, "the scheduler is unreachable");
+        return 0;
+    }
+    struct pr_engine_part *parts = calloc(r->n_tensor_ids, sizeof(*parts));
+    if (!parts) {
+        reduce_refuse(c, r->seq, -ENOMEM, "out of memory");
+        return 0;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < r->n_tensor_ids; i++) {
+        struct ntensor *t = tensor_by_id(c, r->tensor_ids[i]);
+        if (!t || t->busy) {
+            for (size_t j = 0; j < c->ntensors; j++)
+                c->tensors[j].busy = 0;
+            free(parts);
+            reduce_refuse(c, r->seq, -EINVAL,
+                          t ? "a tensor appears twice" : "unknown tensor id");
+            return 0;
+        }
+        t->busy = 1;
+        parts[i].data = t->data;
+        parts[i].len = t->n;
+        total += t->n;
+    }
+    c->parts = parts;
+    c->nparts = r->n_tensor_ids;
+    c->seq = r->seq;
+    uint32_t timeout =
+        r->timeout_ms ? r->timeout_ms : n->conf->node_reduce_timeout_ms;
+    c->deadline_ms = uv_now(n->loop) + timeout;
+    Pr__V1__Ready rd = PR__V1__READY__INIT;
+    rd.rank = (uint32_t)c->rank;
+    rd.version = r->version;
+    rd.nfloats = total;
+    rd.seq = r->seq;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_READY;
+    m.ready = &rd;
+    c->rstate = R_QUEUED;
+    int rc = pr_node_send(n, &m);
+    if (rc < 0)
+        pr_node_reduce_fail(c, rc);
+    return 0;
+}
+
+static int client_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+{
+    struct nclient *c = conn->owner;
+    if (c->state == C_HELLO) {
+        if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+            pr_warn("%s: %s message before hello: closing", conn->name,
+                    pr_msg_name(m));
+            return -EPROTO;
+        }
+        return on_hello(c, m->hello);
+    }
+    if (c->state != C_UP) {
+        pr_warn("%s: %s message before the welcome: closing", conn->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_TENSOR_CREATE:
+        return on_tensor_create(c, m->tensor_create);
+    case PR__V1__MSG__BODY_TENSOR_DESTROY:
+        on_tensor_destroy(c, m->tensor_destroy->tensor_id);
+        return 0;
+    case PR__V1__MSG__BODY_REDUCE:
+        return on_reduce(c, m->reduce);
+    default:
+        pr_warn("%s: unexpected %s message: closing", conn->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+static void send_cancel(struct nclient *c)
+{
+    Pr__V1__Cancel k = PR__V1__CANCEL__INIT;
+    k.rank = (uint32_t)c->rank;
+    k.seq = c->seq;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CANCEL;
+    m.cancel = &k;
+    c->rstate = R_CANCELLING;
+    if (pr_node_send(c->node, &m) < 0)
+        pr_node_reduce_fail(c, -ETIMEDOUT);
+}
+
+static void client_on_close(struct pr_conn *conn, int status)
+{
+    struct nclient *c = conn->owner;
+    c->conn = NULL;
+    if (c->state == C_UP || c->state == C_JOINING)
+        pr_info("trainer '%s' (worker %lld) disconnected%s%s", c->name,
+                (long long)c->rank, status ? ": " : "",
+                status ? strerror(-status) : "");
+    switch (c->rstate) {
+    case R_QUEUED:
+        /* A group may already be on its way: withdraw, then free. */
+        send_cancel(c);
+        return;
+    case R_CANCELLING:
+    case R_GROUPED:
+        return; /* freed when the reduce ends */
+    case R_NONE:
+        break;
+    }
+    if (c->state == C_JOINING)
+        return; /* freed when the scheduler answers */
+    client_free(c);
+}
+
+static const struct pr_conn_ops client_ops = {
+    .on_msg = client_on_msg,
+    .on_data = NULL,
+    .on_close = client_on_close,
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_node *n = server->data;
+    if (status < 0) {
+        pr_warn("trainer socket: %s", uv_strerror(status));
+        return;
+    }
+    struct nclient *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->conn = pr_conn_create_pipe(n->loop, IPC_MAX_FRAME, &client_ops, c);
+    if (!c->conn) {
+        free(c);
+        return;
+    }
+    c->node = n;
+    c->rank = -1;
+    c->cookie = ++n->next_cookie;
+    snprintf(c->conn->name, sizeof(c->conn->name), "trainer connection %u",
+             c->cookie);
+    c->next = n->clients;
+    n->clients = c;
+    n->nclients++;
+    if (uv_accept(server, &c->conn->h.stream) < 0) {
+        pr_conn_close(c->conn, -ECONNABORTED);
+        return;
+    }
+    if (n->nclients > n->conf->node_max_clients) {
+        pr_warn("trainer socket: more than %u trainers: refusing one",
+                n->conf->node_max_clients);
+        pr_conn_fail(c->conn, -EMFILE, "too many trainers on this node");
+        return;
+    }
+    if (pr_conn_start(c->conn) < 0)
+        pr_conn_close(c->conn, -EIO);
+}
+
+static int mkdir_parent(const char *path)
+{
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int pr_node_ipc_listen(struct pr_node *n)
+{
+    const char *path = n->conf->node_socket;
+    int rc = mkdir_parent(path);
+    if (rc < 0) {
+        pr_err("trainer socket: mkdir for %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    /* A socket file left by a daemon that died is in the way: remove it. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    uv_pipe_init(n->loop, &n->ipc, 0);
+    n->ipc.data = n;
+    n->ipc_open = 1;
+    rc = uv_pipe_bind(&n->ipc, path);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
+    if (rc < 0) {
+        pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
+        return rc;
+    }
+    pr_info("trainers connect to %s", path);
+    return 0;
+}
+
+static void ipc_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    if (--n->handles == 0)
+        free(n);
+}
+
+void pr_node_ipc_close(struct pr_node *n)
+{
+    while (n->clients) {
+        struct nclient *c = n->clients;
+        if (c->conn) {
+            /* Detach: the conn's close callback must not see c. */
+            struct pr_conn *conn = c->conn;
+            c->conn = NULL;
+            pr_conn_detach_close(conn);
+        }
+        n->clients = c->next;
+        for (size_t i = 0; i < c->ntensors; i++)
+            tensor_free(&c->tensors[i]);
+        free(c->tensors);
+        free(c->parts);
+        free(c);
+    }
+    if (n->ipc_open) {
+        n->handles++;
+        uv_close((uv_handle_t *)&n->ipc, ipc_closed_cb);
+        unlink(n->conf->node_socket);
+    }
+}
+
+void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
+{
+    struct nclient *c = n->clients;
+    while (c) {
+        struct nclient *next = c->next;
+        if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms)
+            send_cancel(c);
+        c = next;
+    }
+}
+
+void pr_node_ipc_sched_lost(struct pr_node *n)
+{
+    struct nclient *c = n->clients;
+    while (c) {
+        struct nclient *next = c->next;
+        if (c->rstate == R_QUEUED || c->rstate == R_CANCELLING)
+            pr_node_reduce_fail(c, -ECONNRESET);
+        else if (c->state == C_JOINING && c->conn)
+            pr_conn_fail(c->conn, -ECONNRESET, "the scheduler went away");
+        c = next;
+    }
+}
+
+void pr_node_ipc_sched_up(struct pr_node *n)
+{
+    for (struct nclient *c = n->clients; c; c = c->next) {
+        if (c->state != C_UP || !c->conn)
+            continue;
+        c->rank = -1;
+        Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+        j.cookie = c->cookie;
+        j.name = c->name;
+        Pr__V1__Msg m = PR_MSG_INIT;
+        m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
+        m.worker_join = &j;
+        pr_node_send(n, &m);
+    }
+}

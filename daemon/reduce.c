@@ -1,0 +1,56 @@
+#include "daemon/reduce.h"
+
+void pr_reduce_scale(float *dst, const float *src, float w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = w * src[i];
+}
+
+void pr_reduce_axpy(float *dst, const float *src, float w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += w * src[i];
+}
+
+void pr_reduce_add(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+void pr_reduce_personal(float *out, const float *own, const float *sum,
+                        double e, uint32_t k, size_t n)
+{
+    if (k <= 1 || e >= 1.0) {
+        if (out != own)
+            for (size_t i = 0; i < n; i++)
+                out[i] = own[i];
+        return;
+    }
+    /*
+     * Computed in double per element: (sum - e*own) cancels much of sum when
+     * e is large, and the 1/(1-e) factor would amplify float rounding.
+     */
+    double a = (double)(k - 1) / (1.0 - e);
+    double inv_k = 1.0 / (double)k;
+    for (size_t i = 0; i < n; i++) {
+        double x = own[i];
+        double others = (double)sum[i] - e * x;
+        out[i] = (float)((x + a * others) * inv_k);
+    }
+}
+
+void pr_ring_segment(size_t n, uint32_t m, uint32_t i, size_t *start,
+                     size_t *len)
+{
+    size_t base = n / m, rem = n % m;
+    *start = i * base + (i < rem ? i : rem);
+    *len = base + (i < rem ? 1 : 0);
+}
+
+size_t pr_ring_chunks(size_t len, size_t chunk_floats)
+{
+    if (len == 0)
+        return 1;
+    return (len + chunk_floats - 1) / chunk_floats;
+}

@@ -1,0 +1,731 @@
+#include "daemon/sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/sched_core.h"
+
+#define CTRL_MAX_FRAME (1u << 20)
+
+struct snode {
+    struct snode *next;
+    struct pr_sched *s;
+    struct pr_conn *conn;
+    uint32_t id; /* 0 until the hello */
+    char name[64];
+    char data_addr[128];
+};
+
+struct sworker {
+    int live;
+    uint32_t node;
+    char name[64];
+};
+
+/* A group in flight: which nodes still owe a GroupDone. */
+struct sgroup {
+    struct sgroup *next;
+    uint64_t id;
+    uint32_t nnodes;
+    uint32_t *nodes;
+    uint8_t *done; /* per node */
+    uint64_t expires_ms;
+};
+
+struct pr_sched {
+    uv_loop_t *loop;
+    struct pr_conf *conf;
+    uv_tcp_t listener;
+    uv_timer_t deadline; /* the core's next due time */
+    uv_timer_t heartbeat;
+    struct pr_sched_core *core;
+    struct snode *nodes;
+    uint32_t next_node_id;
+    struct sworker *workers; /* by rank */
+    uint32_t nworkers_cap;
+    uint64_t job_nfloats; /* fixed by the first READY while workers live */
+    struct sgroup *groups;
+    uint16_t port;
+    int handles;
+    uint64_t groups_formed;
+    uint64_t id_base; /* wire group id = id_base + the core's id */
+    int stopping;
+};
+
+static uint64_t now_us(void)
+{
+    return uv_hrtime() / 1000;
+}
+
+static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->policy = c->sched_policy;
+    p->group_size = c->sched_group_size;
+    p->group_min = c->sched_group_min;
+    p->group_max = c->sched_group_max;
+    p->window_ms = c->sched_window_ms;
+    p->window_min_ms = c->sched_window_min_ms;
+    p->window_max_ms = c->sched_window_max_ms;
+    p->weighting = c->sched_weighting;
+    p->staleness_alpha = c->sched_staleness_alpha;
+    p->isolation_bound = c->sched_isolation_bound;
+}
+
+static struct snode *node_by_id(struct pr_sched *s, uint32_t id)
+{
+    for (struct snode *n = s->nodes; n; n = n->next)
+        if (n->id == id)
+            return n;
+    return NULL;
+}
+
+static void send_msg(struct snode *n, Pr__V1__Msg *m)
+{
+    int rc = pr_conn_send(n->conn, m);
+    if (rc < 0)
+        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
+}
+
+static void broadcast_peers(struct pr_sched *s)
+{
+    size_t n = 0;
+    for (struct snode *x = s->nodes; x; x = x->next)
+        n += x->id != 0;
+    Pr__V1__Peer *peers = calloc(n ? n : 1, sizeof(*peers));
+    Pr__V1__Peer **pp = calloc(n ? n : 1, sizeof(*pp));
+    if (!peers || !pp) {
+        free(peers);
+        free(pp);
+        return;
+    }
+    size_t i = 0;
+    for (struct snode *x = s->nodes; x; x = x->next) {
+        if (!x->id)
+            continue;
+        pr__v1__peer__init(&peers[i]);
+        peers[i].node_id = x->id;
+        peers[i].data_addr = x->data_addr;
+        pp[i] = &peers[i];
+        i++;
+    }
+    Pr__V1__PeerList pl = PR__V1__PEER_LIST__INIT;
+    pl.n_peers = n;
+    pl.peers = pp;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_PEER_LIST;
+    m.peer_list = &pl;
+    for (struct snode *x = s->nodes; x; x = x->next)
+        if (x->id)
+            send_msg(x, &m);
+    free(peers);
+    free(pp);
+}
+
+static void sgroup_free(struct sgroup *g)
+{
+    free(g->nodes);
+    free(g->done);
+    free(g);
+}
+
+static void send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
+                       int status)
+{
+    Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
+    a.id = g->id;
+    a.status = status;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
+    m.group_abort = &a;
+    for (uint32_t i = 0; i < g->nnodes; i++) {
+        struct snode *n;
+        if (g->nodes[i] == except || g->done[i] ||
+            !(n = node_by_id(s, g->nodes[i])))
+            continue;
+        send_msg(n, &m);
+    }
+}
+
+static void schedule(struct pr_sched *s);
+static void sched_release(struct pr_sched *s);
+
+static void deadline_cb(uv_timer_t *t)
+{
+    schedule(t->data);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sends group `g` to every daemon that hosts a member. */
+static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
+{
+    struct sgroup *sg = calloc(1, sizeof(*sg));
+    uint32_t *ring = calloc(g->n, sizeof(*ring));
+    Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
+    Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
+    if (!sg || !ring || !mem || !mp)
+        goto out;
+    /* The ring: distinct nodes of the members, in node id order. */
+    for (uint32_t i = 0; i < g->n; i++)
+        ring[i] = g->members[i].node;
+    qsort(ring, g->n, sizeof(*ring), cmp_u32);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (m == 0 || ring[m - 1] != ring[i])
+            ring[m++] = ring[i];
+    for (uint32_t i = 0; i < g->n; i++) {
+        pr__v1__member__init(&mem[i]);
+        mem[i].rank = g->members[i].rank;
+        mem[i].node_id = g->members[i].node;
+        mem[i].weight = g->members[i].weight;
+        mem[i].version = g->members[i].version;
+        mem[i].seq = g->members[i].seq;
+        mp[i] = &mem[i];
+    }
+    Pr__V1__Group gm = PR__V1__GROUP__INIT;
+    gm.id = s->id_base + g->id;
+    gm.n_members = g->n;
+    gm.members = mp;
+    gm.n_ring = m;
+    gm.ring = ring;
+    gm.max_version = g->max_version;
+    gm.nfloats = s->job_nfloats;
+    gm.personal = g->personal != 0;
+    gm.timeout_ms = s->conf->sched_group_timeout_ms;
+    Pr__V1__Msg msg = PR_MSG_INIT;
+    msg.body_case = PR__V1__MSG__BODY_GROUP;
+    msg.group = &gm;
+
+    sg->id = gm.id;
+    sg->nnodes = m;
+    sg->nodes = malloc(m * sizeof(*sg->nodes));
+    sg->done = calloc(m, 1);
+    if (!sg->nodes || !sg->done)
+        goto out;
+    memcpy(sg->nodes, ring, m * sizeof(*ring));
+    sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
+    for (uint32_t i = 0; i < m; i++) {
+        struct snode *n = node_by_id(s, ring[i]);
+        if (n)
+            send_msg(n, &msg);
+    }
+    pr_dbg("group %llu: %u members on %u nodes", (unsigned long long)g->id,
+           g->n, m);
+    sg->next = s->groups;
+    s->groups = sg;
+    sg = NULL;
+    s->groups_formed++;
+out:
+    if (sg) {
+        pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
+        sgroup_free(sg);
+    }
+    free(ring);
+    free(mem);
+    free(mp);
+}
+
+/* Forms every group that is due and re-arms the deadline timer. */
+static void schedule(struct pr_sched *s)
+{
+    struct pr_sched_group g;
+    int rc;
+    while ((rc = pr_sched_core_next_group(s->core, now_us(), &g)) == 1) {
+        dispatch(s, &g);
+        pr_sched_group_fini(&g);
+    }
+    if (rc < 0)
+        pr_err("scheduler core: %s", strerror(-rc));
+    int64_t due = pr_sched_core_deadline_us(s->core);
+    if (due < 0) {
+        uv_timer_stop(&s->deadline);
+        return;
+    }
+    int64_t wait_us = due - (int64_t)now_us();
+    uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
+    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
+}
+
+static int ensure_workers(struct pr_sched *s, uint32_t rank)
+{
+    if (rank < s->nworkers_cap)
+        return 0;
+    uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
+    while (cap <= rank)
+        cap *= 2;
+    struct sworker *w = realloc(s->workers, cap * sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
+    s->workers = w;
+    s->nworkers_cap = cap;
+    return 0;
+}
+
+static uint32_t live_workers(const struct pr_sched *s)
+{
+    return pr_sched_core_live(s->core);
+}
+
+static void remove_worker(struct pr_sched *s, uint32_t rank)
+{
+    if (rank >= s->nworkers_cap || !s->workers[rank].live)
+        return;
+    s->workers[rank].live = 0;
+    pr_sched_core_remove_worker(s->core, rank, now_us());
+    pr_info("worker %u (%s) left", rank, s->workers[rank].name);
+    if (live_workers(s) == 0)
+        s->job_nfloats = 0;
+}
+
+static void on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
+{
+    struct pr_sched *s = n->s;
+    Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
+    r.cookie = j->cookie;
+    const char *name = j->name ? j->name : "";
+    uint32_t rank = 0, free_rank = UINT32_MAX;
+    for (rank = 0; rank < s->nworkers_cap; rank++) {
+        if (s->workers[rank].live && !strcmp(s->workers[rank].name, name))
+            break;
+        if (!s->workers[rank].live && free_rank == UINT32_MAX)
+            free_rank = rank;
+    }
+    if (!name[0] || strlen(name) >= sizeof(s->workers[0].name)) {
+        r.status = -EINVAL;
+    } else if (rank < s->nworkers_cap) {
+        pr_warn("node %u: worker name '%s' is taken by rank %u", n->id, name,
+                rank);
+        r.status = -EEXIST;
+    } else {
+        rank = free_rank != UINT32_MAX ? free_rank : s->nworkers_cap;
+        if (rank >= PR_SCHED_MAX || ensure_workers(s, rank) < 0) {
+            r.status = -ENOSPC;
+        } else {
+            r.status = pr_sched_core_add_worker(s->core, rank, n->id, now_us());
+        }
+        if (r.status == 0) {
+            struct sworker *w = &s->workers[rank];
+            w->live = 1;
+            w->node = n->id;
+            snprintf(w->name, sizeof(w->name), "%s", name);
+            r.rank = rank;
+            pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
+        }
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_JOINED;
+    m.worker_joined = &r;
+    send_msg(n, &m);
+    /* allreduce may have been waiting for nobody but this worker's peers */
+    schedule(s);
+}
+
+static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
+                   const char *reason)
+{
+    Pr__V1__Reject r = PR__V1__REJECT__INIT;
+    r.rank = rank;
+    r.seq = seq;
+    r.status = status;
+    r.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REJECT;
+    m.reject = &r;
+    send_msg(n, &m);
+}
+
+static int own_worker(struct snode *n, uint32_t rank)
+{
+    struct pr_sched *s = n->s;
+    return rank < s->nworkers_cap && s->workers[rank].live &&
+           s->workers[rank].node == n->id;
+}
+
+static void on_ready(struct snode *n, const Pr__V1__Ready *r)
+{
+    struct pr_sched *s = n->s;
+    char why[160];
+    if (!own_worker(n, r->rank)) {
+        reject(n, r->rank, r->seq, -ENOENT, "unknown worker");
+        return;
+    }
+    if (r->nfloats == 0) {
+        reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
+        return;
+    }
+    if (s->job_nfloats == 0)
+        s->job_nfloats = r->nfloats;
+    if (r->nfloats != s->job_nfloats) {
+        snprintf(why, sizeof(why),
+                 "reduce of %llu floats, but this job reduces %llu",
+                 (unsigned long long)r->nfloats,
+                 (unsigned long long)s->job_nfloats);
+        pr_warn("worker %u: %s", r->rank, why);
+        reject(n, r->rank, r->seq, -EINVAL, why);
+        return;
+    }
+    int rc =
+        pr_sched_core_ready(s->core, r->rank, r->version, r->seq, now_us());
+    if (rc < 0) {
+        reject(n, r->rank, r->seq, rc, "ready refused");
+        return;
+    }
+    schedule(s);
+}
+
+static void on_cancel(struct snode *n, const Pr__V1__Cancel *c)
+{
+    if (!own_worker(n, c->rank))
+        return;
+    if (pr_sched_core_cancel(n->s->core, c->rank, c->seq, now_us()) == 0)
+        reject(n, c->rank, c->seq, -ETIMEDOUT,
+               "no group formed within the deadline");
+    schedule(n->s);
+}
+
+static void on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
+{
+    struct pr_sched *s = n->s;
+    struct sgroup **pp = &s->groups;
+    while (*pp && (*pp)->id != d->id)
+        pp = &(*pp)->next;
+    struct sgroup *g = *pp;
+    if (!g)
+        return;
+    int all = 1;
+    for (uint32_t i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i] == n->id)
+            g->done[i] = 1;
+        all &= g->done[i];
+    }
+    if (d->status < 0) {
+        pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
+                n->id, strerror(-d->status));
+        send_abort(s, g, n->id, d->status);
+        all = 1;
+    }
+    if (all) {
+        *pp = g->next;
+        sgroup_free(g);
+    }
+}
+
+static int on_hello(struct snode *n, const Pr__V1__Hello *h)
+{
+    struct pr_sched *s = n->s;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this scheduler speaks %u: closing",
+                n->conn->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(n->conn, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    char host[96];
+    uint16_t port;
+    if (h->role != PR__V1__ROLE__ROLE_NODE || !h->data_addr ||
+        pr_conf_parse_hostport(h->data_addr, host, sizeof(host), &port) < 0 ||
+        port == 0) {
+        pr_warn("%s: hello is not from a node daemon with a data address: "
+                "closing",
+                n->conn->name);
+        pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
+        return 0;
+    }
+    n->id = ++s->next_node_id;
+    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
+    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
+             n->name);
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = n->id;
+    w.job = s->conf->job;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WELCOME;
+    m.welcome = &w;
+    send_msg(n, &m);
+    pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
+    broadcast_peers(s);
+    return 0;
+}
+
+static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct snode *n = c->owner;
+    if (!n->id) {
+        if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+            pr_warn("%s: %s message before hello: closing", c->name,
+                    pr_msg_name(m));
+            return -EPROTO;
+        }
+        return on_hello(n, m->hello);
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_WORKER_JOIN:
+        on_worker_join(n, m->worker_join);
+        return 0;
+    case PR__V1__MSG__BODY_WORKER_LEAVE:
+        if (own_worker(n, m->worker_leave->rank)) {
+            remove_worker(n->s, m->worker_leave->rank);
+            schedule(n->s);
+        }
+        return 0;
+    case PR__V1__MSG__BODY_READY:
+        on_ready(n, m->ready);
+        return 0;
+    case PR__V1__MSG__BODY_CANCEL:
+        on_cancel(n, m->cancel);
+        return 0;
+    case PR__V1__MSG__BODY_GROUP_DONE:
+        on_group_done(n, m->group_done);
+        return 0;
+    case PR__V1__MSG__BODY_PING: {
+        Pr__V1__Msg r = PR_MSG_INIT;
+        r.body_case = PR__V1__MSG__BODY_PONG;
+        r.pong = m->ping;
+        send_msg(n, &r);
+        return 0;
+    }
+    case PR__V1__MSG__BODY_PONG:
+        return 0;
+    default:
+        pr_warn("%s: unexpected %s message: closing", c->name, pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+static void node_on_close(struct pr_conn *c, int status)
+{
+    struct snode *n = c->owner;
+    struct pr_sched *s = n->s;
+    struct snode **pp = &s->nodes;
+    while (*pp != n)
+        pp = &(*pp)->next;
+    *pp = n->next;
+    if (s->stopping) {
+        free(n);
+        sched_release(s);
+        return;
+    }
+    if (!n->id) {
+        free(n);
+        return;
+    }
+    pr_warn("node %u (%s) lost: %s", n->id, n->name,
+            status ? strerror(-status) : "closed");
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live && s->workers[r].node == n->id)
+            remove_worker(s, r);
+    /* Its groups in flight cannot finish: fail them on the other nodes. */
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        int in = 0;
+        for (uint32_t i = 0; i < g->nnodes; i++)
+            in |= g->nodes[i] == n->id;
+        if (in) {
+            send_abort(s, g, n->id, -ECONNRESET);
+            *gp = g->next;
+            sgroup_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+    free(n);
+    broadcast_peers(s);
+    schedule(s);
+}
+
+static const struct pr_conn_ops node_ops = {
+    .on_msg = node_on_msg,
+    .on_data = NULL,
+    .on_close = node_on_close,
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_sched *s = server->data;
+    if (status < 0) {
+        pr_warn("scheduler listener: %s", uv_strerror(status));
+        return;
+    }
+    struct snode *n = calloc(1, sizeof(*n));
+    if (!n)
+        return;
+    n->s = s;
+    n->conn = pr_conn_create_tcp(s->loop, CTRL_MAX_FRAME, &node_ops, n);
+    if (!n->conn) {
+        free(n);
+        return;
+    }
+    n->next = s->nodes;
+    s->nodes = n;
+    if (uv_accept(server, &n->conn->h.stream) < 0 ||
+        pr_conn_start(n->conn) < 0) {
+        pr_conn_close(n->conn, -ECONNABORTED);
+        return;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[64] = "?";
+    if (uv_tcp_getpeername(&n->conn->h.tcp, (struct sockaddr *)&ss, &len) == 0)
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    snprintf(n->conn->name, sizeof(n->conn->name), "scheduler link from %s",
+             ip);
+    uv_tcp_nodelay(&n->conn->h.tcp, 1);
+}
+
+static void heartbeat_cb(uv_timer_t *t)
+{
+    struct pr_sched *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    Pr__V1__Ping p = PR__V1__PING__INIT;
+    p.nonce = now;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_PING;
+    m.ping = &p;
+    for (struct snode *n = s->nodes; n; n = n->next) {
+        if (n->conn->closing)
+            continue;
+        if (now - n->conn->last_rx_ms > s->conf->sched_node_timeout_ms) {
+            pr_warn("%s: silent for %llu ms: dropping it", n->conn->name,
+                    (unsigned long long)(now - n->conn->last_rx_ms));
+            pr_conn_close(n->conn, -ETIMEDOUT);
+            continue;
+        }
+        if (n->id)
+            send_msg(n, &m);
+    }
+    /* Records of groups whose daemons never answered. */
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        if (now >= g->expires_ms) {
+            *gp = g->next;
+            sgroup_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
+                    struct pr_sched **out)
+{
+    struct pr_sched_params p;
+    params_from_conf(conf, &p);
+    struct pr_sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->loop = loop;
+    s->conf = conf;
+    s->core = pr_sched_core_create(&p);
+    if (!s->core) {
+        free(s);
+        return -EINVAL;
+    }
+    /*
+     * Group ids rise across scheduler restarts too, so a daemon never takes
+     * a new group for a stale one: start from the wall clock.
+     */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->id_base = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+    char host[96];
+    uint16_t port;
+    int rc =
+        pr_conf_parse_hostport(conf->sched_listen, host, sizeof(host), &port);
+    struct sockaddr_storage ss;
+    if (rc == 0 && uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        rc = -EINVAL;
+    uv_tcp_init(loop, &s->listener);
+    uv_timer_init(loop, &s->deadline);
+    uv_timer_init(loop, &s->heartbeat);
+    s->listener.data = s;
+    s->deadline.data = s;
+    s->heartbeat.data = s;
+    if (rc == 0)
+        rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+    if (rc < 0) {
+        pr_err("scheduler: listen on %s: %s", conf->sched_listen,
+               rc == -EINVAL ? "bad address" : uv_strerror(rc));
+        pr_sched_destroy(s);
+        return rc;
+    }
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    uv_timer_start(&s->heartbeat, heartbeat_cb, conf->sched_heartbeat_ms,
+                   conf->sched_heartbeat_ms);
+    pr_info("scheduler for job '%s' listening on %s:%u, policy %s", conf->job,
+            host, s->port,
+            conf->sched_policy == PR_POLICY_ALLREDUCE  ? "allreduce"
+            : conf->sched_policy == PR_POLICY_CONSTANT ? "constant"
+                                                       : "dynamic");
+    *out = s;
+    return 0;
+}
+
+int pr_sched_reload(struct pr_sched *s)
+{
+    struct pr_sched_params p;
+    params_from_conf(s->conf, &p);
+    int rc = pr_sched_core_set_params(s->core, &p);
+    if (rc == 0)
+        schedule(s);
+    return rc;
+}
+
+uint16_t pr_sched_port(const struct pr_sched *s)
+{
+    return s->port;
+}
+
+/* Drops one of the references that destroy() counted; frees at zero. */
+static void sched_release(struct pr_sched *s)
+{
+    if (--s->handles == 0) {
+        pr_sched_core_destroy(s->core);
+        while (s->groups) {
+            struct sgroup *g = s->groups;
+            s->groups = g->next;
+            sgroup_free(g);
+        }
+        free(s->workers);
+        free(s);
+    }
+}
+
+static void sched_closed_cb(uv_handle_t *h)
+{
+    sched_release(h->data);
+}
+
+void pr_sched_destroy(struct pr_sched *s)
+{
+    if (!s)
+        return;
+    s->stopping = 1;
+    /* Close callbacks run in any order: s lives until the last of them. */
+    s->handles = 3;
+    for (struct snode *n = s->nodes; n; n = n->next) {
+        s->handles++;
+        pr_conn_close(n->conn, 0);
+    }
+    uv_close((uv_handle_t *)&s->listener, sched_closed_cb);
+    uv_close((uv_handle_t *)&s->deadline, sched_closed_cb);
+    uv_close((uv_handle_t *)&s->heartbeat, sched_closed_cb);
+}

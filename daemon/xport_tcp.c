@@ -1,0 +1,567 @@
+#include "daemon/xport_tcp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conf.h"
+#include "daemon/conn.h"
+#include "daemon/engine.h"
+#include "daemon/log.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+#define HELLO_MAX      4096
+
+enum pstate {
+    P_DOWN,
+    P_CONNECTING, /* TCP connect in progress (outgoing) */
+    P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
+    P_UP,
+};
+
+/* A send posted while the link was not up. */
+struct pending {
+    struct pending *next;
+    struct pr_chunk_hdr h;
+    const float *data;
+    pr_send_cb cb;
+    void *arg;
+};
+
+struct tpeer {
+    struct pr_link base;
+    struct pr_tcp_xport *x;
+    struct tpeer *next;
+    char addr[128];
+    struct pr_conn *conn;
+    enum pstate state;
+    int outgoing; /* this side connects (self > node_id) */
+    int listed;
+    struct pending *q, **qtail;
+    uv_timer_t retry;
+    uint32_t backoff_ms;
+    float *abuf; /* aligned copy for a payload at an odd address */
+    size_t abuf_len;
+};
+
+struct pr_tcp_xport {
+    uv_loop_t *loop;
+    uint32_t self;
+    size_t max_frame;
+    uint32_t connect_timeout_ms;
+    uv_tcp_t listener;
+    int listening;
+    struct pr_engine *engine;
+    struct tpeer *peers;
+    int closing;
+    int handles; /* open handles that still reference x */
+    uint64_t bytes_sent, bytes_recv;
+};
+
+static const struct pr_link_ops tcp_link_ops;
+static const struct pr_conn_ops peer_ops;
+static const struct pr_conn_ops stranger_ops;
+static void start_connect(struct tpeer *p);
+
+struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
+                                         size_t max_chunk_bytes,
+                                         uint32_t connect_timeout_ms)
+{
+    struct pr_tcp_xport *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->loop = loop;
+    x->self = self;
+    x->max_frame = max_chunk_bytes + PR_CHUNK_HDR_LEN + HELLO_MAX;
+    x->connect_timeout_ms = connect_timeout_ms;
+    uv_tcp_init(loop, &x->listener);
+    x->listener.data = x;
+    x->handles = 1;
+    return x;
+}
+
+void pr_tcp_xport_set_engine(struct pr_tcp_xport *x, struct pr_engine *e)
+{
+    x->engine = e;
+}
+
+void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
+{
+    x->self = self;
+}
+
+static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id)
+{
+    for (struct tpeer *p = x->peers; p; p = p->next)
+        if (p->base.node_id == id)
+            return p;
+    return NULL;
+}
+
+struct pr_link *pr_tcp_xport_link(struct pr_tcp_xport *x, uint32_t node_id)
+{
+    struct tpeer *p = find_peer(x, node_id);
+    return p && p->listed ? &p->base : NULL;
+}
+
+static void fail_pending(struct tpeer *p, int status)
+{
+    while (p->q) {
+        struct pending *s = p->q;
+        p->q = s->next;
+        s->cb(s->arg, status);
+        free(s);
+    }
+    p->qtail = &p->q;
+}
+
+static void flush_pending(struct tpeer *p)
+{
+    while (p->q && p->state == P_UP) {
+        struct pending *s = p->q;
+        p->q = s->next;
+        if (!p->q)
+            p->qtail = &p->q;
+        int rc = tcp_link_ops.send(&p->base, &s->h, s->data, s->cb, s->arg);
+        if (rc < 0)
+            s->cb(s->arg, rc);
+        free(s);
+    }
+}
+
+static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
+                     const float *data, pr_send_cb cb, void *arg)
+{
+    struct tpeer *p = (struct tpeer *)l;
+    if (!p->listed)
+        return -ENOTCONN;
+    if (p->state != P_UP) {
+        struct pending *s = malloc(sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        *s = (struct pending){.h = *h, .data = data, .cb = cb, .arg = arg};
+        *p->qtail = s;
+        p->qtail = &s->next;
+        return 0;
+    }
+    uint8_t hdr[PR_CHUNK_HDR_LEN];
+    pr_chunk_hdr_encode(hdr, h);
+    size_t len = (size_t)h->nfloats * sizeof(float);
+    int rc = pr_conn_send_data(p->conn, hdr, sizeof(hdr), data, len, cb, arg);
+    if (rc == 0) {
+        p->base.bytes_sent += len;
+        p->x->bytes_sent += len;
+    }
+    return rc;
+}
+
+static const struct pr_link_ops tcp_link_ops = {.send = link_send};
+
+static void retry_cb(uv_timer_t *t)
+{
+    struct tpeer *p = t->data;
+    if (p->state == P_CONNECTING || p->state == P_HELLO) {
+        /* The connect deadline passed: give up on this attempt. */
+        pr_warn("peer node %u at %s: no answer within %u ms", p->base.node_id,
+                p->addr, p->x->connect_timeout_ms);
+        pr_conn_close(p->conn, -ETIMEDOUT);
+        return;
+    }
+    if (p->state == P_DOWN && p->outgoing && p->listed)
+        start_connect(p);
+}
+
+static void link_down(struct tpeer *p, int status)
+{
+    p->conn = NULL;
+    p->state = P_DOWN;
+    if (p->x->engine)
+        pr_engine_link_down(p->x->engine, p->base.node_id,
+                            status ? status : -ECONNRESET);
+    fail_pending(p, status ? status : -ECONNRESET);
+    if (p->outgoing && p->listed && !p->x->closing) {
+        uv_timer_start(&p->retry, retry_cb, p->backoff_ms, 0);
+        p->backoff_ms *= 2;
+        if (p->backoff_ms > BACKOFF_MAX_MS)
+            p->backoff_ms = BACKOFF_MAX_MS;
+    }
+}
+
+static void peer_on_close(struct pr_conn *c, int status)
+{
+    struct tpeer *p = c->owner;
+    if (p->conn != c)
+        return; /* a connection this peer already replaced */
+    if (p->state == P_UP)
+        pr_warn("peer node %u (%s): link down: %s", p->base.node_id, p->addr,
+                status ? strerror(-status) : "closed");
+    link_down(p, status);
+}
+
+static void up(struct tpeer *p)
+{
+    p->state = P_UP;
+    p->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_stop(&p->retry);
+    pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
+    flush_pending(p);
+}
+
+static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct tpeer *p = c->owner;
+    if (p->state == P_HELLO && m->body_case == PR__V1__MSG__BODY_WELCOME) {
+        if (m->welcome->version != PR_PROTO_VERSION ||
+            m->welcome->id != p->base.node_id) {
+            pr_warn("peer %s: welcome from node %u version %u, expected node "
+                    "%u version %u: closing",
+                    p->addr, m->welcome->id, m->welcome->version,
+                    p->base.node_id, PR_PROTO_VERSION);
+            return -EPROTO;
+        }
+        up(p);
+        return 0;
+    }
+    if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+        pr_warn("peer node %u: error %d: %s", p->base.node_id, m->error->code,
+                m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    }
+    pr_warn("peer node %u: unexpected %s message: closing", p->base.node_id,
+            pr_msg_name(m));
+    return -EPROTO;
+}
+
+static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
+{
+    struct tpeer *p = c->owner;
+    struct pr_chunk_hdr h;
+    if (p->state != P_UP || n < PR_CHUNK_HDR_LEN) {
+        pr_warn("peer node %u: data frame of %zu bytes before the link was "
+                "up or shorter than a chunk header: closing",
+                p->base.node_id, n);
+        return -EPROTO;
+    }
+    pr_chunk_hdr_decode(b, &h);
+    size_t len = n - PR_CHUNK_HDR_LEN;
+    if (len != (size_t)h.nfloats * sizeof(float)) {
+        pr_warn("peer node %u: chunk says %u floats but carries %zu bytes: "
+                "closing",
+                p->base.node_id, h.nfloats, len);
+        return -EPROTO;
+    }
+    const uint8_t *payload = b + PR_CHUNK_HDR_LEN;
+    const float *data = (const float *)(const void *)payload;
+    if ((uintptr_t)payload % _Alignof(float) != 0) {
+        if (p->abuf_len < len) {
+            float *nb = realloc(p->abuf, len);
+            if (!nb)
+                return -ENOMEM;
+            p->abuf = nb;
+            p->abuf_len = len;
+        }
+        memcpy(p->abuf, payload, len);
+        data = p->abuf;
+    }
+    p->base.bytes_recv += len;
+    p->x->bytes_recv += len;
+    if (p->x->engine)
+        pr_engine_on_chunk(p->x->engine, p->base.node_id, &h, data);
+    return 0;
+}
+
+static const struct pr_conn_ops peer_ops = {
+    .on_msg = peer_on_msg,
+    .on_data = peer_on_data,
+    .on_close = peer_on_close,
+};
+
+static void connect_cb(struct pr_conn *c, int status)
+{
+    struct tpeer *p = c->owner;
+    if (p->conn != c)
+        return;
+    if (status < 0) {
+        pr_dbg("peer node %u (%s): connect: %s", p->base.node_id, p->addr,
+               uv_strerror(status));
+        pr_conn_close(c, status);
+        return;
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    hello.version = PR_PROTO_VERSION;
+    hello.role = PR__V1__ROLE__ROLE_NODE;
+    hello.node_id = p->x->self;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &hello;
+    int rc = pr_conn_send(c, &m);
+    if (rc < 0) {
+        pr_conn_close(c, rc);
+        return;
+    }
+    p->state = P_HELLO;
+}
+
+static void start_connect(struct tpeer *p)
+{
+    char host[96];
+    uint16_t port;
+    if (pr_conf_parse_hostport(p->addr, host, sizeof(host), &port) < 0) {
+        pr_err("peer node %u: bad address '%s'", p->base.node_id, p->addr);
+        return;
+    }
+    struct pr_conn *c =
+        pr_conn_create_tcp(p->x->loop, p->x->max_frame, &peer_ops, p);
+    if (!c)
+        return;
+    p->conn = c;
+    p->state = P_CONNECTING;
+    int rc = pr_conn_connect(c, host, port, connect_cb);
+    if (rc < 0) {
+        pr_warn("peer node %u: connect %s: %s", p->base.node_id, p->addr,
+                uv_strerror(rc));
+        pr_conn_close(c, rc);
+        return;
+    }
+    uv_timer_start(&p->retry, retry_cb, p->x->connect_timeout_ms, 0);
+}
+
+static struct tpeer *add_peer(struct pr_tcp_xport *x, uint32_t id,
+                              const char *addr)
+{
+    struct tpeer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->base.ops = &tcp_link_ops;
+    p->base.node_id = id;
+    p->base.kind = "tcp";
+    p->x = x;
+    p->qtail = &p->q;
+    p->backoff_ms = BACKOFF_MIN_MS;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
+    uv_timer_init(x->loop, &p->retry);
+    p->retry.data = p;
+    x->handles++;
+    p->next = x->peers;
+    x->peers = p;
+    return p;
+}
+
+static void maybe_free_x(struct pr_tcp_xport *x)
+{
+    if (x->closing && x->handles == 0)
+        free(x);
+}
+
+static void peer_closed_cb(uv_handle_t *h)
+{
+    struct tpeer *p = h->data;
+    struct pr_tcp_xport *x = p->x;
+    free(p->abuf);
+    free(p);
+    x->handles--;
+    maybe_free_x(x);
+}
+
+static void remove_peer(struct tpeer *p)
+{
+    struct tpeer **pp = &p->x->peers;
+    while (*pp != p)
+        pp = &(*pp)->next;
+    *pp = p->next;
+    p->listed = 0;
+    if (p->conn) {
+        /*
+         * The peer is freed before this conn's close callback may run
+         * (close callbacks come in any order): detach the conn from it.
+         */
+        struct pr_conn *c = p->conn;
+        p->conn = NULL;
+        pr_conn_detach_close(c);
+    }
+    if (p->x->engine)
+        pr_engine_link_down(p->x->engine, p->base.node_id, -ECONNRESET);
+    fail_pending(p, -ECONNRESET);
+    uv_close((uv_handle_t *)&p->retry, peer_closed_cb);
+}
+
+int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
+                           const struct pr_tcp_peer_info *peers, size_t n)
+{
+    for (struct tpeer *p = x->peers; p; p = p->next)
+        p->listed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (peers[i].node_id == x->self)
+            continue;
+        struct tpeer *p = find_peer(x, peers[i].node_id);
+        if (!p && !(p = add_peer(x, peers[i].node_id, peers[i].addr)))
+            return -ENOMEM;
+        snprintf(p->addr, sizeof(p->addr), "%s", peers[i].addr);
+        p->listed = 1;
+        p->outgoing = x->self > p->base.node_id;
+        if (p->outgoing && p->state == P_DOWN &&
+            !uv_is_active((uv_handle_t *)&p->retry))
+            start_connect(p);
+    }
+    struct tpeer *p = x->peers;
+    while (p) {
+        struct tpeer *next = p->next;
+        if (!p->listed) {
+            pr_info("peer node %u (%s) left the job", p->base.node_id, p->addr);
+            remove_peer(p);
+        }
+        p = next;
+    }
+    return 0;
+}
+
+/* An incoming connection before its hello: its owner is the transport. */
+static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct pr_tcp_xport *x = c->owner;
+    if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+        pr_warn("%s: %s message before hello: closing", c->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    const Pr__V1__Hello *h = m->hello;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
+                c->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(c, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    if (h->role != PR__V1__ROLE__ROLE_NODE || h->node_id == x->self ||
+        h->node_id < x->self) {
+        pr_warn("%s: hello from role %d node %u is not a peer that connects "
+                "to node %u: closing",
+                c->name, (int)h->role, h->node_id, x->self);
+        pr_conn_fail(c, -EPROTO, "not a peer of this node");
+        return 0;
+    }
+    struct tpeer *p = find_peer(x, h->node_id);
+    if (!p) {
+        /* The scheduler's peer list has not reached us yet. */
+        p = add_peer(x, h->node_id, "");
+        if (!p)
+            return -ENOMEM;
+        p->listed = 1;
+    }
+    if (p->conn) {
+        pr_info("peer node %u: new connection replaces the old one",
+                p->base.node_id);
+        struct pr_conn *old = p->conn;
+        p->conn = NULL;
+        pr_conn_close(old, -ECONNRESET);
+        link_down(p, -ECONNRESET);
+    }
+    Pr__V1__Msg r = PR_MSG_INIT;
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = x->self;
+    r.body_case = PR__V1__MSG__BODY_WELCOME;
+    r.welcome = &w;
+    int rc = pr_conn_send(c, &r);
+    if (rc < 0)
+        return rc;
+    c->ops = &peer_ops;
+    c->owner = p;
+    snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
+    p->conn = c;
+    up(p);
+    return 0;
+}
+
+static void stranger_on_close(struct pr_conn *c, int status)
+{
+    (void)c;
+    (void)status;
+}
+
+static const struct pr_conn_ops stranger_ops = {
+    .on_msg = stranger_on_msg,
+    .on_data = NULL,
+    .on_close = stranger_on_close,
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_tcp_xport *x = server->data;
+    if (status < 0) {
+        pr_warn("peer listener: %s", uv_strerror(status));
+        return;
+    }
+    struct pr_conn *c =
+        pr_conn_create_tcp(x->loop, x->max_frame, &stranger_ops, x);
+    if (!c)
+        return;
+    if (uv_accept(server, &c->h.stream) < 0) {
+        pr_conn_close(c, -ECONNABORTED);
+        return;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[64] = "?";
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET)
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        else
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+    }
+    snprintf(c->name, sizeof(c->name), "peer link from %s", ip);
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    if (pr_conn_start(c) < 0)
+        pr_conn_close(c, -EIO);
+}
+
+int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
+                        uint16_t *bound)
+{
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        return -EINVAL;
+    int rc = uv_tcp_bind(&x->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&x->listener, 64, on_connection);
+    if (rc < 0)
+        return rc;
+    x->listening = 1;
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
+    if (bound)
+        *bound = ntohs(ss.ss_family == AF_INET
+                           ? ((struct sockaddr_in *)&ss)->sin_port
+                           : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}
+
+static void listener_closed_cb(uv_handle_t *h)
+{
+    struct pr_tcp_xport *x = h->data;
+    x->handles--;
+    maybe_free_x(x);
+}
+
+void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
+{
+    if (!x)
+        return;
+    x->closing = 1;
+    x->engine = NULL;
+    while (x->peers)
+        remove_peer(x->peers);
+    uv_close((uv_handle_t *)&x->listener, listener_closed_cb);
+}
+
+void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
+                        struct pr_tcp_xport_stats *st)
+{
+    st->bytes_sent = x->bytes_sent;
+    st->bytes_recv = x->bytes_recv;
+    st->links_up = 0;
+    for (const struct tpeer *p = x->peers; p; p = p->next)
+        st->links_up += p->state == P_UP;
+}

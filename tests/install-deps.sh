@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages preduce builds and tests with. Runs as
+# root (or through sudo); does nothing for packages already installed.
+set -euo pipefail
+
+PKGS=(
+    build-essential pkg-config
+    libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+    libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
+    check clang-format
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,403 @@
+#include "tests/integration/harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "preduce.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+uint16_t h_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static const char *preduced_path(void)
+{
+    const char *p = getenv("PREDUCED");
+    return p ? p : "build/preduced";
+}
+
+static pid_t spawn(const struct h_cluster *c, const char *who,
+                   const char **argv)
+{
+    char log[400];
+    snprintf(log, sizeof(log), "%s/%s.log", c->dir, who);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+}
+
+static int wait_connect_unix(const char *path, int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1000.0;
+    while (now_s() < end) {
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return 0;
+        sleep_ms(10);
+    }
+    return -ETIMEDOUT;
+}
+
+static int wait_connect_tcp(uint16_t port, int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1000.0;
+    while (now_s() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons(port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return 0;
+        sleep_ms(10);
+    }
+    return -ETIMEDOUT;
+}
+
+#define MAX_ARGS 64
+
+static int add_sets(const char **argv, int argc, const char *const *sets)
+{
+    for (; sets && *sets && argc < MAX_ARGS - 3; sets++) {
+        argv[argc++] = "--set";
+        argv[argc++] = *sets;
+    }
+    return argc;
+}
+
+int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
+{
+    char who[16], sched[64], sock[320], data[64], name[32];
+    snprintf(who, sizeof(who), "node%d", i);
+    snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
+             c->sched_port);
+    char dir[256];
+    memcpy(dir, c->dir, sizeof(dir));
+    snprintf(c->sock[i], sizeof(c->sock[i]), "%s/node%d/preduced.sock", dir, i);
+    snprintf(sock, sizeof(sock), "node.socket=%s", c->sock[i]);
+    c->node_port[i] = h_free_port();
+    snprintf(data, sizeof(data), "node.data_listen=127.0.0.1:%u",
+             c->node_port[i]);
+    snprintf(name, sizeof(name), "node.name=node%d", i);
+    const char *argv[MAX_ARGS] = {preduced_path(),
+                                  "--role",
+                                  "node",
+                                  "--set",
+                                  sched,
+                                  "--set",
+                                  sock,
+                                  "--set",
+                                  data,
+                                  "--set",
+                                  name,
+                                  "--set",
+                                  "log.level=debug"};
+    int argc = add_sets(argv, 13, node_sets);
+    argv[argc] = NULL;
+    c->node_pid[i] = spawn(c, who, argv);
+    if (c->node_pid[i] < 0)
+        return -errno;
+    return wait_connect_unix(c->sock[i], 5000);
+}
+
+int h_cluster_start(struct h_cluster *c, int nnodes,
+                    const char *const *sched_sets, const char *const *node_sets)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->dir, sizeof(c->dir), "/tmp/preduce-test-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -errno;
+    c->sched_port = h_free_port();
+    char listen[64];
+    snprintf(listen, sizeof(listen), "scheduler.listen=127.0.0.1:%u",
+             c->sched_port);
+    const char *argv[MAX_ARGS] = {preduced_path(),  "--role", "scheduler",
+                                  "--set",          listen,   "--set",
+                                  "log.level=debug"};
+    int argc = add_sets(argv, 7, sched_sets);
+    argv[argc] = NULL;
+    c->sched_pid = spawn(c, "sched", argv);
+    if (c->sched_pid < 0)
+        return -errno;
+    int rc = wait_connect_tcp(c->sched_port, 5000);
+    if (rc < 0)
+        return rc;
+    c->nnodes = nnodes;
+    for (int i = 0; i < nnodes; i++) {
+        rc = h_node_start(c, i, node_sets);
+        if (rc < 0)
+            return rc;
+    }
+    /* Give the daemons a moment to join and learn about each other. */
+    sleep_ms(100);
+    return 0;
+}
+
+int h_wait(pid_t pid, int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1000.0;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0)
+            return -errno;
+        if (now_s() >= end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -ETIMEDOUT;
+        }
+        sleep_ms(5);
+    }
+}
+
+static void stop_pid(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    if (h_wait(pid, 3000) == -ETIMEDOUT)
+        fprintf(stderr, "harness: pid %d ignored SIGTERM\n", (int)pid);
+}
+
+void h_cluster_stop(struct h_cluster *c)
+{
+    for (int i = 0; i < c->nnodes; i++)
+        stop_pid(c->node_pid[i]);
+    stop_pid(c->sched_pid);
+    if (!getenv("PREDUCE_KEEP_LOGS") && c->dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "harness: could not remove %s\n", c->dir);
+    }
+}
+
+int h_log_contains(const struct h_cluster *c, const char *who, const char *s)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.log", c->dir, who);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[2048];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, s) != NULL;
+    fclose(f);
+    return found;
+}
+
+void h_log_dump(const struct h_cluster *c, const char *who)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.log", c->dir, who);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[2048];
+    fprintf(stderr, "---- %s ----\n", who);
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
+    fclose(f);
+}
+
+float h_input(uint32_t rank, uint64_t v, size_t i)
+{
+    uint64_t x = (uint64_t)rank * 7919u + v * 104729u + (uint64_t)i * 31u;
+    return 1.0f + (float)(x % 1000u) / 1000.0f;
+}
+
+static void fill(preduce_tensor_t **t, int nparts, uint32_t rank, uint64_t v)
+{
+    size_t off = 0;
+    for (int p = 0; p < nparts; p++) {
+        float *x = preduce_tensor_data(t[p]);
+        size_t n = preduce_tensor_len(t[p]);
+        for (size_t i = 0; i < n; i++)
+            x[i] = h_input(rank, v, off + i);
+        off += n;
+    }
+}
+
+/* Max relative error of the tensors against the reported combination. */
+static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
+                 int uniform, double *worst, char *why, size_t whylen)
+{
+    size_t k = preduce_result_size(r);
+    uint32_t ranks[64];
+    uint64_t vers[64];
+    double w[64], wsum = 0;
+    if (k == 0 || k > 64)
+        return snprintf(why, whylen, "group of %zu members", k), -1;
+    for (size_t j = 0; j < k; j++) {
+        preduce_result_member(r, j, &ranks[j], &vers[j], &w[j]);
+        wsum += w[j];
+        if (uniform && fabs(w[j] - 1.0 / (double)k) > 1e-12)
+            return snprintf(why, whylen, "member %zu weight %g, not 1/%zu", j,
+                            w[j], k),
+                   -1;
+    }
+    if (fabs(wsum - 1.0) > 1e-9)
+        return snprintf(why, whylen, "weights sum to %.12f", wsum), -1;
+    size_t off = 0;
+    for (int p = 0; p < nparts; p++) {
+        const float *x = preduce_tensor_data(t[p]);
+        size_t n = preduce_tensor_len(t[p]);
+        for (size_t i = 0; i < n; i++) {
+            double ref = 0;
+            for (size_t j = 0; j < k; j++)
+                ref += w[j] * (double)h_input(ranks[j], vers[j], off + i);
+            double err = fabs((double)x[i] - ref) / fabs(ref);
+            if (err > *worst)
+                *worst = err;
+            if (err > 1e-6)
+                return snprintf(why, whylen,
+                                "element %zu: got %.9g, reference %.9g",
+                                off + i, (double)x[i], ref),
+                       -1;
+        }
+        off += n;
+    }
+    return 0;
+}
+
+static int trainer_main(const struct h_cluster *c,
+                        const struct h_trainer_opts *o)
+{
+    preduce_client_t *cl;
+    int rc = preduce_connect(c->sock[o->node], o->name, 5000, &cl);
+    if (rc < 0) {
+        fprintf(stderr, "%s: connect: %s\n", o->name, preduce_strerror(rc));
+        return 2;
+    }
+    int nparts = o->nparts > 0 ? o->nparts : 1;
+    preduce_tensor_t *t[8];
+    size_t left = o->n;
+    for (int p = 0; p < nparts; p++) {
+        size_t len = p == nparts - 1 ? left : o->n / (size_t)nparts;
+        left -= len;
+        rc = preduce_tensor_create(cl, len, 5000, &t[p]);
+        if (rc < 0) {
+            fprintf(stderr, "%s: tensor_create(%zu): %s\n", o->name, len,
+                    preduce_strerror(rc));
+            return 3;
+        }
+    }
+    uint32_t rank = (uint32_t)preduce_rank(cl);
+    uint64_t version = 0;
+    double t0 = now_s(), worst = 0;
+    long steps = 0, errors = 0;
+    int status = 0;
+    for (int s = 0;; s++) {
+        if (o->run_s > 0 ? now_s() - t0 >= o->run_s : s >= o->steps)
+            break;
+        if (o->slow_ms > 0)
+            sleep_ms(o->slow_ms);
+        fill(t, nparts, rank, version + 1);
+        rc = preduce_reduce(cl, t, (size_t)nparts,
+                            o->timeout_ms ? o->timeout_ms : 20000);
+        if (rc < 0) {
+            errors++;
+            if (o->tolerate_errors)
+                continue;
+            fprintf(stderr, "%s: step %d: reduce: %s\n", o->name, s,
+                    preduce_strerror(rc));
+            status = 4;
+            break;
+        }
+        const preduce_result_t *r = preduce_last_result(cl);
+        char why[200];
+        if (check(t, nparts, r, o->uniform, &worst, why, sizeof(why)) < 0) {
+            fprintf(stderr, "%s: step %d group %llu: %s\n", o->name, s,
+                    (unsigned long long)preduce_result_group(r), why);
+            status = 5;
+            break;
+        }
+        version = preduce_result_version(r);
+        steps++;
+    }
+    double secs = now_s() - t0;
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%ld %.6f %ld %.3g\n", steps, secs, errors, worst);
+        fclose(f);
+    }
+    preduce_close(cl);
+    return status;
+}
+
+pid_t h_trainer_spawn(const struct h_cluster *c, const struct h_trainer_opts *o)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(trainer_main(c, o));
+    return pid;
+}
+
+int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
+                      double *secs, long *errors)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    int n = fscanf(f, "%ld %lf %ld", steps, secs, errors);
+    fclose(f);
+    return n == 3 ? 0 : -EINVAL;
+}

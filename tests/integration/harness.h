@@ -1,0 +1,78 @@
+/*
+ * Test harness for integration tests: starts real preduced processes (a
+ * scheduler and node daemons) on loopback, each with its own port, socket
+ * directory and log file under a private temporary directory, and stops
+ * them. Every wait here has a deadline.
+ */
+#ifndef PR_HARNESS_H
+#define PR_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define H_MAX_NODES 8
+
+struct h_cluster {
+    char dir[256];
+    uint16_t sched_port;
+    pid_t sched_pid;
+    int nnodes;
+    pid_t node_pid[H_MAX_NODES];
+    uint16_t node_port[H_MAX_NODES]; /* data port */
+    char sock[H_MAX_NODES][300];
+};
+
+/* A port that was free a moment ago on 127.0.0.1. */
+uint16_t h_free_port(void);
+
+/*
+ * Starts a scheduler with `sets` (NULL-terminated "key=value" list, may be
+ * NULL) and `nnodes` node daemons; waits until every trainer socket
+ * accepts. 0 or -errno.
+ */
+int h_cluster_start(struct h_cluster *c, int nnodes,
+                    const char *const *sched_sets,
+                    const char *const *node_sets);
+/* Stops the processes (SIGTERM, then SIGKILL after 3 s) and removes dir. */
+void h_cluster_stop(struct h_cluster *c);
+/* Starts one more node daemon at index i (after a kill, for example). */
+int h_node_start(struct h_cluster *c, int i, const char *const *node_sets);
+/* Returns 1 if the log of process `who` ("sched", "node0", ...) has `s`. */
+int h_log_contains(const struct h_cluster *c, const char *who, const char *s);
+/* Prints a process's log to stderr (for a failing test). */
+void h_log_dump(const struct h_cluster *c, const char *who);
+
+/* Deterministic test input for worker `rank` at model version `v`. */
+float h_input(uint32_t rank, uint64_t v, size_t i);
+
+/*
+ * Runs one trainer in a child process: connects to node `node` as `name`,
+ * makes `nparts` tensors totalling `n` floats, runs `steps` reduces of
+ * inputs h_input(rank, version, i) and checks every result against a
+ * double-precision reference of the members and versions it reports (and
+ * uniform weights when `uniform`). slow_ms sleeps before each step.
+ * Returns the child's pid; the child exits 0 on success, 1..n on failure,
+ * after writing a line of figures to c->dir/NAME.out.
+ */
+struct h_trainer_opts {
+    const char *name;
+    int node;
+    size_t n;
+    int nparts;
+    int steps;
+    int uniform;
+    int slow_ms;
+    int timeout_ms;
+    int tolerate_errors; /* reduces that may fail (peer loss tests) */
+    double run_s;        /* if > 0: run for this long instead of `steps` */
+};
+pid_t h_trainer_spawn(const struct h_cluster *c,
+                      const struct h_trainer_opts *o);
+/* Waits for pid up to timeout_ms; its exit status, or -ETIMEDOUT (killed). */
+int h_wait(pid_t pid, int timeout_ms);
+/* Reads the figures line a trainer wrote: steps done and seconds. */
+int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
+                      double *secs, long *errors);
+
+#endif

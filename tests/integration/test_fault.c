@@ -1,0 +1,144 @@
+/*
+ * A dead trainer, a trainer that leaves, or a dead node daemon never hangs
+ * the others: they keep reducing (the scheduler drops what died; groups in
+ * flight with it fail with an error code, never a hang).
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "tests/integration/harness.h"
+
+#define RUN_S   3.0
+#define STEP_MS 20
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t start(struct h_cluster *c, const char *name, int node,
+                   double run_s, int steps)
+{
+    struct h_trainer_opts o = {.name = name,
+                               .node = node,
+                               .n = 100000,
+                               .uniform = 1,
+                               .slow_ms = STEP_MS,
+                               .run_s = run_s,
+                               .steps = steps,
+                               .timeout_ms = 5000,
+                               .tolerate_errors = 1};
+    return h_trainer_spawn(c, &o);
+}
+
+/*
+ * Survivors ran RUN_S seconds at about 1000/STEP_MS steps/s; had they hung
+ * when the other went away (at about 1/3 of the run), they would have made
+ * at most a third of that.
+ */
+static void check_survivor(struct h_cluster *c, const char *name)
+{
+    long steps, errors;
+    double secs;
+    ck_assert_int_eq(h_trainer_figures(c, name, &steps, &secs, &errors), 0);
+    long expect = (long)(RUN_S * 1000 / STEP_MS);
+    printf("%s: %ld steps (%ld failed reduces) in %.2f s\n", name, steps,
+           errors, secs);
+    ck_assert_msg(steps > expect / 2, "%s made %ld steps of ~%ld", name, steps,
+                  expect);
+}
+
+START_TEST(test_fault_trainer_killed)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    const char *names[] = {"k0", "k1", "k2", "victim"};
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++)
+        pids[i] = start(&c, names[i], i % 2, RUN_S, 0);
+    sleep_ms(1000);
+    kill(pids[3], SIGKILL);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    ck_assert_int_eq(h_wait(pids[3], 1000), 128 + SIGKILL);
+    for (int i = 0; i < 3; i++)
+        check_survivor(&c, names[i]);
+    /* The daemon that hosted the victim is alive and noticed. */
+    ck_assert_int_eq(kill(c.node_pid[1], 0), 0);
+    ck_assert(h_log_contains(&c, "node1", "'victim' (worker"));
+    h_cluster_stop(&c);
+}
+END_TEST
+
+START_TEST(test_fault_trainer_leaves)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=constant",
+                                "scheduler.group_size=2", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    const char *names[] = {"l0", "l1", "l2", "quitter"};
+    pid_t pids[4];
+    for (int i = 0; i < 3; i++)
+        pids[i] = start(&c, names[i], i % 2, RUN_S, 0);
+    /* It closes its connection after 20 steps, mid-run for the others. */
+    pids[3] = start(&c, names[3], 1, 0, 20);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    for (int i = 0; i < 3; i++)
+        check_survivor(&c, names[i]);
+    h_cluster_stop(&c);
+}
+END_TEST
+
+START_TEST(test_fault_node_killed)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce",
+                                "scheduler.heartbeat_ms=100",
+                                "scheduler.node_timeout_ms=1000", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 3, sets, NULL), 0);
+    const char *names[] = {"n0", "n1", "d0", "d1"};
+    pid_t pids[4];
+    pids[0] = start(&c, names[0], 0, RUN_S, 0);
+    pids[1] = start(&c, names[1], 1, RUN_S, 0);
+    pids[2] = start(&c, names[2], 2, RUN_S, 0);
+    pids[3] = start(&c, names[3], 2, RUN_S, 0);
+    sleep_ms(1000);
+    kill(c.node_pid[2], SIGKILL);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    check_survivor(&c, names[0]);
+    check_survivor(&c, names[1]);
+    c.node_pid[2] = 0;
+    ck_assert(h_log_contains(&c, "sched", "node 3 (node2) lost"));
+    h_cluster_stop(&c);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_fault");
+    TCase *tc = tcase_create("fault");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_fault_trainer_killed);
+    tcase_add_test(tc, test_fault_trainer_leaves);
+    tcase_add_test(tc, test_fault_node_killed);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
