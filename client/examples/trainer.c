@@ -39,7 +39,7 @@
 #define CLASSES  10
 #define FEATURES 64
 #define NPARAMS  (CLASSES * FEATURES + CLASSES)
-#define NOISE    2.0 /* sample noise, in units of the centres' spread */
+#define NOISE    3.0 /* sample noise, in units of the centres' spread */
 
 struct opts {
     const char *socket;

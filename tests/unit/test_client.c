@@ -219,7 +219,7 @@ static void send_created(int fd, uint32_t id, uint64_t nfloats, int pass_fd)
     srv_send(fd, &m, pass_fd);
 }
 
-/* A group of one (the worker itself, rank 3) unless members are given. */
+/* On success, a group of one: the worker itself (rank 3). */
 static void send_done(int fd, uint64_t seq, int status, uint64_t group,
                       uint64_t version)
 {
@@ -801,7 +801,7 @@ START_TEST(test_client_interleave)
 }
 END_TEST
 
-/* Answers the reduce only after the test wrote to s->variant's pipe. */
+/* Answers the reduce only after the test wrote a byte to go_pipe. */
 static int go_pipe[2];
 
 static void script_late(struct srv *s, int fd)

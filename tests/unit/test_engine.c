@@ -1053,6 +1053,35 @@ START_TEST(test_engine_destroy_cancels_running)
 }
 END_TEST
 
+START_TEST(test_engine_destroy_with_sends_posted)
+{
+    /* destroy() may come first; the engine goes with the last completion. */
+    static const size_t nlocal[2] = {1, 1};
+    static const int ring[2] = {0, 1};
+    struct net *net = net_new(2, 16);
+    struct tgroup *tg = tg_new(1, 100, 2, ring, nlocal, 0, 27);
+    link_hold(net, 0, 1, 1);
+    ck_assert_int_eq(tg_start(net, tg, 0), 0);
+    size_t posted = net->links[0][1].queued;
+    ck_assert_uint_eq(posted, pr_ring_chunks(50, 16));
+    destroy_node(net, 0);
+    ck_assert_int_eq(tg->done[0].calls, 1);
+    ck_assert_int_eq(tg->done[0].status, -ECANCELED);
+    tg_check_unchanged(tg, 0);
+    /* The transport closes: one send went out, the others fail. */
+    net->links[0][1].fail_cb = -ECANCELED;
+    net->links[0][1].fail_after = 1;
+    link_hold(net, 0, 1, 0);
+    run_quiet(net);
+    ck_assert_uint_eq(net->links[0][1].processed, posted);
+    ck_assert_uint_eq(net->links[0][1].delivered, 1);
+    ck_assert_uint_eq(stats(net, 1).chunks_stashed, 1);
+    net_free(net);
+    ck_assert_int_eq(tg->done[0].calls, 1);
+    tg_free(tg);
+}
+END_TEST
+
 START_TEST(test_engine_destroy_reports_finished_group)
 {
     /*
@@ -1420,6 +1449,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_engine_deadline);
     tcase_add_test(tc, test_engine_abort);
     tcase_add_test(tc, test_engine_destroy_cancels_running);
+    tcase_add_test(tc, test_engine_destroy_with_sends_posted);
     tcase_add_test(tc, test_engine_destroy_reports_finished_group);
     suite_add_tcase(s, tc);
 
