@@ -19,6 +19,7 @@
 #define BACKOFF_MIN_MS  100
 #define BACKOFF_MAX_MS  5000
 #define STASH_MAX_BYTES (256u << 20)
+#define MAX_CHUNK_BYTES (64u << 20) /* transport.chunk_kb's upper bound */
 
 /* This node's part of one group, kept until the engine calls back. */
 struct ngroup {
@@ -464,7 +465,12 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         rc = -EPROTONOSUPPORT;
         goto fail;
     }
-    n->xport = pr_tcp_xport_create(loop, 0, chunk_floats(conf) * 4 * 2,
+    /*
+     * Forwarded chunks keep their originator's size, which may be another
+     * node's chunk_kb (or ours before a reload): accept up to the largest
+     * chunk any configuration allows. The reader grows only as needed.
+     */
+    n->xport = pr_tcp_xport_create(loop, 0, MAX_CHUNK_BYTES,
                                    conf->node_connect_timeout_ms);
     n->engine =
         pr_engine_create(loop, chunk_floats(conf), STASH_MAX_BYTES, resolve, n);

@@ -202,26 +202,37 @@ int h_wait(pid_t pid, int timeout_ms)
     }
 }
 
-static void stop_pid(pid_t pid)
+/* 0 when the daemon exited 0 on SIGTERM (sanitizers find nothing). */
+static int stop_pid(const struct h_cluster *c, const char *who, pid_t pid)
 {
     if (pid <= 0)
-        return;
+        return 0;
     kill(pid, SIGTERM);
-    if (h_wait(pid, 3000) == -ETIMEDOUT)
-        fprintf(stderr, "harness: pid %d ignored SIGTERM\n", (int)pid);
+    int st = h_wait(pid, 5000);
+    if (st == 0)
+        return 0;
+    fprintf(stderr, "harness: %s (pid %d) %s %d\n", who, (int)pid,
+            st == -ETIMEDOUT ? "ignored SIGTERM:" : "exited with status", st);
+    h_log_dump(c, who);
+    return 1;
 }
 
-void h_cluster_stop(struct h_cluster *c)
+int h_cluster_stop(struct h_cluster *c)
 {
-    for (int i = 0; i < c->nnodes; i++)
-        stop_pid(c->node_pid[i]);
-    stop_pid(c->sched_pid);
+    int bad = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        char who[16];
+        snprintf(who, sizeof(who), "node%d", i);
+        bad += stop_pid(c, who, c->node_pid[i]);
+    }
+    bad += stop_pid(c, "sched", c->sched_pid);
     if (!getenv("PREDUCE_KEEP_LOGS") && c->dir[0]) {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->dir);
         if (system(cmd) != 0)
             fprintf(stderr, "harness: could not remove %s\n", c->dir);
     }
+    return bad;
 }
 
 int h_log_contains(const struct h_cluster *c, const char *who, const char *s)

@@ -34,8 +34,12 @@ uint16_t h_free_port(void);
 int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *sched_sets,
                     const char *const *node_sets);
-/* Stops the processes (SIGTERM, then SIGKILL after 3 s) and removes dir. */
-void h_cluster_stop(struct h_cluster *c);
+/*
+ * Stops the processes (SIGTERM, then SIGKILL after 5 s) and removes dir.
+ * Returns how many did not exit 0 (a crash, a sanitizer report, a hang),
+ * after printing their logs; a pid set to 0 is skipped (killed on purpose).
+ */
+int h_cluster_stop(struct h_cluster *c);
 /* Starts one more node daemon at index i (after a kill, for example). */
 int h_node_start(struct h_cluster *c, int i, const char *const *node_sets);
 /* Returns 1 if the log of process `who` ("sched", "node0", ...) has `s`. */

@@ -73,7 +73,7 @@ START_TEST(test_fault_trainer_killed)
     /* The daemon that hosted the victim is alive and noticed. */
     ck_assert_int_eq(kill(c.node_pid[1], 0), 0);
     ck_assert(h_log_contains(&c, "node1", "'victim' (worker"));
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST
 
@@ -93,7 +93,7 @@ START_TEST(test_fault_trainer_leaves)
         ck_assert_int_eq(h_wait(pids[i], 30000), 0);
     for (int i = 0; i < 3; i++)
         check_survivor(&c, names[i]);
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST
 
@@ -118,7 +118,7 @@ START_TEST(test_fault_node_killed)
     check_survivor(&c, names[1]);
     c.node_pid[2] = 0;
     ck_assert(h_log_contains(&c, "sched", "node 3 (node2) lost"));
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST
 

@@ -28,7 +28,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 
 static int dial(const char *who)

@@ -74,7 +74,7 @@ START_TEST(test_policy_constant_straggler)
            "without a straggler, %.1f/s with trainer 0 slowed 5x "
            "(%.1f/s): drop %.1f%% (target < 33%%)\n",
            STEP_MS, b, s, slow[0], 100.0 * (1 - s / b));
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST
 

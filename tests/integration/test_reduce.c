@@ -50,7 +50,7 @@ static void run_allreduce(size_t n, int nparts, int steps)
         h_log_dump(&c, "sched");
         h_log_dump(&c, "node0");
     }
-    h_cluster_stop(&c);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
     ck_assert_int_eq(failed, 0);
 }
 

@@ -22,15 +22,15 @@
 #include "daemon/reduce.h"
 #include "daemon/xport.h"
 
-#define MAXN 5     /* nodes in one test network */
-#define MAXMB 3    /* local members per node and group */
-#define MAXPARTS 3 /* tensors per member */
-#define NODE0 100  /* node ids are NODE0 + index: ids differ from positions */
-#define LONG_MS 10000
+#define MAXN      5   /* nodes in one test network */
+#define MAXMB     3   /* local members per node and group */
+#define MAXPARTS  3   /* tensors per member */
+#define NODE0     100 /* node ids are NODE0 + index: ids differ from positions */
+#define LONG_MS   10000
 #define STASH_MAX (64u << 20)
 
 #define container_of(p, type, field)                                           \
-    ((type *)((char *)(p) - offsetof(type, field)))
+    ((type *)((char *)(p)-offsetof(type, field)))
 
 /* Set around pr_engine_start(): done() must never run inside it. */
 static int in_start;
@@ -76,9 +76,15 @@ struct node {
     struct pr_engine *e;
 };
 
+typedef int (*pred_fn)(struct net *net, void *arg);
+
 struct net {
     uv_loop_t loop;
     uv_idle_t idle;
+    uv_prepare_t waiter; /* stops the loop once `pred` holds */
+    pred_fn pred;
+    void *pred_arg;
+    int shuffle; /* deliver in random order, across and within links */
     int n;
     struct node nodes[MAXN];
     struct memlink links[MAXN][MAXN];
@@ -142,12 +148,16 @@ static void corrupt(struct memlink *l, struct pr_chunk_hdr *h, uint32_t *from)
     }
 }
 
-static void deliver_one(struct memlink *l)
+static uint64_t rng_next(void);
+static size_t net_queued(const struct net *net, int held_too);
+
+/* Takes *pp off l's queue, delivers it and completes the send. */
+static void deliver(struct memlink *l, struct msg **pp)
 {
-    struct msg *m = l->head;
-    l->head = m->next;
-    if (!l->head)
-        l->tail = &l->head;
+    struct msg *m = *pp;
+    *pp = m->next;
+    if (l->tail == &m->next)
+        l->tail = pp;
     l->queued--;
     size_t idx = l->processed++;
     if (l->fail_cb && idx >= l->fail_after) {
@@ -170,16 +180,41 @@ static void deliver_one(struct memlink *l)
     free(m);
 }
 
+/* One random message of one random unheld link; 0 when there is none. */
+static int deliver_random(struct net *net)
+{
+    struct memlink *ready[MAXN * MAXN];
+    size_t n = 0;
+    for (int a = 0; a < net->n; a++)
+        for (int b = 0; b < net->n; b++)
+            if (net->links[a][b].head && !net->links[a][b].hold)
+                ready[n++] = &net->links[a][b];
+    if (n == 0)
+        return 0;
+    struct memlink *l = ready[rng_next() % n];
+    struct msg **pp = &l->head;
+    for (size_t i = rng_next() % l->queued; i > 0; i--)
+        pp = &(*pp)->next;
+    deliver(l, pp);
+    return 1;
+}
+
 /* Delivers what each unheld link had queued when the callback started. */
 static void idle_cb(uv_idle_t *h)
 {
     struct net *net = h->data;
     int more = 0;
-    for (int a = 0; a < net->n; a++) {
-        for (int b = 0; b < net->n; b++) {
-            struct memlink *l = &net->links[a][b];
-            for (size_t n = l->queued; n > 0 && !l->hold && l->head; n--)
-                deliver_one(l);
+    if (net->shuffle) {
+        for (size_t n = net_queued(net, 0); n > 0; n--)
+            if (!deliver_random(net))
+                break;
+    } else {
+        for (int a = 0; a < net->n; a++) {
+            for (int b = 0; b < net->n; b++) {
+                struct memlink *l = &net->links[a][b];
+                for (size_t n = l->queued; n > 0 && !l->hold && l->head; n--)
+                    deliver(l, &l->head);
+            }
         }
     }
     for (int a = 0; a < net->n; a++)
@@ -220,6 +255,9 @@ static struct net *net_new_stash(int n, size_t chunk, size_t stash_max)
     ck_assert_int_eq(uv_loop_init(&net->loop), 0);
     ck_assert_int_eq(uv_idle_init(&net->loop, &net->idle), 0);
     net->idle.data = net;
+    ck_assert_int_eq(uv_prepare_init(&net->loop, &net->waiter), 0);
+    net->waiter.data = net;
+    uv_unref((uv_handle_t *)&net->waiter);
     net->n = n;
     for (int a = 0; a < n; a++) {
         for (int b = 0; b < n; b++) {
@@ -277,20 +315,36 @@ static void net_free(struct net *net)
     for (int a = 0; a < net->n; a++)
         destroy_node(net, a);
     uv_close((uv_handle_t *)&net->idle, NULL);
+    uv_close((uv_handle_t *)&net->waiter, NULL);
     ck_assert_int_eq(uv_run(&net->loop, UV_RUN_DEFAULT), 0);
     ck_assert_int_eq(uv_loop_close(&net->loop), 0);
     free(net);
 }
 
-typedef int (*pred_fn)(struct net *net, void *arg);
+/* Runs before the loop would block: stop it if the condition holds. */
+static void waiter_cb(uv_prepare_t *h)
+{
+    struct net *net = h->data;
+    if (net->pred(net, net->pred_arg))
+        uv_stop(&net->loop);
+}
 
+/*
+ * Runs the loop until pred() holds. The waiter is unreferenced: when
+ * nothing else is left to run, uv_run() returns 0 and the test fails
+ * instead of hanging.
+ */
 static void run_until(struct net *net, pred_fn pred, void *arg)
 {
+    net->pred = pred;
+    net->pred_arg = arg;
+    ck_assert_int_eq(uv_prepare_start(&net->waiter, waiter_cb), 0);
     while (!pred(net, arg)) {
-        int alive = uv_run(&net->loop, UV_RUN_ONCE);
+        int alive = uv_run(&net->loop, UV_RUN_DEFAULT);
         ck_assert_msg(alive || pred(net, arg),
                       "the loop went idle before the condition held");
     }
+    uv_prepare_stop(&net->waiter);
 }
 
 static int quiet(struct net *net, void *arg)
@@ -553,8 +607,8 @@ static void check_rel(double got, double want, const struct tgroup *tg,
     if (rel > 1e-6)
         ck_abort_msg("group %llu total %zu pos %u member %zu [%zu]: %.9g "
                      "vs %.9g (rel %.3g)",
-                     (unsigned long long)tg->id, tg->total, p, i, j, got,
-                     want, rel);
+                     (unsigned long long)tg->id, tg->total, p, i, j, got, want,
+                     rel);
 }
 
 /* Every member holds the weighted mean, bitwise the same everywhere. */
@@ -615,10 +669,10 @@ static void tg_check_unchanged(const struct tgroup *tg, uint32_t p)
     ck_assert_ptr_nonnull(res);
     for (size_t i = 0; i < tg->nlocal[p]; i++) {
         tg_result(&tg->mb[p][i], res);
-        ck_assert_msg(memcmp(res, tg->mb[p][i].input,
-                             tg->total * sizeof(float)) == 0,
-                      "group %llu pos %u member %zu: inputs were changed",
-                      (unsigned long long)tg->id, p, i);
+        ck_assert_msg(
+            memcmp(res, tg->mb[p][i].input, tg->total * sizeof(float)) == 0,
+            "group %llu pos %u member %zu: inputs were changed",
+            (unsigned long long)tg->id, p, i);
     }
     free(res);
 }
@@ -646,8 +700,7 @@ static void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed)
         ck_assert_uint_eq(st.groups_ok, 1);
         ck_assert_uint_eq(st.groups_failed, 0);
         ck_assert_uint_eq(st.chunks_dropped, 0);
-        ck_assert_uint_eq(st.bytes_reduced,
-                          nlocal[p] * total * sizeof(float));
+        ck_assert_uint_eq(st.bytes_reduced, nlocal[p] * total * sizeof(float));
         ck_assert_uint_eq(pr_engine_running(E(net, tg_node(tg, p))), 0);
     }
     net_free(net);
@@ -684,6 +737,30 @@ START_TEST(test_engine_ring_mean_four)
 }
 END_TEST
 
+START_TEST(test_engine_reordered_delivery)
+{
+    /* Links that reorder chunks, even their own: results stay exact. */
+    static const struct {
+        uint32_t m;
+        size_t total, chunk;
+    } cases[] = {
+        {2, 1000, 64}, {3, 1000, 3}, {3, 7, 1}, {5, 1000, 16}, {5, 3, 1},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct net *net = net_new((int)cases[c].m, cases[c].chunk);
+        net->shuffle = 1;
+        size_t nlocal[MAXN] = {1, 2, 3, 1, 2};
+        struct tgroup *tg = tg_new(2, cases[c].total, cases[c].m,
+                                   rings[cases[c].m], nlocal, 0, 80 + c);
+        tg_start_all(net, tg);
+        run_until(net, tg_all_done, tg);
+        tg_check_mean(tg);
+        net_free(net);
+        tg_free(tg);
+    }
+}
+END_TEST
+
 START_TEST(test_engine_mixed_chunk_sizes)
 {
     /* Chunk boundaries are the owner's; everyone forwards them as cut. */
@@ -712,9 +789,9 @@ START_TEST(test_engine_personal)
         uint32_t m;
         size_t total, chunk, nlocal[MAXN];
     } cases[] = {
-        {1, 1000, 64, {3}},          {1, 5, 64, {1}},
-        {2, 1000, 3, {1, 1}},        {3, 1000, 64, {1, 2, 3}},
-        {3, 7, 1, {2, 2, 2}},        {5, 1000, 64, {1, 3, 1, 2, 1}},
+        {1, 1000, 64, {3}},           {1, 5, 64, {1}},
+        {2, 1000, 3, {1, 1}},         {3, 1000, 64, {1, 2, 3}},
+        {3, 7, 1, {2, 2, 2}},         {5, 1000, 64, {1, 3, 1, 2, 1}},
         {3, 100003, 4096, {2, 1, 2}},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -1117,7 +1194,10 @@ struct bad_case {
  * segments [0,4) [4,8) [8,12); step 0 brings segment 0 from node 100,
  * step 1 segment 2, step 2 segment 1, step 3 segment 0.
  */
-#define H(off, n, step, seg) {1, 12, off, n, step, seg}
+#define H(off, n, step, seg)                                                   \
+    {                                                                          \
+        1, 12, off, n, step, seg                                               \
+    }
 static const struct bad_case bad_cases[] = {
     {"total too large", 0, {{0}}, {1, 13, 0, 4, 0, 0}, 100},
     {"total too small", 0, {{0}}, {1, 11, 0, 4, 0, 0}, 100},
@@ -1426,6 +1506,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_engine_ring_mean);
     tcase_add_test(tc, test_engine_ring_mean_large);
     tcase_add_test(tc, test_engine_ring_mean_four);
+    tcase_add_test(tc, test_engine_reordered_delivery);
     tcase_add_test(tc, test_engine_mixed_chunk_sizes);
     tcase_add_test(tc, test_engine_personal);
     tcase_add_test(tc, test_engine_groups_in_flight);

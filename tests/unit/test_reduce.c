@@ -188,8 +188,8 @@ START_TEST(test_reduce_personal_matches_formula)
                     double ref = personal_ref(x[j][i], sum[i], e[j], k);
                     double rel = fabs(out[i] - ref) / fabs(ref);
                     ck_assert_msg(rel <= 1e-6,
-                                  "k=%u member %u i=%zu: %.9g vs %.9g", k, j,
-                                  i, (double)out[i], ref);
+                                  "k=%u member %u i=%zu: %.9g vs %.9g", k, j, i,
+                                  (double)out[i], ref);
                 }
             }
         }
@@ -282,7 +282,7 @@ START_TEST(test_reduce_chunk_hdr_little_endian)
 {
     const struct pr_chunk_hdr h = {0x0102030405060708ULL, 0x1112131415161718ULL,
                                    0x2122232425262728ULL, 0x31323334U,
-                                   0x41424344U, 0x51525354U};
+                                   0x41424344U,           0x51525354U};
     static const uint8_t want[PR_CHUNK_HDR_LEN] = {
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* group_id */
         0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* total */
