@@ -688,7 +688,7 @@ static const int rings[6][MAXN] = {
 static void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed)
 {
     struct net *net = net_new((int)m, chunk);
-    size_t nlocal[MAXN];
+    size_t nlocal[MAXN] = {0};
     for (uint32_t p = 0; p < m; p++)
         nlocal[p] = 1 + (p + total + seed) % MAXMB;
     struct tgroup *tg = tg_new(7, total, m, rings[m], nlocal, 0, seed);
