@@ -282,11 +282,34 @@ static void fill(preduce_tensor_t **t, int nparts, uint32_t rank, uint64_t v)
     }
 }
 
-/* Max relative error of the tensors against the reported combination. */
-static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
-                 int uniform, double *worst, char *why, size_t whylen)
+/*
+ * The reference for this worker's result in double precision: the weighted
+ * mean sum_j w_j x_j, or with `personal` (staleness weighting) this
+ * member's personal result (PAPER.md):
+ *   (x_i + (k - 1) * (S - e_i x_i) / (1 - e_i)) / k,  S = sum_j e_j x_j.
+ */
+static double reference(const uint32_t *ranks, const uint64_t *vers,
+                        const double *w, size_t k, size_t self, int personal,
+                        size_t i)
 {
-    size_t k = preduce_result_size(r);
+    double sum = 0;
+    for (size_t j = 0; j < k; j++)
+        sum += w[j] * (double)h_input(ranks[j], vers[j], i);
+    if (!personal)
+        return sum;
+    double own = h_input(ranks[self], vers[self], i);
+    if (k == 1 || w[self] >= 1.0)
+        return own;
+    double others = (sum - w[self] * own) / (1.0 - w[self]);
+    return (own + (double)(k - 1) * others) / (double)k;
+}
+
+/* Checks the tensors against the combination the result reports. */
+static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
+                 uint32_t rank, const struct h_trainer_opts *o, double *worst,
+                 char *why, size_t whylen)
+{
+    size_t k = preduce_result_size(r), self = k;
     uint32_t ranks[64];
     uint64_t vers[64];
     double w[64], wsum = 0;
@@ -295,21 +318,29 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
     for (size_t j = 0; j < k; j++) {
         preduce_result_member(r, j, &ranks[j], &vers[j], &w[j]);
         wsum += w[j];
-        if (uniform && fabs(w[j] - 1.0 / (double)k) > 1e-12)
+        if (ranks[j] == rank)
+            self = j;
+        if (o->uniform && fabs(w[j] - 1.0 / (double)k) > 1e-12)
             return snprintf(why, whylen, "member %zu weight %g, not 1/%zu", j,
                             w[j], k),
                    -1;
     }
+    if (self == k)
+        return snprintf(why, whylen, "rank %u is not in its own group", rank),
+               -1;
     if (fabs(wsum - 1.0) > 1e-9)
         return snprintf(why, whylen, "weights sum to %.12f", wsum), -1;
+    if (fabs(preduce_result_weight(r) - w[self]) > 1e-15)
+        return snprintf(why, whylen, "own weight %g but member weight %g",
+                        preduce_result_weight(r), w[self]),
+               -1;
     size_t off = 0;
     for (int p = 0; p < nparts; p++) {
         const float *x = preduce_tensor_data(t[p]);
         size_t n = preduce_tensor_len(t[p]);
         for (size_t i = 0; i < n; i++) {
-            double ref = 0;
-            for (size_t j = 0; j < k; j++)
-                ref += w[j] * (double)h_input(ranks[j], vers[j], off + i);
+            double ref =
+                reference(ranks, vers, w, k, self, o->personal, off + i);
             double err = fabs((double)x[i] - ref) / fabs(ref);
             if (err > *worst)
                 *worst = err;
@@ -349,7 +380,7 @@ static int trainer_main(const struct h_cluster *c,
     uint32_t rank = (uint32_t)preduce_rank(cl);
     uint64_t version = 0;
     double t0 = now_s(), worst = 0;
-    long steps = 0, errors = 0;
+    long steps = 0, errors = 0, nonuniform = 0, maxk = 0;
     int status = 0;
     for (int s = 0;; s++) {
         if (o->run_s > 0 ? now_s() - t0 >= o->run_s : s >= o->steps)
@@ -370,7 +401,7 @@ static int trainer_main(const struct h_cluster *c,
         }
         const preduce_result_t *r = preduce_last_result(cl);
         char why[200];
-        if (check(t, nparts, r, o->uniform, &worst, why, sizeof(why)) < 0) {
+        if (check(t, nparts, r, rank, o, &worst, why, sizeof(why)) < 0) {
             fprintf(stderr, "%s: step %d group %llu: %s\n", o->name, s,
                     (unsigned long long)preduce_result_group(r), why);
             status = 5;
@@ -378,13 +409,25 @@ static int trainer_main(const struct h_cluster *c,
         }
         version = preduce_result_version(r);
         steps++;
+        size_t k = preduce_result_size(r);
+        if ((long)k > maxk)
+            maxk = (long)k;
+        for (size_t j = 0; j < k; j++) {
+            double w;
+            preduce_result_member(r, j, NULL, NULL, &w);
+            if (fabs(w - 1.0 / (double)k) > 1e-9) {
+                nonuniform++;
+                break;
+            }
+        }
     }
     double secs = now_s() - t0;
     char path[400];
     snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
     FILE *f = fopen(path, "w");
     if (f) {
-        fprintf(f, "%ld %.6f %ld %.3g\n", steps, secs, errors, worst);
+        fprintf(f, "%ld %.6f %ld %.3g %ld %ld\n", steps, secs, errors, worst,
+                nonuniform, maxk);
         fclose(f);
     }
     preduce_close(cl);
@@ -411,4 +454,20 @@ int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
     int n = fscanf(f, "%ld %lf %ld", steps, secs, errors);
     fclose(f);
     return n == 3 ? 0 : -EINVAL;
+}
+
+int h_trainer_groups(const struct h_cluster *c, const char *name,
+                     long *nonuniform, long *maxk)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    long s, e;
+    double secs, worst;
+    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld", &s, &secs, &e, &worst,
+                   nonuniform, maxk);
+    fclose(f);
+    return n == 6 ? 0 : -EINVAL;
 }

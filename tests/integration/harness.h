@@ -66,6 +66,7 @@ struct h_trainer_opts {
     int nparts;
     int steps;
     int uniform;
+    int personal; /* staleness weighting: personal results */
     int slow_ms;
     int timeout_ms;
     int tolerate_errors; /* reduces that may fail (peer loss tests) */
@@ -78,5 +79,9 @@ int h_wait(pid_t pid, int timeout_ms);
 /* Reads the figures line a trainer wrote: steps done and seconds. */
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
                       double *secs, long *errors);
+
+/* How many results had non-uniform weights; the largest group seen. */
+int h_trainer_groups(const struct h_cluster *c, const char *name,
+                     long *nonuniform, long *maxk);
 
 #endif
