@@ -67,6 +67,9 @@ struct pr_engine {
     uint64_t max_started;
     struct pr_engine_stats st;
     int closing;
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *p);
+    void *mem_ctx;
 };
 
 static void finish(struct group *g, int status);
@@ -95,6 +98,15 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
     return e;
 }
 
+void pr_engine_set_allocator(struct pr_engine *e,
+                             void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx)
+{
+    e->mem_alloc = alloc;
+    e->mem_free = release;
+    e->mem_ctx = ctx;
+}
+
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats)
 {
     if (chunk_floats > 0)
@@ -105,7 +117,10 @@ static void group_free(struct group *g)
 {
     free(g->ring);
     free(g->local);
-    free(g->scratch);
+    if (g->scratch && g->e->mem_free)
+        g->e->mem_free(g->e->mem_ctx, g->scratch);
+    else
+        free(g->scratch);
     free(g->steps);
     free(g);
 }
@@ -437,7 +452,9 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->nlocal = spec->nlocal;
     g->ring = malloc(m * sizeof(*g->ring));
     g->local = malloc(spec->nlocal * sizeof(*g->local));
-    g->scratch = malloc(spec->total * sizeof(float));
+    g->scratch = e->mem_alloc
+                     ? e->mem_alloc(e->mem_ctx, spec->total * sizeof(float))
+                     : malloc(spec->total * sizeof(float));
     g->steps = calloc(m > 1 ? 2 * (m - 1) : 1, sizeof(*g->steps));
     if (!g->ring || !g->local || !g->scratch || !g->steps) {
         group_free(g);

@@ -81,6 +81,14 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
  */
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
+/*
+ * Where scratch vectors come from (default malloc): the RDMA transport
+ * hands out registered memory, so chunks go to the wire without a copy.
+ * Set it before the first group starts.
+ */
+void pr_engine_set_allocator(struct pr_engine *e,
+                             void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx);
 
 /*
  * Starts a group. 0: done() will run exactly once, never from inside this

@@ -13,6 +13,7 @@
 
 #include "daemon/log.h"
 #include "daemon/node_int.h"
+#include "daemon/rdma.h"
 
 #define CTRL_MAX_FRAME  (1u << 20)
 #define TICK_MS         20
@@ -443,6 +444,42 @@ static size_t chunk_floats(const struct pr_conf *c)
     return (size_t)c->xport_chunk_kb * 1024 / sizeof(float);
 }
 
+/*
+ * transport = auto uses RDMA when this node has a usable device (and each
+ * peer link then uses it if the peer has one too); rdma requires it; tcp
+ * never opens a device.
+ */
+static int open_rdma(struct pr_node *n)
+{
+    const struct pr_conf *c = n->conf;
+    if (c->xport_type == PR_XPORT_TCP)
+        return 0;
+    struct pr_rdma_conf rc_conf = {
+        .device = c->xport_rdma_device,
+        .port = (uint8_t)c->xport_rdma_port,
+        .gid_index = (int)c->xport_gid_index,
+        .slots = c->xport_inflight,
+        .slot_payload = chunk_floats(c) * sizeof(float),
+    };
+    int rc = pr_rdma_open(n->loop, &rc_conf, pr_tcp_xport_rdma_ops(), n->xport,
+                          &n->rdma);
+    if (rc < 0) {
+        if (c->xport_type == PR_XPORT_RDMA) {
+            pr_err("transport = rdma, but RDMA device '%s' is not usable: "
+                   "%s",
+                   c->xport_rdma_device[0] ? c->xport_rdma_device : "(any)",
+                   strerror(-rc));
+            return rc;
+        }
+        pr_info("no usable RDMA device (%s): peers use TCP", strerror(-rc));
+        n->rdma = NULL;
+        return 0;
+    }
+    pr_tcp_xport_set_rdma(n->xport, n->rdma, c->xport_type == PR_XPORT_RDMA);
+    pr_engine_set_allocator(n->engine, pr_rdma_alloc, pr_rdma_free, n->rdma);
+    return 0;
+}
+
 int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
 {
     struct pr_node *n = calloc(1, sizeof(*n));
@@ -459,12 +496,6 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
     int rc = 0;
     char host[96];
     uint16_t port, bound = 0;
-    if (conf->xport_type == PR_XPORT_RDMA) {
-        pr_err("transport = rdma: this build has no RDMA transport yet; "
-               "use tcp or auto");
-        rc = -EPROTONOSUPPORT;
-        goto fail;
-    }
     /*
      * Forwarded chunks keep their originator's size, which may be another
      * node's chunk_kb (or ours before a reload): accept up to the largest
@@ -479,6 +510,9 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         goto fail;
     }
     pr_tcp_xport_set_engine(n->xport, n->engine);
+    rc = open_rdma(n);
+    if (rc < 0)
+        goto fail;
     rc = pr_conf_parse_hostport(conf->node_data_listen, host, sizeof(host),
                                 &port);
     if (rc == 0)
@@ -528,8 +562,25 @@ void pr_node_destroy(struct pr_node *n)
     /* Groups fail first, so their trainers still get an answer. */
     pr_engine_destroy(n->engine);
     n->engine = NULL;
+    if (n->xport) {
+        struct pr_tcp_xport_stats ts;
+        pr_tcp_xport_stats(n->xport, &ts);
+        struct pr_rdma_stats rs = {0};
+        if (n->rdma)
+            pr_rdma_stats(n->rdma, &rs);
+        pr_info("data sent: %llu bytes over tcp, %llu over rdma; received: "
+                "%llu over tcp, %llu over rdma (%llu rdma writes)",
+                (unsigned long long)ts.bytes_sent,
+                (unsigned long long)rs.bytes_sent,
+                (unsigned long long)ts.bytes_recv,
+                (unsigned long long)rs.bytes_recv,
+                (unsigned long long)rs.writes);
+    }
     pr_tcp_xport_destroy(n->xport);
     n->xport = NULL;
+    /* After the links: it fails and reaps their queue pairs' requests. */
+    pr_rdma_close(n->rdma);
+    n->rdma = NULL;
     pr_node_ipc_close(n);
     if (n->sched) {
         struct pr_conn *c = n->sched;

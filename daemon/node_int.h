@@ -78,6 +78,7 @@ struct pr_node {
     uint32_t nclients;
     uint32_t next_cookie;
     struct pr_tcp_xport *xport;
+    struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
     struct pr_engine *engine;
     struct ngroup *groups;
     uv_timer_t tick;

@@ -9,6 +9,7 @@
 #include "daemon/conn.h"
 #include "daemon/engine.h"
 #include "daemon/log.h"
+#include "daemon/rdma.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
@@ -18,6 +19,7 @@ enum pstate {
     P_DOWN,
     P_CONNECTING, /* TCP connect in progress (outgoing) */
     P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
+    P_RDMA_WAIT,  /* welcome sent with RDMA; waiting for RdmaReady */
     P_UP,
 };
 
@@ -44,6 +46,7 @@ struct tpeer {
     uint32_t backoff_ms;
     float *abuf; /* aligned copy for a payload at an odd address */
     size_t abuf_len;
+    struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
 };
 
 struct pr_tcp_xport {
@@ -58,12 +61,15 @@ struct pr_tcp_xport {
     int closing;
     int handles; /* open handles that still reference x */
     uint64_t bytes_sent, bytes_recv;
+    struct pr_rdma *rdma; /* NULL: TCP only */
+    int rdma_required;    /* transport = rdma: refuse peers without it */
 };
 
 static const struct pr_link_ops tcp_link_ops;
 static const struct pr_conn_ops peer_ops;
 static const struct pr_conn_ops stranger_ops;
 static void start_connect(struct tpeer *p);
+static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id);
 
 struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
                                          size_t max_chunk_bytes,
@@ -85,6 +91,40 @@ struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
 void pr_tcp_xport_set_engine(struct pr_tcp_xport *x, struct pr_engine *e)
 {
     x->engine = e;
+}
+
+static void rdma_on_chunk(void *ctx, uint32_t node,
+                          const struct pr_chunk_hdr *h, const float *data)
+{
+    struct pr_tcp_xport *x = ctx;
+    if (x->engine)
+        pr_engine_on_chunk(x->engine, node, h, data);
+}
+
+/* A queue pair failed: drop the whole link (and reconnect from scratch). */
+static void rdma_on_error(void *ctx, uint32_t node, int status)
+{
+    struct pr_tcp_xport *x = ctx;
+    struct tpeer *p = find_peer(x, node);
+    if (p && p->conn)
+        pr_conn_close(p->conn, status);
+}
+
+static const struct pr_rdma_ops rdma_ops = {
+    .on_chunk = rdma_on_chunk,
+    .on_error = rdma_on_error,
+};
+
+const struct pr_rdma_ops *pr_tcp_xport_rdma_ops(void)
+{
+    return &rdma_ops;
+}
+
+void pr_tcp_xport_set_rdma(struct pr_tcp_xport *x, struct pr_rdma *r,
+                           int required)
+{
+    x->rdma = r;
+    x->rdma_required = required;
 }
 
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
@@ -146,6 +186,10 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
         p->qtail = &s->next;
         return 0;
     }
+    if (p->qp) {
+        struct pr_link *rl = pr_rdma_qp_link(p->qp);
+        return rl->ops->send(rl, h, data, cb, arg);
+    }
     uint8_t hdr[PR_CHUNK_HDR_LEN];
     pr_chunk_hdr_encode(hdr, h);
     size_t len = (size_t)h->nfloats * sizeof(float);
@@ -173,10 +217,19 @@ static void retry_cb(uv_timer_t *t)
         start_connect(p);
 }
 
+static void drop_qp(struct tpeer *p)
+{
+    if (p->qp) {
+        pr_rdma_qp_destroy(p->qp);
+        p->qp = NULL;
+    }
+}
+
 static void link_down(struct tpeer *p, int status)
 {
     p->conn = NULL;
     p->state = P_DOWN;
+    drop_qp(p);
     if (p->x->engine)
         pr_engine_link_down(p->x->engine, p->base.node_id,
                             status ? status : -ECONNRESET);
@@ -205,8 +258,46 @@ static void up(struct tpeer *p)
     p->state = P_UP;
     p->backoff_ms = BACKOFF_MIN_MS;
     uv_timer_stop(&p->retry);
-    pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
+    if (p->qp)
+        pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
+                "control)",
+                p->base.node_id, p->addr, pr_rdma_device(p->x->rdma));
+    else
+        pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
     flush_pending(p);
+}
+
+/*
+ * The connecting side got the welcome: with the peer's RDMA info, bring
+ * the queue pair to RTS and tell the peer it may write; without it, the
+ * data goes over this TCP link (unless RDMA is required).
+ */
+static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
+{
+    if (!ri || !p->qp) {
+        drop_qp(p);
+        if (p->x->rdma_required) {
+            pr_err("peer node %u (%s) offers no RDMA and transport = rdma: "
+                   "closing",
+                   p->base.node_id, p->addr);
+            return -EPROTONOSUPPORT;
+        }
+        up(p);
+        return 0;
+    }
+    int rc = pr_rdma_qp_connect(p->qp, ri);
+    if (rc < 0)
+        return rc;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    Pr__V1__RdmaReady rr = PR__V1__RDMA_READY__INIT;
+    m.body_case = PR__V1__MSG__BODY_RDMA_READY;
+    m.rdma_ready = &rr;
+    rc = pr_conn_send(p->conn, &m);
+    if (rc < 0)
+        return rc;
+    pr_rdma_qp_start(p->qp);
+    up(p);
+    return 0;
 }
 
 static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
@@ -221,6 +312,11 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                     p->base.node_id, PR_PROTO_VERSION);
             return -EPROTO;
         }
+        return welcomed(p, m->welcome->rdma);
+    }
+    if (p->state == P_RDMA_WAIT &&
+        m->body_case == PR__V1__MSG__BODY_RDMA_READY) {
+        pr_rdma_qp_start(p->qp);
         up(p);
         return 0;
     }
@@ -294,6 +390,16 @@ static void connect_cb(struct pr_conn *c, int status)
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
+    Pr__V1__RdmaInfo ri;
+    drop_qp(p);
+    if (p->x->rdma &&
+        pr_rdma_qp_create(p->x->rdma, p->base.node_id, &p->qp) == 0) {
+        pr_rdma_qp_info(p->qp, &ri);
+        hello.rdma = &ri;
+    } else if (p->x->rdma_required) {
+        pr_conn_close(c, -EPROTONOSUPPORT);
+        return;
+    }
     m.body_case = PR__V1__MSG__BODY_HELLO;
     m.hello = &hello;
     int rc = pr_conn_send(c, &m);
@@ -381,6 +487,7 @@ static void remove_peer(struct tpeer *p)
         p->conn = NULL;
         pr_conn_detach_close(c);
     }
+    drop_qp(p);
     if (p->x->engine)
         pr_engine_link_down(p->x->engine, p->base.node_id, -ECONNRESET);
     fail_pending(p, -ECONNRESET);
@@ -414,6 +521,33 @@ int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
         }
         p = next;
     }
+    return 0;
+}
+
+/*
+ * The accepting side of the RDMA offer in a hello: a queue pair brought to
+ * RTS against the peer's, whose info then goes back in the welcome.
+ */
+static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
+                       const Pr__V1__RdmaInfo *offer, Pr__V1__RdmaInfo *ri)
+{
+    drop_qp(p);
+    if (!offer || !x->rdma) {
+        if (x->rdma_required) {
+            pr_err("peer node %u offers no RDMA and transport = rdma",
+                   p->base.node_id);
+            return -EPROTONOSUPPORT;
+        }
+        return 0;
+    }
+    int rc = pr_rdma_qp_create(x->rdma, p->base.node_id, &p->qp);
+    if (rc == 0)
+        rc = pr_rdma_qp_connect(p->qp, offer);
+    if (rc < 0) {
+        drop_qp(p);
+        return x->rdma_required ? rc : 0;
+    }
+    pr_rdma_qp_info(p->qp, ri);
     return 0;
 }
 
@@ -461,16 +595,32 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
     w.id = x->self;
+    Pr__V1__RdmaInfo ri;
+    int rc = accept_rdma(x, p, h->rdma, &ri);
+    if (rc < 0) {
+        pr_conn_fail(c, rc,
+                     rc == -EPROTONOSUPPORT ? "this node requires RDMA"
+                                            : "RDMA setup failed");
+        return 0;
+    }
+    if (p->qp)
+        w.rdma = &ri;
     r.body_case = PR__V1__MSG__BODY_WELCOME;
     r.welcome = &w;
-    int rc = pr_conn_send(c, &r);
-    if (rc < 0)
+    rc = pr_conn_send(c, &r);
+    if (rc < 0) {
+        drop_qp(p);
         return rc;
+    }
     c->ops = &peer_ops;
     c->owner = p;
     snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
     p->conn = c;
-    up(p);
+    /* With RDMA, writes wait until the peer's queue pair is ready. */
+    if (p->qp)
+        p->state = P_RDMA_WAIT;
+    else
+        up(p);
     return 0;
 }
 

@@ -4,11 +4,16 @@
  * lower one, so each pair has exactly one connection).
  *
  * Link protocol, in order:
- *  1. The connecting side sends Msg.hello{version, role NODE, node_id}.
- *  2. The accepting side checks the version, answers Msg.welcome{id = its
- *     own node id}, and the link is up on both sides.
- *  3. Then only PR_FRAME_DATA frames flow: a chunk header (xport.h) and
- *     the float32 payload, written straight from the group's vector.
+ *  1. The connecting side sends Msg.hello{version, role NODE, node_id,
+ *     rdma = its queue pair's info if it has an RDMA device}.
+ *  2. The accepting side checks the version and answers Msg.welcome{id =
+ *     its own node id, rdma = its queue pair's info if it took the offer}.
+ *  3. With RDMA on both ends, the connecting side brings its queue pair to
+ *     RTS and sends Msg.rdma_ready; the accepting side writes only after
+ *     that. The data then goes by RDMA WRITE WITH IMMEDIATE (rdma.h).
+ *  4. Without, PR_FRAME_DATA frames flow on this link: a chunk header
+ *     (xport.h) and the float32 payload, written straight from the group's
+ *     vector.
  * Sends posted before the link is up wait in the link; a link that fails
  * completes them with an error and tells the engine, which fails the
  * groups that needed that peer.
@@ -23,6 +28,8 @@
 #include "daemon/xport.h"
 
 struct pr_engine;
+struct pr_rdma;
+struct pr_rdma_ops;
 struct pr_tcp_xport;
 
 struct pr_tcp_peer_info {
@@ -38,6 +45,15 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
                         uint16_t *bound);
 void pr_tcp_xport_set_engine(struct pr_tcp_xport *x, struct pr_engine *e);
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self);
+/*
+ * Moves the data of every link that both ends can serve by RDMA onto a
+ * verbs queue pair (rdma.h); the TCP link stays for control. `required`:
+ * refuse peers without RDMA (transport = rdma) instead of using TCP.
+ * pr_rdma_open() takes pr_tcp_xport_rdma_ops() with x as its context.
+ */
+void pr_tcp_xport_set_rdma(struct pr_tcp_xport *x, struct pr_rdma *r,
+                           int required);
+const struct pr_rdma_ops *pr_tcp_xport_rdma_ops(void);
 /* The peers there are now; links to peers no longer listed are closed. */
 int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
                            const struct pr_tcp_peer_info *peers, size_t n);

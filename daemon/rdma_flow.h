@@ -1,0 +1,64 @@
+/*
+ * The pure bookkeeping of the RDMA transport, apart from verbs so that
+ * plain unit tests cover it: receive-slot credits and the cutting of an
+ * engine chunk into writes that fit the peer's slots.
+ *
+ * Credits: the receiver owns `slots` receive slots of `slot_bytes` each and
+ * advertises them once. The sender writes slot after slot, round robin,
+ * spending one credit per write, and stops at zero. The receiver consumes
+ * slots in order (an RC queue pair delivers in order) and returns the count
+ * it consumed in a zero-length write-with-immediate flagged as a credit
+ * message; the sender adds them back. So a slot is never overwritten
+ * before the receiver is done with it.
+ */
+#ifndef PR_RDMA_FLOW_H
+#define PR_RDMA_FLOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/xport.h"
+
+/* Immediate data: a slot index, or a credit return (flag | count). */
+#define PR_IMM_CREDIT 0x80000000u
+#define PR_IMM_MASK   0x7fffffffu
+
+struct pr_credit {
+    uint32_t slots;     /* the peer's receive slots */
+    uint32_t credits;   /* writes this side may still post */
+    uint32_t next_slot; /* the peer slot the next write goes to */
+    uint32_t consumed;  /* our slots consumed, not yet returned */
+};
+
+void pr_credit_init(struct pr_credit *c, uint32_t peer_slots);
+/* Takes a credit: 0 and the slot to write, or -EAGAIN at zero credits. */
+int pr_credit_take(struct pr_credit *c, uint32_t *slot);
+/* The peer returned n credits; -EPROTO if that exceeds what was taken. */
+int pr_credit_give(struct pr_credit *c, uint32_t n);
+/* This side consumed one of its own slots. */
+void pr_credit_consumed(struct pr_credit *c);
+/*
+ * How many credits to return now (and forget them), or 0: at least
+ * `batch`, or all when `flush` (the receiver drained its completions).
+ */
+uint32_t pr_credit_due(struct pr_credit *c, uint32_t batch, int flush);
+
+/* Encodes and decodes the immediate (host order). */
+uint32_t pr_imm_slot(uint32_t slot);
+uint32_t pr_imm_credit(uint32_t n);
+/* 1: credit return of *n; 0: data in slot *n; -EPROTO: out of range. */
+int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n);
+
+/*
+ * Cuts chunk `h` into pieces that fit a peer slot of `slot_bytes` (a chunk
+ * header plus payload). Piece i covers floats [h->off + i * per, ...).
+ * Returns the number of pieces (>= 1), or 0 if a slot cannot hold even a
+ * header and one float.
+ */
+size_t pr_rdma_pieces(const struct pr_chunk_hdr *h, size_t slot_bytes,
+                      uint32_t *per_piece);
+/* The header of piece i of `h` (same group, step, segment). */
+void pr_rdma_piece(const struct pr_chunk_hdr *h, uint32_t per, size_t i,
+                   struct pr_chunk_hdr *out);
+
+#endif
