@@ -17,57 +17,23 @@ STEPS=${DEMO_STEPS:-150}
 STEP_MS=${DEMO_STEP_MS:-20}
 SLOW=${DEMO_SLOW:-3}
 WORK=$(mktemp -d /tmp/preduce-demo.XXXXXX)
-PIDS=()
+. "$(dirname "$0")/cluster.sh"
 
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    cluster_stop
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# A TCP port on 127.0.0.1 that nothing listens on right now.
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo "$p"; return; }
-    done
-}
-
-wait_for() { # path or port, up to 5 s
-    for _ in $(seq 100); do
-        if [[ $1 == /* ]]; then [ -S "$1" ] && return 0
-        else (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; fi
-        sleep 0.05
-    done
-    echo "demo: $1 did not come up; logs in $WORK" >&2
-    exit 1
-}
-
 run() { # policy
-    local policy=$1 dir=$WORK/$1 sport
-    mkdir -p "$dir"
-    sport=$(free_port)
-    "$PREDUCED" --role scheduler --set scheduler.listen=127.0.0.1:$sport \
-        --set scheduler.policy="$policy" >"$dir/sched.log" 2>&1 &
-    PIDS+=($!)
-    wait_for "$sport"
-    for n in 0 1; do
-        "$PREDUCED" --role node --set node.name=node$n \
-            --set node.scheduler=127.0.0.1:$sport \
-            --set node.socket="$dir/node$n.sock" \
-            --set node.data_listen=127.0.0.1:$(free_port) \
-            >"$dir/node$n.log" 2>&1 &
-        PIDS+=($!)
-        wait_for "$dir/node$n.sock"
-    done
+    local policy=$1 dir=$WORK/$1
+    cluster_start "$dir" "$policy" 2 || { echo "demo: logs in $dir" >&2; exit 1; }
     local t0 tpids=()
     t0=$(date +%s.%N)
     for w in 0 1 2 3; do
         local slow=1
         [ $w -eq 3 ] && slow=$SLOW
-        "$TRAINER" --socket "$dir/node$((w % 2)).sock" --name w$w \
+        "$TRAINER" --socket "$(cluster_socket "$dir" $((w % 2)))" --name w$w \
             --world 4 --shard $w --steps "$STEPS" --step-ms "$STEP_MS" \
             --slow $slow --print-every 30 2>&1 |
             while IFS= read -r line; do
@@ -77,9 +43,7 @@ run() { # policy
         tpids+=($!)
     done
     for p in "${tpids[@]}"; do wait "$p"; done
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    PIDS=()
+    cluster_stop
     # Seconds until the three fast workers were done, and their final loss.
     local fast_end=0 loss
     for w in 0 1 2; do

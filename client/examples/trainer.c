@@ -58,6 +58,8 @@ struct opts {
     long world;
     long shard; /* -1: rank % world */
     long retries;
+    double target_loss; /* > 0: stop once the shard loss is this low */
+    long eval_every;
 };
 
 /* The worker's shard: n samples of FEATURES floats and their labels. */
@@ -262,8 +264,9 @@ static int train(const struct opts *o)
     float *w = preduce_tensor_data(t);
     struct rng r = {o->seed ^ (0x5851f42d4c957f2dull * (uint64_t)(rank + 1))};
     double start = now_s(), mark = start, loss = 0, acc = 0;
-    long mark_step = 0;
+    long mark_step = 0, steps = 0;
     for (long step = 1; step <= o->steps; step++) {
+        steps = step;
         double t0 = now_s();
         sgd_step(w, &sh, o->batch, o->lr, &r);
         simulate(o, now_s() - t0, &r);
@@ -282,11 +285,21 @@ static int train(const struct opts *o)
             mark = now;
             mark_step = step;
         }
+        if (o->target_loss > 0 && step % o->eval_every == 0) {
+            evaluate(w, &sh, &loss, &acc);
+            if (loss <= o->target_loss) {
+                printf("name=%s rank=%d reached loss=%.4f target=%.4f "
+                       "step=%ld time=%.3fs\n",
+                       o->name, rank, loss, o->target_loss, step,
+                       now_s() - start);
+                break;
+            }
+        }
     }
     double total = now_s() - start;
     printf("name=%s rank=%d done steps=%ld time=%.2fs steps/s=%.1f "
            "loss=%.4f acc=%.3f version=%llu\n",
-           o->name, rank, o->steps, total, (double)o->steps / total, loss, acc,
+           o->name, rank, steps, total, (double)steps / total, loss, acc,
            (unsigned long long)preduce_result_version(preduce_last_result(c)));
 out:
     free(sh.x);
@@ -321,7 +334,10 @@ static void usage(FILE *f)
             "  --print-every K     print a progress line every K steps (20)\n"
             "  --timeout-ms MS     timeout of every preduce call (60000)\n"
             "  --retries N         retries of a reduce after -ETIMEDOUT or\n"
-            "                      -ECONNRESET before giving up (3)\n",
+            "                      -ECONNRESET before giving up (3)\n"
+            "  --target-loss X     stop once the loss on the shard is at\n"
+            "                      most X, and print when (0: off)\n"
+            "  --eval-every K      check the target every K steps (5)\n",
             CLASSES, FEATURES);
 }
 
@@ -364,6 +380,8 @@ enum {
     OPT_PRINT_EVERY,
     OPT_TIMEOUT_MS,
     OPT_RETRIES,
+    OPT_TARGET_LOSS,
+    OPT_EVAL_EVERY,
 };
 
 /* In the order of the enum: the error message indexes it. */
@@ -384,6 +402,8 @@ static const struct option longopts[] = {
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
     {"retries", required_argument, NULL, OPT_RETRIES},
+    {"target-loss", required_argument, NULL, OPT_TARGET_LOSS},
+    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -405,6 +425,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .world = 4,
         .shard = -1,
         .retries = 3,
+        .eval_every = 5,
     };
     snprintf(o->name, sizeof(o->name), "trainer-%ld", (long)getpid());
     int ch;
@@ -460,6 +481,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_RETRIES:
             ok = parse_long(optarg, 0, 1000, &o->retries);
+            break;
+        case OPT_TARGET_LOSS:
+            ok = parse_double(optarg, 0, 1e9, &o->target_loss);
+            break;
+        case OPT_EVAL_EVERY:
+            ok = parse_long(optarg, 1, 1000000, &o->eval_every);
             break;
         case 'h':
             usage(stdout);
