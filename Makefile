@@ -45,6 +45,8 @@ PROTO_OBJS := $(BUILD)/proto/preduce.pb-c.o $(BUILD)/proto/frame.o
 
 DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+SIM_SRCS := $(filter-out daemon/sim/main.c,$(wildcard daemon/sim/*.c))
+SIM_OBJS := $(SIM_SRCS:%.c=$(BUILD)/%.o)
 CLIENT_SRCS := $(wildcard client/*.c)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 TOOL_SRCS := $(wildcard tools/*.c)
@@ -63,10 +65,12 @@ BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 SOVER := 1
 LIB_SO := $(BUILD)/libpreduce.so.$(SOVER)
 LIB_A := $(BUILD)/libpreduce.a
-BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(TOOLS)
+BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(BUILD)/preduce-sim \
+	$(TOOLS)
 
 FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
-	client/*.[ch] client/include/*.h client/examples/*.[ch] proto/*.[ch] \
+	daemon/sim/*.[ch] client/*.[ch] client/include/*.h \
+	client/examples/*.[ch] proto/*.[ch] \
 	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format asan demo \
@@ -105,14 +109,23 @@ $(BUILD)/libpreduced.a: $(DAEMON_OBJS) $(PROTO_OBJS)
 $(BUILD)/preduced: $(BUILD)/daemon/main.o $(BUILD)/libpreduced.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The simulator: the real scheduler core under a simulated clock.
+$(BUILD)/libprsim.a: $(SIM_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/preduce-sim: $(BUILD)/daemon/sim/main.o $(BUILD)/libprsim.a \
+		$(BUILD)/libpreduced.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/preduce-trainer: $(BUILD)/client/examples/trainer.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libpreduced.a $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(BUILD)/libpreduced.a \
-		$(LIB_A)
+$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(BUILD)/libprsim.a \
+		$(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
@@ -122,7 +135,7 @@ $(BUILD)/tests/itest_%: $(BUILD)/tests/integration/test_%.o \
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(TEST_LIB_OBJS) \
-		$(BUILD)/libpreduced.a $(LIB_A)
+		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -164,8 +177,8 @@ demo: all
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/preduce $(DESTDIR)$(UNITDIR)
-	install -m 755 $(BUILD)/preduced $(BUILD)/preduce-trainer $(TOOLS) \
-		$(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/preduced $(BUILD)/preduce-trainer \
+		$(BUILD)/preduce-sim $(TOOLS) $(DESTDIR)$(BINDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
@@ -177,11 +190,23 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
+		$(DESTDIR)$(BINDIR)/preduce-sim \
 		$(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
 		$(DESTDIR)$(INCDIR)/preduce.h \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
+
+# RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):
+# installs QEMU and the verbs tools, fetches a Debian kernel, boots it.
+.PHONY: check-rdma
+# The RDMA tests in a Soft-RoCE guest (tests/rdma/README.md); bounded by
+# the guest's timeouts, well under 10 minutes.
+check-rdma: $(BUILD)/tests/itest_rdma $(BUILD)/bench/bench_allreduce $(BINS)
+	tests/rdma/setup.sh
+	RDMA_GUEST_TIMEOUT=$${RDMA_GUEST_TIMEOUT:-540} \
+	RDMA_HOST_TIMEOUT=$${RDMA_HOST_TIMEOUT:-590} PREDUCE_BUILD=$(abspath $(BUILD)) \
+		tests/rdma/run-in-guest.sh tests/rdma/check.sh
 
 clean:
 	rm -rf $(BUILD)
