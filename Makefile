@@ -167,9 +167,15 @@ asan:
 	$(MAKE) BUILD=build/asan SANITIZE=1 OPT="-O1 -g" check-unit \
 		check-integration
 
+# Benchmarks print figures (ratios against an anchor measured in the same
+# run); they never fail on timing. About a minute in all.
 bench: $(BENCH_BINS) $(BINS)
 	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; \
 		$(TEST_ENV) ./$$b; done
+	@echo "== preduce-sim --acceptance"
+	./$(BUILD)/preduce-sim --acceptance
+	@echo "== tests/bench/convergence.sh"
+	tests/bench/convergence.sh $(BUILD)
 
 demo: all
 	./client/examples/demo.sh $(BUILD)

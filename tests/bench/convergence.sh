@@ -21,9 +21,10 @@ WORK=$(mktemp -d /tmp/preduce-bench.XXXXXX)
 trap 'cluster_stop; rm -rf "$WORK"' EXIT
 
 # Runs one job; prints the median seconds to the target over the workers.
-run() { # name policy slow_factor_of_worker0
+run() { # name policy slow_factor_of_worker0 [scheduler --set ...]
     local dir=$WORK/$1 policy=$2 slow=$3 pids=() w
-    cluster_start "$dir" "$policy" 2 >/dev/null || {
+    shift 3
+    cluster_start "$dir" "$policy" 2 "$@" >/dev/null || {
         echo "bench: could not start; logs in $dir" >&2
         exit 1
     }
@@ -46,15 +47,19 @@ run() { # name policy slow_factor_of_worker0
 
 echo "convergence benchmark: $N trainers on 2 daemons, ${STEP_MS} ms steps,"
 echo "median time for a worker's shard loss to reach $TARGET"
-printf '%-13s %-10s %10s %14s\n' profile policy seconds "vs allreduce"
+printf '%-13s %-20s %10s %14s\n' profile policy seconds "vs allreduce"
 for profile in homogeneous one-3x-slow; do
     slow=1
     [ $profile = one-3x-slow ] && slow=3
     a=$(run "$profile-allreduce" allreduce $slow)
     d=$(run "$profile-dynamic" dynamic $slow)
-    printf '%-13s %-10s %10.2f %14s\n' $profile allreduce "$a" "1.00"
-    awk -v p=$profile -v a="$a" -v d="$d" 'BEGIN {
-        printf "%-13s %-10s %10.2f %13.2fx\n", p, "dynamic", d, a / d }'
+    s=$(run "$profile-dynamic-st" dynamic $slow \
+        --set scheduler.weighting=staleness)
+    printf '%-13s %-20s %10.2f %14s\n' $profile allreduce "$a" "1.00"
+    awk -v p=$profile -v a="$a" -v d="$d" -v s="$s" 'BEGIN {
+        printf "%-13s %-20s %10.2f %13.2fx\n", p, "dynamic", d, a / d
+        printf "%-13s %-20s %10.2f %13.2fx\n", p, "dynamic+staleness", s,
+            a / s }'
 done
 echo "(targets: dynamic >= 1.5x sooner with the straggler; homogeneous no"
 echo " later than 1.05x of allreduce, i.e. a ratio >= 0.95)"

@@ -27,6 +27,9 @@ struct h_cluster {
 uint16_t h_free_port(void);
 
 /*
+ * Every node daemon also gets the space-separated key=value settings in
+ * $PREDUCE_TEST_NODE_SETS (e.g. "transport.type=rdma" in the RDMA guest).
+ *
  * Starts a scheduler with `sets` (NULL-terminated "key=value" list, may be
  * NULL) and `nnodes` node daemons; waits until every trainer socket
  * accepts. 0 or -errno.
@@ -71,6 +74,7 @@ struct h_trainer_opts {
     int timeout_ms;
     int tolerate_errors; /* reduces that may fail (peer loss tests) */
     double run_s;        /* if > 0: run for this long instead of `steps` */
+    int no_check;        /* benchmarks: skip the reference check */
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);
@@ -79,6 +83,15 @@ int h_wait(pid_t pid, int timeout_ms);
 /* Reads the figures line a trainer wrote: steps done and seconds. */
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
                       double *secs, long *errors);
+
+/*
+ * Node i's data bytes by transport, from the line its log ends with after
+ * h_cluster_stop (kept with PREDUCE_KEEP_LOGS) or h_node_stop.
+ */
+int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
+                      unsigned long long *rdma);
+/* Stops node i alone (SIGTERM); 0 when it exited 0. */
+int h_node_stop(struct h_cluster *c, int i);
 
 /* How many results had non-uniform weights; the largest group seen. */
 int h_trainer_groups(const struct h_cluster *c, const char *name,
