@@ -277,9 +277,16 @@ static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
     if (d->status > 0 || d->status < -4095)
         return -EPROTO;
     if (d->status == 0) {
-        int rc = pr_client_result_set(&c->done, d, c->rank);
+        /*
+         * The rank is the one the group used: it changes when the daemon
+         * re-registered this worker with a restarted scheduler.
+         */
+        if (d->rank > INT32_MAX)
+            return -EPROTO;
+        int rc = pr_client_result_set(&c->done, d, d->rank);
         if (rc < 0)
             return rc;
+        c->rank = d->rank;
     }
     c->done_status = d->status;
     c->done_ready = true;

@@ -24,7 +24,8 @@
 int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
                          size_t n, int timeout_ms)
 {
-    if (!c || !tensors || n == 0 || timeout_ms < 0)
+    /* A reduce always waits for a group: it needs a deadline above 0. */
+    if (!c || !tensors || n == 0 || timeout_ms <= 0)
         return -EINVAL;
     if (c->err)
         return pr_client_err(c);

@@ -67,6 +67,8 @@ struct pr_conf {
     int sched_weighting; /* enum pr_weighting */
     double sched_staleness_alpha;
     uint32_t sched_isolation_bound; /* B; 0 turns the generator off */
+    double sched_gen_hold_ms;       /* generator: fixed hold; 0 = adaptive */
+    double sched_gen_hold_max_ms;   /* generator: the longest hold */
     uint32_t sched_heartbeat_ms;
     uint32_t sched_node_timeout_ms;
     uint32_t sched_group_timeout_ms;

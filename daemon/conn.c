@@ -7,6 +7,8 @@
 
 #include "daemon/log.h"
 
+static const struct pr_conn_ops detached_ops;
+
 struct wreq {
     uv_write_t req;
     struct pr_conn *c;
@@ -182,6 +184,9 @@ static void connect_cb(uv_connect_t *req, int status)
     struct pr_conn *c = cr->c;
     void (*cb)(struct pr_conn *, int) = cr->cb;
     free(cr);
+    /* Its owner is gone (pr_conn_detach_close): nobody to tell. */
+    if (c->ops == &detached_ops)
+        return;
     if (status == 0 && !c->closing)
         status = pr_conn_start(c);
     if (c->closing && status == 0)
@@ -225,6 +230,13 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
 {
     if (c->closing)
         return -ENOTCONN;
+    /* A peer that stops reading must not make this side queue forever. */
+    if (pr_conn_write_queue(c) > PR_CONN_MAX_QUEUED) {
+        pr_warn("%s: more than %u bytes unread by the peer: closing", c->name,
+                PR_CONN_MAX_QUEUED);
+        pr_conn_close(c, -ENOBUFS);
+        return -ENOBUFS;
+    }
     struct wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
@@ -276,14 +288,12 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     return 0;
 }
 
-static void shutdown_cb(uv_shutdown_t *req, int status)
-{
-    struct pr_conn *c = req->data;
-    (void)status;
-    free(req);
-    uv_close(&c->h.handle, close_cb);
-}
-
+/*
+ * Sends an Error and closes. The error is written at once if the socket
+ * takes it (uv_write tries a write before queueing), and then reaches the
+ * peer even though the handle closes right after; a peer that does not
+ * read loses it, and nothing waits on such a peer.
+ */
 void pr_conn_fail(struct pr_conn *c, int code, const char *reason)
 {
     if (c->closing)
@@ -294,24 +304,8 @@ void pr_conn_fail(struct pr_conn *c, int code, const char *reason)
     e.reason = (char *)reason;
     m.body_case = PR__V1__MSG__BODY_ERROR;
     m.error = &e;
-    /*
-     * Let the error reach the peer: uv_close() would cancel the write, so
-     * shut the write side down (after queued writes) and close from there.
-     */
-    uv_shutdown_t *req = malloc(sizeof(*req));
-    if (pr_conn_send(c, &m) < 0 || !req) {
-        free(req);
-        pr_conn_close(c, code);
-        return;
-    }
-    c->closing = 1;
-    c->status = code;
-    uv_read_stop(&c->h.stream);
-    req->data = c;
-    if (uv_shutdown(req, &c->h.stream, shutdown_cb) < 0) {
-        free(req);
-        uv_close(&c->h.handle, close_cb);
-    }
+    pr_conn_send(c, &m);
+    pr_conn_close(c, code);
 }
 
 static int detached_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)

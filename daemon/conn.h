@@ -82,6 +82,9 @@ void pr_conn_detach_close(struct pr_conn *c);
 /* Bytes queued in the kernel-side write queue not yet written. */
 size_t pr_conn_write_queue(const struct pr_conn *c);
 
+/* Control bytes a peer may leave unread before the conn is closed. */
+#define PR_CONN_MAX_QUEUED (8u << 20)
+
 /* The Msg to use in a frame: zero-initialised, with a body set by caller. */
 #define PR_MSG_INIT PR__V1__MSG__INIT
 

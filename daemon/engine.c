@@ -248,19 +248,51 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
 }
 
 /* Step 0: this daemon's own segment, cut into chunks of its chunk size. */
-static int post_own_segment(struct group *g)
+/* Sums the members' floats [a, b) into scratch, each scaled by its weight. */
+static void sum_range(struct group *g, size_t a, size_t b)
+{
+    for (size_t i = 0; i < g->nlocal; i++) {
+        const struct pr_engine_member *mb = &g->local[i];
+        float w = (float)mb->weight;
+        size_t off = 0;
+        for (size_t p = 0; p < mb->nparts && off < b; p++) {
+            size_t len = mb->parts[p].len;
+            size_t lo = a > off ? a : off;
+            size_t hi = b < off + len ? b : off + len;
+            if (lo < hi) {
+                const float *src = mb->parts[p].data + (lo - off);
+                if (i == 0)
+                    pr_reduce_scale(g->scratch + lo, src, w, hi - lo);
+                else
+                    pr_reduce_axpy(g->scratch + lo, src, w, hi - lo);
+            }
+            off += len;
+        }
+    }
+}
+
+/*
+ * Step 0: this daemon's own segment, cut into chunks of its chunk size.
+ * Each chunk is summed just before it is posted, and the other segments
+ * after, so the wire is busy while the rest of the local sum is computed.
+ */
+static int sum_and_post_own_segment(struct group *g)
 {
     size_t start, len;
     pr_ring_segment(g->total, g->m, g->pos, &start, &len);
     size_t c = g->e->chunk_floats;
+    int rc = 0;
     if (len == 0)
-        return post(g, 0, g->pos, start, 0);
-    for (size_t off = 0; off < len; off += c) {
+        rc = post(g, 0, g->pos, start, 0);
+    for (size_t off = 0; off < len && rc == 0; off += c) {
         size_t n = len - off < c ? len - off : c;
-        int rc = post(g, 0, g->pos, start + off, n);
-        if (rc < 0)
-            return rc;
+        sum_range(g, start + off, start + off + n);
+        rc = post(g, 0, g->pos, start + off, n);
     }
+    if (rc < 0)
+        return rc;
+    sum_range(g, 0, start);
+    sum_range(g, start + len, g->total);
     return 0;
 }
 
@@ -467,34 +499,20 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->steps_left = m > 1 ? 2 * (m - 1) : 0;
     g->deadline_ms = uv_now(e->loop) + spec->timeout_ms;
 
-    /* 1. The weighted local sum, straight from the members' memory. */
-    for (size_t i = 0; i < g->nlocal; i++) {
-        const struct pr_engine_member *mb = &g->local[i];
-        size_t off = 0;
-        for (size_t p = 0; p < mb->nparts; p++) {
-            float w = (float)mb->weight;
-            if (i == 0)
-                pr_reduce_scale(g->scratch + off, mb->parts[p].data, w,
-                                mb->parts[p].len);
-            else
-                pr_reduce_axpy(g->scratch + off, mb->parts[p].data, w,
-                               mb->parts[p].len);
-            off += mb->parts[p].len;
-        }
-    }
-
     g->next = e->groups;
     e->groups = g;
     if (g->id > e->max_started)
         e->max_started = g->id;
     arm_sweep(e);
 
+    /* 1. The weighted local sum, straight from the members' memory. */
     if (m == 1) {
+        sum_range(g, 0, g->total);
         finish(g, 0);
         return 0;
     }
     /* 2. Our segment goes right; then what came early from the left. */
-    int rc = post_own_segment(g);
+    int rc = sum_and_post_own_segment(g);
     if (rc < 0)
         finish(g, rc);
     /* Even a failed group takes its early chunks out of the stash. */

@@ -97,6 +97,17 @@ static int load(struct daemon *d)
         print_err(d->path, &err);
         return rc;
     }
+    /*
+     * Refuse rather than run open while the operator believes the links
+     * are authenticated.
+     */
+    if (d->conf.sec_key_file && d->conf.sec_key_file[0]) {
+        fprintf(stderr,
+                "preduced: security.key_file: cluster-key authentication is "
+                "not implemented in this version; unset the key, and keep "
+                "the daemons' ports on a trusted network\n");
+        return -ENOTSUP;
+    }
     return 0;
 }
 

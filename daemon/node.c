@@ -30,6 +30,7 @@ struct ngroup {
     size_t nlocal;
     struct nclient **clients; /* nlocal */
     double *local_weight;     /* nlocal */
+    uint32_t *local_rank;     /* nlocal: the rank this group knows them by */
     size_t k;
     uint32_t *ranks; /* k: the whole group, for the trainers' results */
     uint64_t *versions;
@@ -58,6 +59,7 @@ static void ngroup_free(struct ngroup *g)
 {
     free(g->clients);
     free(g->local_weight);
+    free(g->local_rank);
     free(g->ranks);
     free(g->versions);
     free(g->weights);
@@ -103,7 +105,7 @@ static void group_done_cb(void *arg, uint64_t id, int status)
         d.member_versions = g->versions;
         d.n_member_weights = g->k;
         d.member_weights = g->weights;
-        d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+        d.rank = g->local_rank[i];
         pr_node_reduce_reply(c, &d);
     }
     if (!n->stopping)
@@ -121,6 +123,28 @@ static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
     send_group_done(n, id, status);
 }
 
+/*
+ * How long the engine may run this group: the scheduler's group timeout,
+ * but never past the point where a member's trainer gives up waiting (its
+ * reduce deadline plus the client's grace, PR_CLIENT_GRACE_MS = 10 s, less
+ * a margin), since a trainer that was told its reduce failed must find its
+ * tensors untouched.
+ */
+static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
+                               const struct ngroup *g)
+{
+    uint64_t now = uv_now(n->loop);
+    uint64_t limit =
+        gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        uint64_t end = g->clients[i]->deadline_ms + PR_NODE_GRACE_MS;
+        uint64_t left = end > now ? end - now : 1;
+        if (left < limit)
+            limit = left;
+    }
+    return (uint32_t)limit;
+}
+
 static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
 {
     uint32_t pos = UINT32_MAX;
@@ -133,12 +157,13 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
     if (g) {
         g->clients = calloc(k ? k : 1, sizeof(*g->clients));
         g->local_weight = calloc(k ? k : 1, sizeof(double));
+        g->local_rank = calloc(k ? k : 1, sizeof(uint32_t));
         g->ranks = calloc(k ? k : 1, sizeof(uint32_t));
         g->versions = calloc(k ? k : 1, sizeof(uint64_t));
         g->weights = calloc(k ? k : 1, sizeof(double));
     }
-    if (!g || !em || !g->clients || !g->local_weight || !g->ranks ||
-        !g->versions || !g->weights) {
+    if (!g || !em || !g->clients || !g->local_weight || !g->local_rank ||
+        !g->ranks || !g->versions || !g->weights) {
         if (g)
             ngroup_free(g);
         free(em);
@@ -153,19 +178,31 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
     int status = -EPROTO;
     if (k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
         why = "malformed group (no members, or this node not in the ring)";
-    for (size_t i = 0; i < k && !why; i++) {
+    for (size_t i = 0; i < k; i++) {
         const Pr__V1__Member *mb = gm->members[i];
         g->ranks[i] = mb->rank;
         g->versions[i] = mb->version;
         g->weights[i] = mb->weight;
+    }
+    /*
+     * Every local member must have this very reduce waiting, once. On a
+     * refusal, every local member that matched is failed too: its READY
+     * was used up by this group.
+     */
+    for (size_t i = 0; i < k && pos != UINT32_MAX; i++) {
+        const Pr__V1__Member *mb = gm->members[i];
         if (mb->node_id != n->self)
             continue;
         struct nclient *c = pr_node_client_by_rank(n, mb->rank);
-        if (!c || c->seq != mb->seq ||
+        int dup = 0;
+        for (size_t j = 0; c && j < g->nlocal; j++)
+            dup |= g->clients[j] == c;
+        if (!c || dup || c->seq != mb->seq ||
             (c->rstate != R_QUEUED && c->rstate != R_CANCELLING)) {
-            why = "a local member has no reduce waiting";
+            why = dup ? "a member appears twice"
+                      : "a local member has no reduce waiting";
             status = -ESRCH;
-            break;
+            continue;
         }
         size_t total = 0;
         for (size_t p = 0; p < c->nparts; p++)
@@ -173,14 +210,13 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
         if (total != gm->nfloats) {
             why = "a local member's tensors differ in length from the group";
             status = -EINVAL;
-            g->clients[g->nlocal++] = c;
-            break;
         }
         em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
                                                   .weight = mb->weight,
                                                   .parts = c->parts,
                                                   .nparts = c->nparts};
         g->local_weight[g->nlocal] = mb->weight;
+        g->local_rank[g->nlocal] = mb->rank;
         g->clients[g->nlocal++] = c;
     }
     if (!why && g->nlocal == 0)
@@ -201,8 +237,7 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
         .ring = gm->ring,
         .local = em,
         .nlocal = g->nlocal,
-        .timeout_ms =
-            gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms,
+        .timeout_ms = group_deadline(n, gm, g),
         .done = group_done_cb,
         .arg = g,
     };
@@ -526,7 +561,8 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         snprintf(n->data_addr, sizeof(n->data_addr), "%s",
                  conf->node_data_advertise);
     else
-        snprintf(n->data_addr, sizeof(n->data_addr), "%s:%u", host, bound);
+        snprintf(n->data_addr, sizeof(n->data_addr),
+                 strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
     rc = pr_node_ipc_listen(n);
     if (rc < 0)
         goto fail;

@@ -88,6 +88,13 @@ struct pr_node {
     uint64_t reduces_ok, reduces_failed;
 };
 
+/*
+ * How long past a trainer's reduce deadline the daemon may still finish its
+ * group: below the client library's grace (10 s), so a trainer that gave
+ * up never finds its tensors changed afterwards.
+ */
+#define PR_NODE_GRACE_MS 5000
+
 /* node.c */
 int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
 int pr_node_sched_up(const struct pr_node *n);

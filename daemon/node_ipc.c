@@ -195,11 +195,17 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
 
 void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
 {
+    if (status > 0)
+        status = -EPROTO; /* the scheduler speaks negative errnos only */
     if (status == 0)
         c->rank = rank;
     if (!c->conn) {
-        /* The trainer left while joining: undo the registration. */
-        client_free(c);
+        /*
+         * The trainer left while joining: undo the registration, unless a
+         * group of an earlier scheduler session still uses its tensors.
+         */
+        if (c->rstate == R_NONE)
+            client_free(c);
         return;
     }
     if (c->state == C_UP) {
@@ -634,8 +640,19 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;
-        if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms)
+        if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms) {
             send_cancel(c);
+        } else if (c->rstate == R_CANCELLING &&
+                   now_ms >= c->deadline_ms + PR_NODE_GRACE_MS) {
+            /*
+             * Neither a Group nor a Reject came: give up. A Group that
+             * still comes finds no reduce waiting and is refused.
+             */
+            pr_warn("worker %lld: no answer to its cancel: failing its "
+                    "reduce",
+                    (long long)c->rank);
+            pr_node_reduce_fail(c, -ETIMEDOUT);
+        }
         c = next;
     }
 }
@@ -645,10 +662,18 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;
-        if (c->rstate == R_QUEUED || c->rstate == R_CANCELLING)
+        /* Ranks belong to the scheduler session that gave them. */
+        c->rank = -1;
+        if (c->rstate == R_QUEUED || c->rstate == R_CANCELLING) {
             pr_node_reduce_fail(c, -ECONNRESET);
-        else if (c->state == C_JOINING && c->conn)
-            pr_conn_fail(c->conn, -ECONNRESET, "the scheduler went away");
+        } else if (c->state == C_JOINING) {
+            /* No WorkerJoined will come: the trainer must start over. */
+            c->state = C_HELLO;
+            if (c->conn)
+                pr_conn_fail(c->conn, -ECONNRESET, "the scheduler went away");
+            else
+                client_free(c);
+        }
         c = next;
     }
 }

@@ -86,6 +86,7 @@ struct pr_rdma {
     void *octx;
     char name[64];
     struct pr_rdma_stats st;
+    int closed; /* the poll handle is closed; free once the pool is idle */
 };
 
 static const struct pr_link_ops rdma_link_ops;
@@ -203,9 +204,9 @@ static void free_pbuf(struct pbuf *b)
     free(b);
 }
 
-static void poll_closed(uv_handle_t *h)
+/* The last step: nothing of the device is in use any more. */
+static void finish_close(struct pr_rdma *r)
 {
-    struct pr_rdma *r = h->data;
     while (r->pool) {
         struct pbuf *b = r->pool;
         r->pool = b->next;
@@ -218,16 +219,60 @@ static void poll_closed(uv_handle_t *h)
     free(r);
 }
 
+static int pool_in_use(const struct pr_rdma *r)
+{
+    for (const struct pbuf *b = r->pool; b; b = b->next)
+        if (b->used)
+            return 1;
+    return 0;
+}
+
+/*
+ * Buffers the engine still holds (groups whose TCP sends are being
+ * cancelled) come back through pr_rdma_free(), which finishes the close.
+ */
+static void poll_closed(uv_handle_t *h)
+{
+    struct pr_rdma *r = h->data;
+    r->closed = 1;
+    if (!pool_in_use(r))
+        finish_close(r);
+}
+
 static void qp_free(struct pr_rdma_qp *q);
+static void handle(struct pr_rdma *r, const struct ibv_wc *wc);
 
 void pr_rdma_close(struct pr_rdma *r)
 {
     if (!r)
         return;
-    /* Queue pairs go first: their memory regions hold the PD. */
+    /*
+     * Every queue pair to ERR, then reap the flushed completions, so each
+     * posted send's callback runs (and the engine can free its groups)
+     * before the memory goes. Flushes are quick; the wait is bounded.
+     */
+    for (struct pr_rdma_qp *q = r->qps, *next; q; q = next) {
+        next = q->next; /* destroy may reap q at once */
+        pr_rdma_qp_destroy(q);
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (r->qps) {
+        struct ibv_wc wc[POLL_BATCH];
+        int n = ibv_poll_cq(r->cq, POLL_BATCH, wc);
+        for (int i = 0; i < n; i++)
+            handle(r, &wc[i]);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (n <= 0 &&
+            (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >
+                1000000000L)
+            break;
+    }
     while (r->qps) {
         struct pr_rdma_qp *q = r->qps;
         r->qps = q->next;
+        pr_warn("rdma: peer node %u: completions not flushed at close",
+                q->node);
         qp_free(q);
     }
     uv_close((uv_handle_t *)&r->poll, poll_closed);
@@ -289,6 +334,8 @@ void pr_rdma_free(void *rv, void *p)
         }
         pp = &b->next;
     }
+    if (r->closed && !pool_in_use(r))
+        finish_close(r);
 }
 
 static struct ibv_mr *mr_of(struct pr_rdma *r, const void *p, size_t n)

@@ -6,13 +6,14 @@ void pr_reduce_scale(float *dst, const float *src, float w, size_t n)
         dst[i] = w * src[i];
 }
 
-void pr_reduce_axpy(float *dst, const float *src, float w, size_t n)
+void pr_reduce_axpy(float *restrict dst, const float *restrict src, float w,
+                    size_t n)
 {
     for (size_t i = 0; i < n; i++)
         dst[i] += w * src[i];
 }
 
-void pr_reduce_add(float *dst, const float *src, size_t n)
+void pr_reduce_add(float *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         dst[i] += src[i];

@@ -9,12 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* dst[i] = w * src[i] */
+/* dst[i] = w * src[i] (dst may be src) */
 void pr_reduce_scale(float *dst, const float *src, float w, size_t n);
 /* dst[i] += w * src[i] */
-void pr_reduce_axpy(float *dst, const float *src, float w, size_t n);
+void pr_reduce_axpy(float *restrict dst, const float *restrict src, float w,
+                    size_t n);
 /* dst[i] += src[i] */
-void pr_reduce_add(float *dst, const float *src, size_t n);
+void pr_reduce_add(float *restrict dst, const float *restrict src, size_t n);
 
 /*
  * A member's personal result (PAPER.md, staleness weights):

@@ -75,6 +75,8 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->weighting = c->sched_weighting;
     p->staleness_alpha = c->sched_staleness_alpha;
     p->isolation_bound = c->sched_isolation_bound;
+    p->gen_hold_ms = c->sched_gen_hold_ms;
+    p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
 }
 
 static struct snode *node_by_id(struct pr_sched *s, uint32_t id)

@@ -8,7 +8,9 @@
  * ready(), cancel() and the "is a group due" test are O(1) (plus one
  * union-find find for the generator's bookkeeping); forming a group costs
  * O(group size). Nothing scans all workers except remove_worker() of a
- * worker that shares a component, and the generator's window reset.
+ * worker that shares a component, the generator's window reset, and a
+ * generator hold that lasts over 1 ms (its bound, its expiry: at most one
+ * scan per millisecond held, see sched_gen.c).
  *
  * Dynamic policy: one adapted window per core, not per worker. A group is
  * opened by the oldest queued worker, so a per-worker window would in
@@ -79,7 +81,7 @@ static int params_ok(const struct pr_sched_params *p)
     default:
         return 0;
     }
-    return ms_ok(p->gen_hold_ms);
+    return ms_ok(p->gen_hold_ms) && ms_ok(p->gen_hold_max_ms);
 }
 
 struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p)
@@ -98,6 +100,7 @@ struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p)
     c->tail = PR_SCHED_NIL;
     c->next_id = 1;
     c->window_ms = p->window_ms;
+    pr_sched_gen_params_changed(c);
     return c;
 }
 
@@ -163,7 +166,6 @@ static int known(const struct pr_sched_core *c, uint32_t rank)
 int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
                              uint32_t node, uint64_t now_us)
 {
-    (void)now_us;
     if (c == NULL || rank >= PR_SCHED_MAX) {
         return -EINVAL;
     }
@@ -185,7 +187,7 @@ int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
     k->prev = PR_SCHED_NIL;
     k->next = PR_SCHED_NIL;
     c->live++;
-    pr_sched_gen_add(c, rank);
+    pr_sched_gen_add(c, rank, now_us);
     return 0;
 }
 
@@ -248,6 +250,26 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
     return 0;
 }
 
+/*
+ * The worker's pace, for the generator's hold (sched_gen.c, design 5): an
+ * EWMA (weight 1/4) of its ready-to-ready interval, each sample capped at
+ * the longest hold. The first READY since it joined gives no interval.
+ */
+static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
+                 uint64_t now_us)
+{
+    if (k->readied) {
+        uint64_t dt = now_us > k->ready_us ? now_us - k->ready_us : 0;
+
+        if (dt > c->hold_max_us) {
+            dt = c->hold_max_us;
+        }
+        k->ewma_us = k->timed ? k->ewma_us - k->ewma_us / 4 + dt / 4 : dt;
+        k->timed = 1;
+    }
+    k->readied = 1;
+}
+
 int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
                         uint64_t version, uint64_t seq, uint64_t now_us)
 {
@@ -263,6 +285,10 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
         return -EALREADY;
     }
     /* From IDLE, or GROUPED: a new READY means its group part ended. */
+    pace(c, k, now_us);
+    if (k->late) {
+        pr_sched_gen_unlate(c, rank);
+    }
     k->state = PR_SCHED_READY;
     k->version = version;
     k->seq = seq;
@@ -274,7 +300,6 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
 int pr_sched_core_cancel(struct pr_sched_core *c, uint32_t rank, uint64_t seq,
                          uint64_t now_us)
 {
-    (void)now_us;
     if (c == NULL) {
         return -EINVAL;
     }
@@ -284,6 +309,7 @@ int pr_sched_core_cancel(struct pr_sched_core *c, uint32_t rank, uint64_t seq,
     }
     unlink_ready(c, rank);
     c->w[rank].state = PR_SCHED_IDLE;
+    c->w[rank].left_us = now_us;
     return 0;
 }
 
@@ -408,6 +434,7 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
     for (uint32_t j = 0; j < n; j++) {
         unlink_ready(c, m[j].rank);
         c->w[m[j].rank].state = PR_SCHED_GROUPED;
+        c->w[m[j].rank].left_us = now_us;
     }
     c->holding = 0;
     pr_sched_gen_formed(c, m, n);
@@ -438,7 +465,7 @@ int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
         return -1;
     }
     if (c->holding) {
-        return (int64_t)(c->hold_start_us + pr_sched_gen_hold_us(&c->p));
+        return (int64_t)c->hold_until_us;
     }
     if (c->p.policy == PR_POLICY_DYNAMIC) {
         return (int64_t)(c->w[c->head].ready_us +

@@ -40,12 +40,15 @@ struct pr_sched_params {
     double staleness_alpha;   /* (0, 1) */
     uint32_t isolation_bound; /* B; 0 = generator off */
     /*
-     * Generator: the longest time a due group is held open waiting for a
-     * worker of another union-find component; 0 = the default (dynamic:
-     * 10 x window_max_ms, other policies: 100 ms). After one hold expires,
-     * the window holds no more groups until it ends.
+     * Generator: how long a due group is held open waiting for a worker of
+     * another union-find component. 0 = adaptive: until the workers waited
+     * for are expected, from each one's EWMA ready-to-ready interval; > 0 =
+     * this fixed time (tests). Either way at most gen_hold_max_ms, and a
+     * worker that let a hold expire is not waited for again until it is
+     * ready again (design: the top of sched_gen.c).
      */
     double gen_hold_ms;
+    double gen_hold_max_ms; /* the longest hold; 0 = 5000 ms */
     /*
      * Statistics only: the window length B used for windows_checked and
      * windows_connected when the generator is off; 0 = 10.

@@ -27,21 +27,34 @@ enum pr_sched_wstate {
  */
 struct pr_sched_wk {
     uint8_t state; /* enum pr_sched_wstate */
+    /*
+     * Pace, for the generator's adaptive hold (sched_gen.c): readied once a
+     * READY arrived since the worker joined, timed once ewma_us holds at
+     * least one ready-to-ready interval, late once a hold that waited for
+     * it expired, until its next READY (or the window's reset).
+     */
+    uint8_t readied;
+    uint8_t timed;
+    uint8_t late;
     uint32_t node;
     uint64_t version;  /* of the queued READY */
     uint64_t seq;      /* of the queued READY */
-    uint64_t ready_us; /* when the queued READY arrived */
+    uint64_t ready_us; /* when its latest READY arrived */
+    uint64_t left_us;  /* when it joined, or last left the queue */
+    uint64_t ewma_us;  /* EWMA of its ready-to-ready interval (if timed) */
     uint32_t prev;     /* ready queue links (READY only), PR_SCHED_NIL */
     uint32_t next;
 
     /*
-     * Union-find over live workers (sched_gen.c). size and qcnt are valid
-     * at roots only: the number of workers in the component and how many
-     * of them are queued. Only live workers are ever in a tree.
+     * Union-find over live workers (sched_gen.c). size, qcnt and lcnt are
+     * valid at roots only: the number of workers in the component, how
+     * many of them are queued and how many are late. Only live workers
+     * are ever in a tree.
      */
     uint32_t parent;
     uint32_t size;
     uint32_t qcnt;
+    uint32_t lcnt;
     uint32_t aux; /* scratch for remove_worker()'s rebuild */
 
     /* Selection marks: equal to the core's stamp when set in this pass. */
@@ -68,9 +81,12 @@ struct pr_sched_core {
     uint64_t mark;    /* updates when steering began */
     int steering;     /* the window reached B x live unconnected */
     int holding;      /* a due group is held for another component */
-    int hold_spent;   /* a hold expired in this window: no more holds */
+    int hold_exact;   /* hold_until_us is the bound, not the 1 ms floor */
+    uint32_t nlate;   /* live workers marked late */
     uint64_t hold_start_us;
-    uint64_t stamp; /* selection pass counter for picked/comp */
+    uint64_t hold_until_us; /* while holding: when to look again */
+    uint64_t hold_max_us;   /* gen_hold_max_ms or its default */
+    uint64_t stamp;         /* selection pass counter for picked/comp */
 
     struct pr_sched_stats st;
 };
@@ -81,15 +97,15 @@ uint64_t pr_sched_ms_to_us(double ms);
 /* sched_gen.c: union-find, windows and steered selection. */
 uint32_t pr_sched_gen_find(struct pr_sched_core *c, uint32_t x);
 void pr_sched_gen_reset(struct pr_sched_core *c);
-void pr_sched_gen_add(struct pr_sched_core *c, uint32_t rank);
+void pr_sched_gen_add(struct pr_sched_core *c, uint32_t rank, uint64_t now_us);
 void pr_sched_gen_enqueued(struct pr_sched_core *c, uint32_t rank);
 void pr_sched_gen_dequeued(struct pr_sched_core *c, uint32_t rank);
 void pr_sched_gen_remove(struct pr_sched_core *c, uint32_t rank);
 int pr_sched_gen_active(const struct pr_sched_core *c);
 void pr_sched_gen_params_changed(struct pr_sched_core *c);
+void pr_sched_gen_unlate(struct pr_sched_core *c, uint32_t rank);
 int pr_sched_gen_hold(struct pr_sched_core *c, uint32_t group_cap,
                       uint64_t now_us);
-uint64_t pr_sched_gen_hold_us(const struct pr_sched_params *p);
 void pr_sched_gen_select(struct pr_sched_core *c, uint32_t n,
                          struct pr_sched_member *m);
 void pr_sched_gen_formed(struct pr_sched_core *c,

@@ -14,6 +14,7 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define HELLO_MAX      4096
+#define SWEEP_MS       250
 
 enum pstate {
     P_DOWN,
@@ -47,6 +48,14 @@ struct tpeer {
     float *abuf; /* aligned copy for a payload at an odd address */
     size_t abuf_len;
     struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
+    uint64_t since_ms;     /* when the current state (or queueing) began */
+};
+
+/* An incoming connection that has not said hello yet. */
+struct stranger {
+    struct stranger *next;
+    struct pr_conn *conn;
+    uint64_t expires_ms;
 };
 
 struct pr_tcp_xport {
@@ -63,6 +72,8 @@ struct pr_tcp_xport {
     uint64_t bytes_sent, bytes_recv;
     struct pr_rdma *rdma; /* NULL: TCP only */
     int rdma_required;    /* transport = rdma: refuse peers without it */
+    struct stranger *strangers;
+    uv_timer_t sweep; /* hello and link-setup deadlines */
 };
 
 static const struct pr_link_ops tcp_link_ops;
@@ -84,7 +95,9 @@ struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
     x->connect_timeout_ms = connect_timeout_ms;
     uv_tcp_init(loop, &x->listener);
     x->listener.data = x;
-    x->handles = 1;
+    uv_timer_init(loop, &x->sweep);
+    x->sweep.data = x;
+    x->handles = 2;
     return x;
 }
 
@@ -181,6 +194,8 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
         struct pending *s = malloc(sizeof(*s));
         if (!s)
             return -ENOMEM;
+        if (!p->q)
+            p->since_ms = uv_now(p->x->loop);
         *s = (struct pending){.h = *h, .data = data, .cb = cb, .arg = arg};
         *p->qtail = s;
         p->qtail = &s->next;
@@ -551,6 +566,53 @@ static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
     return 0;
 }
 
+static void unlist_stranger(struct pr_tcp_xport *x, struct pr_conn *c)
+{
+    for (struct stranger **pp = &x->strangers; *pp; pp = &(*pp)->next) {
+        if ((*pp)->conn == c) {
+            struct stranger *st = *pp;
+            *pp = st->next;
+            free(st);
+            return;
+        }
+    }
+}
+
+/*
+ * Deadlines no single callback enforces: a hello that never comes, a
+ * queued send whose link never comes up, an RDMA handshake that stalls.
+ */
+static void sweep_cb(uv_timer_t *t)
+{
+    struct pr_tcp_xport *x = t->data;
+    uint64_t now = uv_now(x->loop);
+    struct stranger *st = x->strangers;
+    while (st) {
+        struct stranger *next = st->next;
+        if (now >= st->expires_ms) {
+            pr_warn("%s: no hello within %u ms: closing", st->conn->name,
+                    x->connect_timeout_ms);
+            pr_conn_close(st->conn, -ETIMEDOUT);
+        }
+        st = next;
+    }
+    for (struct tpeer *p = x->peers; p; p = p->next) {
+        if (p->state == P_UP || now - p->since_ms < x->connect_timeout_ms)
+            continue;
+        if (p->q) {
+            pr_warn("peer node %u: link not up within %u ms: failing its "
+                    "queued sends",
+                    p->base.node_id, x->connect_timeout_ms);
+            fail_pending(p, -ETIMEDOUT);
+        }
+        if (p->state == P_RDMA_WAIT && p->conn) {
+            pr_warn("peer node %u: no rdma_ready within %u ms: closing",
+                    p->base.node_id, x->connect_timeout_ms);
+            pr_conn_close(p->conn, -ETIMEDOUT);
+        }
+    }
+}
+
 /* An incoming connection before its hello: its owner is the transport. */
 static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 {
@@ -617,17 +679,22 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
     p->conn = c;
     /* With RDMA, writes wait until the peer's queue pair is ready. */
-    if (p->qp)
+    if (p->qp) {
         p->state = P_RDMA_WAIT;
-    else
+        p->since_ms = uv_now(x->loop);
+    } else {
         up(p);
+    }
+    unlist_stranger(x, c);
+    c->rd.max_len = x->max_frame;
     return 0;
 }
 
 static void stranger_on_close(struct pr_conn *c, int status)
 {
-    (void)c;
     (void)status;
+    if (c->owner)
+        unlist_stranger(c->owner, c);
 }
 
 static const struct pr_conn_ops stranger_ops = {
@@ -643,10 +710,20 @@ static void on_connection(uv_stream_t *server, int status)
         pr_warn("peer listener: %s", uv_strerror(status));
         return;
     }
+    /* Until its hello says who it is, a connection gets small frames. */
     struct pr_conn *c =
-        pr_conn_create_tcp(x->loop, x->max_frame, &stranger_ops, x);
-    if (!c)
+        pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, x);
+    struct stranger *st = calloc(1, sizeof(*st));
+    if (!c || !st) {
+        free(st);
+        if (c)
+            pr_conn_close(c, -ENOMEM);
         return;
+    }
+    st->conn = c;
+    st->expires_ms = uv_now(x->loop) + x->connect_timeout_ms;
+    st->next = x->strangers;
+    x->strangers = st;
     if (uv_accept(server, &c->h.stream) < 0) {
         pr_conn_close(c, -ECONNABORTED);
         return;
@@ -679,6 +756,7 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
     if (rc < 0)
         return rc;
     x->listening = 1;
+    uv_timer_start(&x->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
     int len = sizeof(ss);
     uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
     if (bound)
@@ -703,7 +781,14 @@ void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
     x->engine = NULL;
     while (x->peers)
         remove_peer(x->peers);
+    while (x->strangers) {
+        struct stranger *st = x->strangers;
+        x->strangers = st->next;
+        pr_conn_detach_close(st->conn);
+        free(st);
+    }
     uv_close((uv_handle_t *)&x->listener, listener_closed_cb);
+    uv_close((uv_handle_t *)&x->sweep, listener_closed_cb);
 }
 
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,

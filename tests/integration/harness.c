@@ -389,7 +389,7 @@ static int trainer_main(const struct h_cluster *c,
     uint32_t rank = (uint32_t)preduce_rank(cl);
     uint64_t version = 0;
     double t0 = now_s(), worst = 0;
-    long steps = 0, errors = 0, nonuniform = 0, maxk = 0;
+    long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
     int status = 0;
     for (int s = 0;; s++) {
         if (o->run_s > 0 ? now_s() - t0 >= o->run_s : s >= o->steps)
@@ -420,6 +420,7 @@ static int trainer_main(const struct h_cluster *c,
         }
         version = preduce_result_version(r);
         steps++;
+        after_err += errors > 0;
         size_t k = preduce_result_size(r);
         if ((long)k > maxk)
             maxk = (long)k;
@@ -437,8 +438,8 @@ static int trainer_main(const struct h_cluster *c,
     snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
     FILE *f = fopen(path, "w");
     if (f) {
-        fprintf(f, "%ld %.6f %ld %.3g %ld %ld\n", steps, secs, errors, worst,
-                nonuniform, maxk);
+        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld\n", steps, secs, errors,
+                worst, nonuniform, maxk, after_err);
         fclose(f);
     }
     preduce_close(cl);
@@ -465,6 +466,22 @@ int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
     int n = fscanf(f, "%ld %lf %ld", steps, secs, errors);
     fclose(f);
     return n == 3 ? 0 : -EINVAL;
+}
+
+int h_trainer_after_error(const struct h_cluster *c, const char *name,
+                          long *after)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    long s, e, nu, k;
+    double secs, worst;
+    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld %ld", &s, &secs, &e, &worst, &nu,
+                   &k, after);
+    fclose(f);
+    return n == 7 ? 0 : -EINVAL;
 }
 
 int h_trainer_groups(const struct h_cluster *c, const char *name,

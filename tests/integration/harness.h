@@ -93,6 +93,10 @@ int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
 /* Stops node i alone (SIGTERM); 0 when it exited 0. */
 int h_node_stop(struct h_cluster *c, int i);
 
+/* Successful reduces after the trainer's first failed one. */
+int h_trainer_after_error(const struct h_cluster *c, const char *name,
+                          long *after);
+
 /* How many results had non-uniform weights; the largest group seen. */
 int h_trainer_groups(const struct h_cluster *c, const char *name,
                      long *nonuniform, long *maxk);

@@ -238,6 +238,7 @@ static void send_done(int fd, uint64_t seq, int status, uint64_t group,
         d.member_weights = weights;
         d.weight = 1.0;
         d.version = version;
+        d.rank = 3; /* the rank the group knew the worker by */
     }
     m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
     m.reduce_done = &d;
@@ -678,6 +679,7 @@ static void script_shared(struct srv *s, int fd)
     d.member_weights = weights;
     d.weight = 0.25;
     d.version = 7;
+    d.rank = 3;
     m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
     m.reduce_done = &d;
     srv_send(fd, &m, -1);
@@ -932,9 +934,11 @@ START_TEST(test_client_reduce_timeout)
     preduce_client_t *c = connect_ok(&s);
     preduce_tensor_t *t;
     ck_assert_int_eq(preduce_tensor_create(c, 4, 3000, &t), 0);
-    /* The daemon never answers: the client gives up after 0 + 10 s. */
+    /* A reduce needs a deadline: 0 is refused before anything is sent. */
+    ck_assert_int_eq(preduce_reduce(c, &t, 1, 0), -EINVAL);
+    /* The daemon never answers: the client gives up after 1 + 10 s. */
     int64_t t0 = now_ms();
-    ck_assert_int_eq(preduce_reduce(c, &t, 1, 0), -ETIMEDOUT);
+    ck_assert_int_eq(preduce_reduce(c, &t, 1, 1), -ETIMEDOUT);
     int64_t dt = now_ms() - t0;
     ck_assert_int_ge(dt, 9990);
     ck_assert_int_lt(dt, 12000);

@@ -17,7 +17,7 @@
 #include "daemon/log.h"
 
 #define SHIPPED   "conf/preduced.conf"
-#define NKEYS     34
+#define NKEYS     36
 #define NCASES(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Writes text to a new file under /tmp; free it with rm_tmp(). */
@@ -105,6 +105,8 @@ START_TEST(test_conf_defaults)
     ck_assert_int_eq(c.sched_weighting, PR_WEIGHT_UNIFORM);
     ck_assert_double_eq(c.sched_staleness_alpha, 0.9);
     ck_assert_uint_eq(c.sched_isolation_bound, 10);
+    ck_assert_double_eq(c.sched_gen_hold_ms, 0.0);
+    ck_assert_double_eq(c.sched_gen_hold_max_ms, 5000.0);
     ck_assert_uint_eq(c.sched_heartbeat_ms, 1000);
     ck_assert_uint_eq(c.sched_node_timeout_ms, 5000);
     ck_assert_uint_eq(c.sched_group_timeout_ms, 30000);
@@ -664,6 +666,8 @@ START_TEST(test_conf_dump_roundtrip)
         "scheduler.staleness_alpha=0.3333333333333333",
         "scheduler.weighting=staleness",
         "scheduler.isolation_bound=0",
+        "scheduler.generator_hold_ms=0.25",
+        "scheduler.generator_hold_max_ms=3600000",
         "transport.type=rdma",
         "transport.rdma_device=rxe0",
         "transport.gid_index=0",
