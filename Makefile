@@ -66,10 +66,10 @@ SOVER := 1
 LIB_SO := $(BUILD)/libpreduce.so.$(SOVER)
 LIB_A := $(BUILD)/libpreduce.a
 BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(BUILD)/preduce-sim \
-	$(TOOLS)
+	$(BUILD)/preducectl $(TOOLS)
 
 FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
-	daemon/sim/*.[ch] client/*.[ch] client/include/*.h \
+	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch]))
 
@@ -110,6 +110,10 @@ $(BUILD)/libpreduced.a: $(DAEMON_OBJS) $(PROTO_OBJS)
 	ar rcs $@ $^
 
 $(BUILD)/preduced: $(BUILD)/daemon/main.o $(BUILD)/libpreduced.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The status tool: plain sockets, the config's host:port parser.
+$(BUILD)/preducectl: $(BUILD)/daemon/ctl/preducectl.o $(BUILD)/libpreduced.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The simulator: the real scheduler core under a simulated clock.
@@ -187,7 +191,8 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/preduce $(DESTDIR)$(UNITDIR)
 	install -m 755 $(BUILD)/preduced $(BUILD)/preduce-trainer \
-		$(BUILD)/preduce-sim $(TOOLS) $(DESTDIR)$(BINDIR)/
+		$(BUILD)/preduce-sim $(BUILD)/preducectl $(TOOLS) \
+		$(DESTDIR)$(BINDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
@@ -199,7 +204,7 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
-		$(DESTDIR)$(BINDIR)/preduce-sim \
+		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
 		$(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
 		$(DESTDIR)$(INCDIR)/preduce.h \

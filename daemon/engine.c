@@ -1,6 +1,7 @@
 #include "daemon/engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,13 @@ struct group {
     size_t total;
     uint32_t k, m, pos;
     int personal;
+    /*
+     * Uniform weights (1/k each, no personal results): members are summed
+     * unscaled and each daemon divides only the segment it completes, once,
+     * before the all-gather: a third fewer float passes than weighting every
+     * member up front, and the same mean on every member.
+     */
+    float mean_scale; /* 1/k when uniform, else 0 */
     uint32_t *ring;
     uint32_t left, right;
     struct pr_engine_member *local;
@@ -67,6 +75,7 @@ struct pr_engine {
     uint64_t max_started;
     struct pr_engine_stats st;
     int closing;
+    int direct; /* members' memory may be posted as it is */
     void *(*mem_alloc)(void *ctx, size_t bytes);
     void (*mem_free)(void *ctx, void *p);
     void *mem_ctx;
@@ -105,6 +114,11 @@ void pr_engine_set_allocator(struct pr_engine *e,
     e->mem_alloc = alloc;
     e->mem_free = release;
     e->mem_ctx = ctx;
+}
+
+void pr_engine_set_direct(struct pr_engine *e, int direct)
+{
+    e->direct = direct;
 }
 
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats)
@@ -227,8 +241,9 @@ static void send_done_cb(void *arg, int status)
     }
 }
 
-static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
-                size_t n)
+/* Posts floats [off, off + n) from src (NULL: the scratch vector). */
+static int post_from(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                     size_t n, const float *src)
 {
     struct pr_link *l = g->e->resolve(g->e->ctx, g->right);
     if (!l)
@@ -241,10 +256,16 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
         .step = step,
         .seg = seg,
     };
-    int rc = l->ops->send(l, &h, g->scratch + off, send_done_cb, g);
+    int rc = l->ops->send(l, &h, src ? src : g->scratch + off, send_done_cb, g);
     if (rc == 0)
         g->sends_posted++;
     return rc;
+}
+
+static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                size_t n)
+{
+    return post_from(g, step, seg, off, n, NULL);
 }
 
 /* Step 0: this daemon's own segment, cut into chunks of its chunk size. */
@@ -261,10 +282,15 @@ static void sum_range(struct group *g, size_t a, size_t b)
             size_t hi = b < off + len ? b : off + len;
             if (lo < hi) {
                 const float *src = mb->parts[p].data + (lo - off);
-                if (i == 0)
-                    pr_reduce_scale(g->scratch + lo, src, w, hi - lo);
+                float *dst = g->scratch + lo;
+                if (g->mean_scale != 0 && i == 0)
+                    memcpy(dst, src, (hi - lo) * sizeof(float));
+                else if (g->mean_scale != 0)
+                    pr_reduce_add(dst, src, hi - lo);
+                else if (i == 0)
+                    pr_reduce_scale(dst, src, w, hi - lo);
                 else
-                    pr_reduce_axpy(g->scratch + lo, src, w, hi - lo);
+                    pr_reduce_axpy(dst, src, w, hi - lo);
             }
             off += len;
         }
@@ -272,27 +298,86 @@ static void sum_range(struct group *g, size_t a, size_t b)
 }
 
 /*
- * Step 0: this daemon's own segment, cut into chunks of its chunk size.
- * Each chunk is summed just before it is posted, and the other segments
- * after, so the wire is busy while the rest of the local sum is computed.
+ * scratch[a, b) = this daemon's weighted local sum over [a, b) + in[0..):
+ * the reduce-scatter adds the local members in the same pass that takes in
+ * the chunk from the left, so their floats are read once, when needed.
+ */
+static void fold_range(struct group *g, size_t a, size_t b, const float *in)
+{
+    int uniform = g->mean_scale != 0;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        const struct pr_engine_member *mb = &g->local[i];
+        float w = (float)mb->weight;
+        size_t off = 0;
+        for (size_t p = 0; p < mb->nparts && off < b; p++) {
+            size_t len = mb->parts[p].len;
+            size_t lo = a > off ? a : off;
+            size_t hi = b < off + len ? b : off + len;
+            if (lo < hi) {
+                const float *src = mb->parts[p].data + (lo - off);
+                float *dst = g->scratch + lo;
+                if (i == 0 && uniform)
+                    pr_reduce_sum2(dst, src, in + (lo - a), hi - lo);
+                else if (i == 0)
+                    pr_reduce_axpb(dst, src, w, in + (lo - a), hi - lo);
+                else if (uniform)
+                    pr_reduce_add(dst, src, hi - lo);
+                else
+                    pr_reduce_axpy(dst, src, w, hi - lo);
+            }
+            off += len;
+        }
+    }
+}
+
+/*
+ * The floats [at, ...) of the only local member's memory, when that memory
+ * can go to the wire as it is (one member, counted unscaled), and how many
+ * follow in the same part; NULL otherwise.
+ */
+static const float *direct_src(const struct group *g, size_t at, size_t *n)
+{
+    if (!g->e->direct || g->nlocal != 1 ||
+        (g->mean_scale == 0 && g->local[0].weight != 1.0))
+        return NULL;
+    const struct pr_engine_member *mb = &g->local[0];
+    size_t off = 0;
+    for (size_t p = 0; p < mb->nparts; p++) {
+        if (at < off + mb->parts[p].len) {
+            *n = off + mb->parts[p].len - at;
+            return mb->parts[p].data + (at - off);
+        }
+        off += mb->parts[p].len;
+    }
+    return NULL;
+}
+
+/*
+ * Step 0: this daemon's own segment, cut into chunks of its chunk size. A
+ * lone local member's memory goes to the wire as it is (its region of the
+ * scratch vector is only ever written by the all-gather); otherwise each
+ * chunk is summed into the scratch vector just before it is posted. The
+ * other segments are summed when their chunks arrive (fold_range).
  */
 static int sum_and_post_own_segment(struct group *g)
 {
     size_t start, len;
     pr_ring_segment(g->total, g->m, g->pos, &start, &len);
     size_t c = g->e->chunk_floats;
-    int rc = 0;
     if (len == 0)
-        rc = post(g, 0, g->pos, start, 0);
-    for (size_t off = 0; off < len && rc == 0; off += c) {
-        size_t n = len - off < c ? len - off : c;
-        sum_range(g, start + off, start + off + n);
-        rc = post(g, 0, g->pos, start + off, n);
+        return post(g, 0, g->pos, start, 0);
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < c ? len - off : c, in_part;
+        const float *src = direct_src(g, start + off, &in_part);
+        if (src && in_part < n)
+            n = in_part; /* a chunk never spans two tensors */
+        if (!src)
+            sum_range(g, start + off, start + off + n);
+        int rc = post_from(g, 0, g->pos, start + off, n, src);
+        if (rc < 0)
+            return rc;
+        off += n;
     }
-    if (rc < 0)
-        return rc;
-    sum_range(g, 0, start);
-    sum_range(g, start + len, g->total);
     return 0;
 }
 
@@ -398,9 +483,12 @@ static void apply_chunk(struct group *g, uint32_t from,
     uint32_t m = g->m;
     float *dst = g->scratch + h->off;
     if (h->step < m - 1)
-        pr_reduce_add(dst, data, h->nfloats);
+        fold_range(g, h->off, h->off + h->nfloats, data);
     else
         memcpy(dst, data, h->nfloats * sizeof(float));
+    /* The last reduce-scatter step completes this region's sum. */
+    if (h->step == m - 2 && g->mean_scale != 0)
+        pr_reduce_scale(dst, dst, g->mean_scale, h->nfloats);
 
     struct step *s = &g->steps[h->step];
     s->got += h->nfloats;
@@ -448,6 +536,18 @@ static void replay(struct pr_engine *e, struct group *g)
     }
 }
 
+/* 1/k when every member weighs exactly 1/k and results are not personal. */
+static float uniform_scale(const struct pr_engine_group *spec)
+{
+    if (spec->personal || spec->k <= 1)
+        return 0;
+    double u = 1.0 / (double)spec->k;
+    for (size_t i = 0; i < spec->nlocal; i++)
+        if (fabs(spec->local[i].weight - u) > 1e-12)
+            return 0;
+    return (float)u;
+}
+
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 {
     if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
@@ -479,6 +579,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->m = m;
     g->pos = spec->pos;
     g->personal = spec->personal;
+    g->mean_scale = uniform_scale(spec);
     g->done = spec->done;
     g->arg = spec->arg;
     g->nlocal = spec->nlocal;
@@ -508,6 +609,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     /* 1. The weighted local sum, straight from the members' memory. */
     if (m == 1) {
         sum_range(g, 0, g->total);
+        if (g->mean_scale != 0)
+            pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
         finish(g, 0);
         return 0;
     }

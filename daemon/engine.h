@@ -82,6 +82,12 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
 /*
+ * Whether the transports can send straight from the members' memory (TCP
+ * always; RDMA when every tensor is registered). Then a lone local member's
+ * own segment goes to the wire without a copy.
+ */
+void pr_engine_set_direct(struct pr_engine *e, int direct);
+/*
  * Where scratch vectors come from (default malloc): the RDMA transport
  * hands out registered memory, so chunks go to the wire without a copy.
  * Set it before the first group starts.

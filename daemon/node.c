@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/node_int.h"
 #include "daemon/rdma.h"
 
@@ -545,6 +546,8 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         goto fail;
     }
     pr_tcp_xport_set_engine(n->xport, n->engine);
+    /* TCP reads any memory; with RDMA every tensor is registered. */
+    pr_engine_set_direct(n->engine, 1);
     rc = open_rdma(n);
     if (rc < 0)
         goto fail;
@@ -564,6 +567,9 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         snprintf(n->data_addr, sizeof(n->data_addr),
                  strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
     rc = pr_node_ipc_listen(n);
+    if (rc == 0 && conf->metrics_listen[0])
+        rc = pr_metrics_start(loop, conf->metrics_listen,
+                              pr_node_render_metrics, n, &n->metrics);
     if (rc < 0)
         goto fail;
     pr_info("node '%s': peers connect to %s; scheduler at %s", conf->node_name,
@@ -595,6 +601,8 @@ void pr_node_destroy(struct pr_node *n)
     if (!n)
         return;
     n->stopping = 1;
+    pr_metrics_stop(n->metrics);
+    n->metrics = NULL;
     /* Groups fail first, so their trainers still get an answer. */
     pr_engine_destroy(n->engine);
     n->engine = NULL;

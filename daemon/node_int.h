@@ -54,6 +54,7 @@ struct nclient {
     struct pr_engine_part *parts;
     size_t nparts;
     uint64_t group_id;
+    uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
 };
 
 enum sstate {
@@ -86,6 +87,8 @@ struct pr_node {
     int stopping;
     int handles;
     uint64_t reduces_ok, reduces_failed;
+    uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
+    struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
 };
 
 /*
@@ -98,6 +101,10 @@ struct pr_node {
 /* node.c */
 int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
 int pr_node_sched_up(const struct pr_node *n);
+
+/* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
+struct pr_metrics_buf;
+int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
 
 /* node_ipc.c */
 int pr_node_ipc_listen(struct pr_node *n);

@@ -28,6 +28,7 @@
 
 #include "daemon/log.h"
 #include "daemon/node_int.h"
+#include "daemon/rdma.h"
 
 #define IPC_MAX_FRAME          (1u << 20)
 #define MAX_TENSORS_PER_REDUCE 4096
@@ -60,10 +61,13 @@ static void send_to(struct nclient *c, Pr__V1__Msg *m)
                 strerror(-rc));
 }
 
-static void tensor_free(struct ntensor *t)
+static void tensor_free(struct pr_node *n, struct ntensor *t)
 {
-    if (t->data)
+    if (t->data) {
+        if (n->rdma)
+            pr_rdma_unreg(n->rdma, t->data);
         munmap(t->data, t->n * sizeof(float));
+    }
     t->data = NULL;
 }
 
@@ -91,7 +95,7 @@ static void client_free(struct nclient *c)
     n->nclients--;
     send_leave(c);
     for (size_t i = 0; i < c->ntensors; i++)
-        tensor_free(&c->tensors[i]);
+        tensor_free(c->node, &c->tensors[i]);
     free(c->tensors);
     free(c->parts);
     free(c);
@@ -104,7 +108,7 @@ static void release_tensors(struct nclient *c)
         struct ntensor *t = &c->tensors[i];
         t->busy = 0;
         if (t->doomed)
-            tensor_free(t);
+            tensor_free(c->node, t);
         else
             c->tensors[w++] = *t;
     }
@@ -125,6 +129,8 @@ void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
     if (d->status == 0) {
         c->version = d->version;
         c->node->reduces_ok++;
+        c->node->reduce_us_sum += uv_hrtime() / 1000 - c->reduce_start_us;
+        c->node->reduce_us_count++;
     } else {
         c->node->reduces_failed++;
     }
@@ -331,6 +337,16 @@ static int on_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
         reply_error(c, rc, "cannot allocate shared memory");
         return 0;
     }
+    /*
+     * With RDMA the tensor is registered once, here, so a group can post it
+     * to the wire as it is (engine.c direct sends).
+     */
+    if (n->rdma && (rc = pr_rdma_reg(n->rdma, p, bytes)) < 0) {
+        munmap(p, bytes);
+        close(fd);
+        reply_error(c, rc, "cannot register the tensor for RDMA");
+        return 0;
+    }
     struct ntensor *nt = &c->tensors[c->ntensors];
     *nt =
         (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
@@ -345,7 +361,7 @@ static int on_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
     if (rc < 0) {
         pr_warn("%s: passing the tensor's memfd: %s", c->conn->name,
                 strerror(-rc));
-        munmap(p, bytes);
+        tensor_free(n, nt);
         return rc;
     }
     c->ntensors++;
@@ -369,7 +385,7 @@ static void on_tensor_destroy(struct nclient *c, uint32_t id)
         t->doomed = 1;
         return;
     }
-    tensor_free(t);
+    tensor_free(c->node, t);
     *t = c->tensors[--c->ntensors];
 }
 
@@ -428,6 +444,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     c->parts = parts;
     c->nparts = r->n_tensor_ids;
     c->seq = r->seq;
+    c->reduce_start_us = uv_hrtime() / 1000;
     uint32_t timeout =
         r->timeout_ms ? r->timeout_ms : n->conf->node_reduce_timeout_ms;
     c->deadline_ms = uv_now(n->loop) + timeout;
@@ -623,7 +640,7 @@ void pr_node_ipc_close(struct pr_node *n)
         }
         n->clients = c->next;
         for (size_t i = 0; i < c->ntensors; i++)
-            tensor_free(&c->tensors[i]);
+            tensor_free(c->node, &c->tensors[i]);
         free(c->tensors);
         free(c->parts);
         free(c);

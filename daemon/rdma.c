@@ -27,6 +27,14 @@ struct pbuf {
     int used;
 };
 
+/* Memory registered for its owner's lifetime (trainers' shared tensors). */
+struct ureg {
+    struct ureg *next;
+    const uint8_t *p;
+    size_t len;
+    struct ibv_mr *mr;
+};
+
 /* One engine send, possibly cut into several writes. */
 struct sctx {
     pr_send_cb cb;
@@ -81,6 +89,7 @@ struct pr_rdma {
     uint32_t slots;
     size_t slot_bytes;
     struct pbuf *pool;
+    struct ureg *regs;
     struct pr_rdma_qp *qps;
     const struct pr_rdma_ops *ops;
     void *octx;
@@ -207,6 +216,12 @@ static void free_pbuf(struct pbuf *b)
 /* The last step: nothing of the device is in use any more. */
 static void finish_close(struct pr_rdma *r)
 {
+    while (r->regs) {
+        struct ureg *u = r->regs;
+        r->regs = u->next;
+        ibv_dereg_mr(u->mr);
+        free(u);
+    }
     while (r->pool) {
         struct pbuf *b = r->pool;
         r->pool = b->next;
@@ -344,7 +359,43 @@ static struct ibv_mr *mr_of(struct pr_rdma *r, const void *p, size_t n)
         if ((const uint8_t *)p >= b->p &&
             (const uint8_t *)p + n <= b->p + b->cap)
             return b->mr;
+    for (struct ureg *u = r->regs; u; u = u->next)
+        if ((const uint8_t *)p >= u->p &&
+            (const uint8_t *)p + n <= u->p + u->len)
+            return u->mr;
     return NULL;
+}
+
+int pr_rdma_reg(struct pr_rdma *r, void *p, size_t len)
+{
+    struct ureg *u = calloc(1, sizeof(*u));
+    if (!u)
+        return -ENOMEM;
+    u->mr = ibv_reg_mr(r->pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    if (!u->mr) {
+        int rc = errno ? -errno : -EIO;
+        pr_err("rdma: ibv_reg_mr(tensor, %zu bytes): %s", len, strerror(-rc));
+        free(u);
+        return rc;
+    }
+    u->p = p;
+    u->len = len;
+    u->next = r->regs;
+    r->regs = u;
+    return 0;
+}
+
+void pr_rdma_unreg(struct pr_rdma *r, void *p)
+{
+    for (struct ureg **pp = &r->regs; *pp; pp = &(*pp)->next) {
+        if ((*pp)->p == p) {
+            struct ureg *u = *pp;
+            *pp = u->next;
+            ibv_dereg_mr(u->mr);
+            free(u);
+            return;
+        }
+    }
 }
 
 static int post_recv(struct pr_rdma_qp *q)

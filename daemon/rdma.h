@@ -68,6 +68,13 @@ const char *pr_rdma_device(const struct pr_rdma *r);
 void *pr_rdma_alloc(void *r, size_t bytes);
 void pr_rdma_free(void *r, void *p);
 
+/*
+ * Registers memory that lives until pr_rdma_unreg (a trainer's shared
+ * tensor), so the engine may post it to the wire as it is.
+ */
+int pr_rdma_reg(struct pr_rdma *r, void *p, size_t len);
+void pr_rdma_unreg(struct pr_rdma *r, void *p);
+
 int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node,
                       struct pr_rdma_qp **out);
 /* Fills *info (gid points into q); valid while q lives. */

@@ -19,6 +19,20 @@ void pr_reduce_add(float *restrict dst, const float *restrict src, size_t n)
         dst[i] += src[i];
 }
 
+void pr_reduce_sum2(float *restrict dst, const float *restrict a,
+                    const float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = a[i] + b[i];
+}
+
+void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
+                    const float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = w * a[i] + b[i];
+}
+
 void pr_reduce_personal(float *out, const float *own, const float *sum,
                         double e, uint32_t k, size_t n)
 {

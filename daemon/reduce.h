@@ -14,6 +14,12 @@ void pr_reduce_scale(float *dst, const float *src, float w, size_t n);
 /* dst[i] += w * src[i] */
 void pr_reduce_axpy(float *restrict dst, const float *restrict src, float w,
                     size_t n);
+/* dst[i] = a[i] + b[i] */
+void pr_reduce_sum2(float *restrict dst, const float *restrict a,
+                    const float *restrict b, size_t n);
+/* dst[i] = w * a[i] + b[i] */
+void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
+                    const float *restrict b, size_t n);
 /* dst[i] += src[i] */
 void pr_reduce_add(float *restrict dst, const float *restrict src, size_t n);
 

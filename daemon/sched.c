@@ -8,6 +8,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/sched_core.h"
 
 #define CTRL_MAX_FRAME (1u << 20)
@@ -25,6 +26,7 @@ struct sworker {
     int live;
     uint32_t node;
     char name[64];
+    struct pr_sched_wstats st;
 };
 
 /* A group in flight: which nodes still owe a GroupDone. */
@@ -55,6 +57,8 @@ struct pr_sched {
     uint64_t groups_formed;
     uint64_t id_base; /* wire group id = id_base + the core's id */
     int stopping;
+    struct pr_metrics *metrics;
+    uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
 };
 
 static uint64_t now_us(void)
@@ -243,6 +247,9 @@ static void schedule(struct pr_sched *s)
     struct pr_sched_group g;
     int rc;
     while ((rc = pr_sched_core_next_group(s->core, now_us(), &g)) == 1) {
+        s->sizes[g.n <= PR_SCHED_SIZES ? g.n : 0]++;
+        for (uint32_t i = 0; i < g.n; i++)
+            s->workers[g.members[i].rank].st.grouped_us = now_us();
         dispatch(s, &g);
         pr_sched_group_fini(&g);
     }
@@ -320,6 +327,7 @@ static void on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
             struct sworker *w = &s->workers[rank];
             w->live = 1;
             w->node = n->id;
+            memset(&w->st, 0, sizeof(w->st));
             snprintf(w->name, sizeof(w->name), "%s", name);
             r.rank = rank;
             pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
@@ -383,6 +391,7 @@ static void on_ready(struct snode *n, const Pr__V1__Ready *r)
         reject(n, r->rank, r->seq, rc, "ready refused");
         return;
     }
+    pr_sched_wstats_ready(&s->workers[r->rank].st, r->version, now_us());
     schedule(s);
 }
 
@@ -405,12 +414,14 @@ static void on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
     struct sgroup *g = *pp;
     if (!g)
         return;
-    int all = 1;
+    int all = 1, member = 0;
     for (uint32_t i = 0; i < g->nnodes; i++) {
         if (g->nodes[i] == n->id)
-            g->done[i] = 1;
+            g->done[i] = member = 1;
         all &= g->done[i];
     }
+    if (!member)
+        return; /* not a node of this group: it has no say in it */
     if (d->status < 0) {
         pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
                 n->id, strerror(-d->status));
@@ -621,6 +632,35 @@ static void heartbeat_cb(uv_timer_t *t)
     }
 }
 
+/* metrics.h's callback: a snapshot of the live workers for rendering. */
+static int render_metrics(void *ctx, struct pr_metrics_buf *out)
+{
+    struct pr_sched *s = ctx;
+    struct pr_sched_stats st;
+    pr_sched_core_stats(s->core, &st);
+    struct pr_sched_view v = {.job = s->conf->job,
+                              .now_us = now_us(),
+                              .live = live_workers(s),
+                              .queued = pr_sched_core_queued(s->core),
+                              .window_ms = pr_sched_core_window_ms(s->core),
+                              .core = &st,
+                              .sizes = s->sizes};
+    for (struct snode *n = s->nodes; n; n = n->next)
+        v.nodes += n->id != 0;
+    struct pr_sched_worker_view *w =
+        calloc(s->nworkers_cap ? s->nworkers_cap : 1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live)
+            w[v.nworkers++] = (struct pr_sched_worker_view){
+                s->workers[r].name, r, s->workers[r].node, &s->workers[r].st};
+    v.workers = w;
+    int rc = pr_sched_metrics_render(&v, out);
+    free(w);
+    return rc;
+}
+
 int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
                     struct pr_sched **out)
 {
@@ -672,6 +712,12 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
     s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     uv_timer_start(&s->heartbeat, heartbeat_cb, conf->sched_heartbeat_ms,
                    conf->sched_heartbeat_ms);
+    if (conf->metrics_listen[0] &&
+        (rc = pr_metrics_start(loop, conf->metrics_listen, render_metrics, s,
+                               &s->metrics)) < 0) {
+        pr_sched_destroy(s);
+        return rc;
+    }
     pr_info("scheduler for job '%s' listening on %s:%u, policy %s", conf->job,
             host, s->port,
             conf->sched_policy == PR_POLICY_ALLREDUCE  ? "allreduce"
@@ -721,6 +767,8 @@ void pr_sched_destroy(struct pr_sched *s)
     if (!s)
         return;
     s->stopping = 1;
+    pr_metrics_stop(s->metrics);
+    s->metrics = NULL;
     /* Close callbacks run in any order: s lives until the last of them. */
     s->handles = 3;
     for (struct snode *n = s->nodes; n; n = n->next) {

@@ -35,4 +35,45 @@ int pr_sched_reload(struct pr_sched *s);
 void pr_sched_destroy(struct pr_sched *s);
 uint16_t pr_sched_port(const struct pr_sched *s);
 
+/*
+ * Metrics (sched_metrics.c renders what sched.c collects). Per worker,
+ * from its READYs and its groups; times are sched.c's monotonic us.
+ */
+struct pr_sched_wstats {
+    uint64_t readies;       /* READYs accepted since it joined: its steps */
+    uint64_t version;       /* model version of the last one */
+    uint64_t last_ready_us; /* when the last one came */
+    uint64_t grouped_us;    /* when its last group was formed */
+    double interval_us;     /* EWMA, READY to READY; 0 = not known yet */
+    /* EWMA, its group formed to its next READY: its own pace, which
+     * waiting for groups does not hide; 0 = not known yet. */
+    double step_us;
+};
+void pr_sched_wstats_ready(struct pr_sched_wstats *w, uint64_t version,
+                           uint64_t now_us);
+
+#define PR_SCHED_SIZES 64 /* group sizes counted one by one up to this */
+
+struct pr_sched_worker_view {
+    const char *name;
+    uint32_t rank, node;
+    const struct pr_sched_wstats *st;
+};
+
+struct pr_sched_stats;
+struct pr_metrics_buf;
+struct pr_sched_view {
+    const char *job;
+    uint64_t now_us;
+    uint32_t nodes, live, queued;
+    double window_ms;                  /* the dynamic policy's window */
+    const struct pr_sched_stats *core; /* groups, members, generator */
+    const uint64_t *sizes; /* [k]: groups of k members; [0]: larger ones */
+    const struct pr_sched_worker_view *workers; /* the live ones */
+    size_t nworkers;
+};
+/* The Prometheus text of a scheduler. 0 or out->err. */
+int pr_sched_metrics_render(const struct pr_sched_view *v,
+                            struct pr_metrics_buf *out);
+
 #endif

@@ -248,6 +248,9 @@ static struct pr_link *resolve(void *ctx, uint32_t node_id)
     return l->up ? &l->base : NULL;
 }
 
+/* Engines post a lone member's own segment from its memory (no copy). */
+static int direct_sends;
+
 static struct net *net_new_stash(int n, size_t chunk, size_t stash_max)
 {
     struct net *net = calloc(1, sizeof(*net));
@@ -277,6 +280,7 @@ static struct net *net_new_stash(int n, size_t chunk, size_t stash_max)
         net->nodes[a].e = pr_engine_create(&net->loop, chunk, stash_max,
                                            resolve, &net->nodes[a]);
         ck_assert_ptr_nonnull(net->nodes[a].e);
+        pr_engine_set_direct(net->nodes[a].e, direct_sends);
     }
     return net;
 }
@@ -685,12 +689,13 @@ static const int rings[6][MAXN] = {
 };
 
 /* One ring of m nodes, all started in order, run to completion. */
-static void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed)
+static void run_mean_n(uint32_t m, size_t total, size_t chunk, uint64_t seed,
+                       int one_member)
 {
     struct net *net = net_new((int)m, chunk);
     size_t nlocal[MAXN] = {0};
     for (uint32_t p = 0; p < m; p++)
-        nlocal[p] = 1 + (p + total + seed) % MAXMB;
+        nlocal[p] = one_member ? 1 : 1 + (p + total + seed) % MAXMB;
     struct tgroup *tg = tg_new(7, total, m, rings[m], nlocal, 0, seed);
     tg_start_all(net, tg);
     run_until(net, tg_all_done, tg);
@@ -707,6 +712,29 @@ static void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed)
     tg_check_done(tg, 0); /* still exactly once after destroy */
     tg_free(tg);
 }
+
+static void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed)
+{
+    run_mean_n(m, total, chunk, seed, 0);
+}
+
+/* One member per node, sent straight from its memory: the same means. */
+START_TEST(test_engine_ring_mean_direct)
+{
+    static const uint32_t ms[] = {2, 3, 5};
+    static const size_t totals[] = {1, 7, 1000, 100003};
+    static const size_t chunks[] = {1, 64, 4096};
+    uint64_t seed = 400;
+    direct_sends = 1;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 3; c++) {
+                run_mean_n(ms[a], totals[b], chunks[c], seed++, 1);
+                run_mean_n(ms[a], totals[b], chunks[c], seed++, 0);
+            }
+    direct_sends = 0;
+}
+END_TEST
 
 START_TEST(test_engine_ring_mean)
 {
@@ -1504,6 +1532,7 @@ static Suite *engine_suite(void)
     TCase *tc = tcase_create("results");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_engine_ring_mean);
+    tcase_add_test(tc, test_engine_ring_mean_direct);
     tcase_add_test(tc, test_engine_ring_mean_large);
     tcase_add_test(tc, test_engine_ring_mean_four);
     tcase_add_test(tc, test_engine_reordered_delivery);
