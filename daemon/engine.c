@@ -268,41 +268,14 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
     return post_from(g, step, seg, off, n, NULL);
 }
 
-/* Step 0: this daemon's own segment, cut into chunks of its chunk size. */
-/* Sums the members' floats [a, b) into scratch, each scaled by its weight. */
-static void sum_range(struct group *g, size_t a, size_t b)
-{
-    for (size_t i = 0; i < g->nlocal; i++) {
-        const struct pr_engine_member *mb = &g->local[i];
-        float w = (float)mb->weight;
-        size_t off = 0;
-        for (size_t p = 0; p < mb->nparts && off < b; p++) {
-            size_t len = mb->parts[p].len;
-            size_t lo = a > off ? a : off;
-            size_t hi = b < off + len ? b : off + len;
-            if (lo < hi) {
-                const float *src = mb->parts[p].data + (lo - off);
-                float *dst = g->scratch + lo;
-                if (g->mean_scale != 0 && i == 0)
-                    memcpy(dst, src, (hi - lo) * sizeof(float));
-                else if (g->mean_scale != 0)
-                    pr_reduce_add(dst, src, hi - lo);
-                else if (i == 0)
-                    pr_reduce_scale(dst, src, w, hi - lo);
-                else
-                    pr_reduce_axpy(dst, src, w, hi - lo);
-            }
-            off += len;
-        }
-    }
-}
-
 /*
- * scratch[a, b) = this daemon's weighted local sum over [a, b) + in[0..):
- * the reduce-scatter adds the local members in the same pass that takes in
- * the chunk from the left, so their floats are read once, when needed.
+ * scratch[a, b) = this daemon's weighted local sum over [a, b), plus
+ * in[0, b - a) when `in` is not NULL: the reduce-scatter folds the local
+ * members into the chunk from the left in one pass, so their floats are
+ * read once, when needed. Uniform groups add unscaled (mean_scale is
+ * applied once the sum is complete).
  */
-static void fold_range(struct group *g, size_t a, size_t b, const float *in)
+static void local_sum(struct group *g, size_t a, size_t b, const float *in)
 {
     int uniform = g->mean_scale != 0;
     for (size_t i = 0; i < g->nlocal; i++) {
@@ -313,19 +286,24 @@ static void fold_range(struct group *g, size_t a, size_t b, const float *in)
             size_t len = mb->parts[p].len;
             size_t lo = a > off ? a : off;
             size_t hi = b < off + len ? b : off + len;
-            if (lo < hi) {
-                const float *src = mb->parts[p].data + (lo - off);
-                float *dst = g->scratch + lo;
-                if (i == 0 && uniform)
-                    pr_reduce_sum2(dst, src, in + (lo - a), hi - lo);
-                else if (i == 0)
-                    pr_reduce_axpb(dst, src, w, in + (lo - a), hi - lo);
-                else if (uniform)
-                    pr_reduce_add(dst, src, hi - lo);
-                else
-                    pr_reduce_axpy(dst, src, w, hi - lo);
-            }
             off += len;
+            if (lo >= hi)
+                continue;
+            const float *x = mb->parts[p].data + (lo - (off - len));
+            float *dst = g->scratch + lo;
+            size_t n = hi - lo;
+            if (i > 0 && uniform)
+                pr_reduce_add(dst, x, n);
+            else if (i > 0)
+                pr_reduce_axpy(dst, x, w, n);
+            else if (in && uniform)
+                pr_reduce_sum2(dst, x, in + (lo - a), n);
+            else if (in)
+                pr_reduce_axpb(dst, x, w, in + (lo - a), n);
+            else if (uniform)
+                memcpy(dst, x, n * sizeof(float));
+            else
+                pr_reduce_scale(dst, x, w, n);
         }
     }
 }
@@ -357,7 +335,7 @@ static const float *direct_src(const struct group *g, size_t at, size_t *n)
  * lone local member's memory goes to the wire as it is (its region of the
  * scratch vector is only ever written by the all-gather); otherwise each
  * chunk is summed into the scratch vector just before it is posted. The
- * other segments are summed when their chunks arrive (fold_range).
+ * other segments are summed when their chunks arrive (local_sum).
  */
 static int sum_and_post_own_segment(struct group *g)
 {
@@ -372,7 +350,7 @@ static int sum_and_post_own_segment(struct group *g)
         if (src && in_part < n)
             n = in_part; /* a chunk never spans two tensors */
         if (!src)
-            sum_range(g, start + off, start + off + n);
+            local_sum(g, start + off, start + off + n, NULL);
         int rc = post_from(g, 0, g->pos, start + off, n, src);
         if (rc < 0)
             return rc;
@@ -483,7 +461,7 @@ static void apply_chunk(struct group *g, uint32_t from,
     uint32_t m = g->m;
     float *dst = g->scratch + h->off;
     if (h->step < m - 1)
-        fold_range(g, h->off, h->off + h->nfloats, data);
+        local_sum(g, h->off, h->off + h->nfloats, data);
     else
         memcpy(dst, data, h->nfloats * sizeof(float));
     /* The last reduce-scatter step completes this region's sum. */
@@ -608,7 +586,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 
     /* 1. The weighted local sum, straight from the members' memory. */
     if (m == 1) {
-        sum_range(g, 0, g->total);
+        local_sum(g, 0, g->total, NULL);
         if (g->mean_scale != 0)
             pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
         finish(g, 0);

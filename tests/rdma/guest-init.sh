@@ -84,10 +84,20 @@ mount -t devtmpfs devtmpfs $R/dev || fail "mount devtmpfs"
 mkdir -p $R/dev/pts $R/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts $R/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm
+# A checkout under /tmp, /var/tmp or /run (SRC_PATH) would vanish under the
+# tmpfs mounts below: hold it aside and bind it back into place after.
+if [ -n "$SRC_PATH" ]; then
+    mkdir -p /src
+    mount --bind "$R$SRC_PATH" /src || fail "cannot hold $SRC_PATH"
+fi
 for d in /tmp /var/tmp; do
     mount -t tmpfs -o mode=1777 tmpfs "$R$d" || fail "tmpfs on $d"
 done
 mount -t tmpfs -o mode=755 tmpfs $R/run || fail "tmpfs on /run"
+if [ -n "$SRC_PATH" ]; then
+    mkdir -p "$R$SRC_PATH"
+    mount --bind /src "$R$SRC_PATH" || fail "cannot bind $SRC_PATH back"
+fi
 mount --bind /work "$R$WORK_PATH" ||
     fail "cannot bind the work directory at $WORK_PATH"
 

@@ -59,8 +59,14 @@ hidden() {
     return 1
 }
 cwd=$(pwd -P)
-hidden "$cwd" && die "the current directory $cwd is not visible in the guest (tmpfs there); run from elsewhere"
-hidden "$work" && die "$work is not visible in the guest (tmpfs there)"
+# A checkout under one of those (CI may clone into /tmp) is bound back into
+# place inside the guest, after its tmpfs mounts (guest-init.sh).
+src=
+if hidden "$cwd"; then
+    src=$cwd
+elif hidden "$work"; then
+    src=$(dirname "$(dirname "$here")")
+fi
 case "$work" in
 *,*) die "the path $work contains a comma, which QEMU's -virtfs cannot take" ;;
 esac
@@ -94,6 +100,7 @@ shq() { # quote for POSIX sh (the guest's busybox sources guest.env)
     echo "RUN_DIR=$(shq "$run")"
     echo "CMD_FILE=$(shq "$run/cmd.sh")"
     echo "TIMEOUT=$(shq "$guest_timeout")"
+    echo "SRC_PATH=$(shq "$src")"
 } >"$run/guest.env"
 
 append="console=ttyS0 panic=-1 preduce.id=$id"
