@@ -218,7 +218,8 @@ static const struct {
     {-EINVAL, "invalid argument, or tensor length differs from the job's"},
     {-EBUSY, "busy: a reduce is in flight"},
     {-ECONNRESET, "a group member died mid-reduce; tensors unchanged, retry"},
-    {-ENOTCONN, "connection to the daemon lost; reconnect"},
+    {-ENOTCONN, "not connected: the daemon has no scheduler, or the "
+                "connection was lost"},
     {-EPIPE, "the daemon closed the connection"},
     {-EAGAIN, "the reduce has not finished yet"},
     {-ENOMEM, "out of memory"},

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
@@ -36,6 +37,8 @@ struct daemon {
     int nsets;
     struct pr_node *node;
     struct pr_sched *sched;
+    struct pr_auth_key key; /* the cluster key, when have_key */
+    int have_key;
     uv_signal_t sigs[3];
 };
 
@@ -97,16 +100,15 @@ static int load(struct daemon *d)
         print_err(d->path, &err);
         return rc;
     }
-    /*
-     * Refuse rather than run open while the operator believes the links
-     * are authenticated.
-     */
     if (d->conf.sec_key_file && d->conf.sec_key_file[0]) {
-        fprintf(stderr,
-                "preduced: security.key_file: cluster-key authentication is "
-                "not implemented in this version; unset the key, and keep "
-                "the daemons' ports on a trusted network\n");
-        return -ENOTSUP;
+        const char *why = "";
+        rc = pr_auth_load(d->conf.sec_key_file, &d->key, &why);
+        if (rc < 0) {
+            fprintf(stderr, "preduced: security.key_file: %s: %s (%s)\n",
+                    d->conf.sec_key_file, why, strerror(-rc));
+            return rc;
+        }
+        d->have_key = 1;
     }
     return 0;
 }
@@ -243,9 +245,11 @@ int main(int argc, char **argv)
     }
     int rc;
     if (d.conf.role == PR_ROLE_SCHEDULER)
-        rc = pr_sched_create(&d.loop, &d.conf, &d.sched);
+        rc = pr_sched_create(&d.loop, &d.conf, d.have_key ? &d.key : NULL,
+                             &d.sched);
     else
-        rc = pr_node_create(&d.loop, &d.conf, &d.node);
+        rc = pr_node_create(&d.loop, &d.conf, d.have_key ? &d.key : NULL,
+                            &d.node);
     if (rc < 0) {
         for (int i = 0; i < 3; i++)
             uv_close((uv_handle_t *)&d.sigs[i], NULL);

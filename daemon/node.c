@@ -40,6 +40,7 @@ struct ngroup {
 };
 
 static void connect_sched(struct pr_node *n);
+static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m);
 
 int pr_node_sched_up(const struct pr_node *n)
 {
@@ -287,7 +288,9 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
 static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 {
     struct pr_node *n = conn->owner;
-    if (n->sstate == S_HELLO) {
+    if (n->sstate == S_CHALLENGE && m->body_case != PR__V1__MSG__BODY_ERROR)
+        return on_challenge(n, m);
+    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE) {
         if (m->body_case == PR__V1__MSG__BODY_ERROR) {
             pr_err("scheduler refused this node: %s",
                    m->error->reason ? m->error->reason : "");
@@ -299,6 +302,12 @@ static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
                     "closing",
                     PR_PROTO_VERSION, pr_msg_name(m));
             return -EPROTO;
+        }
+        const char *why;
+        if (pr_auth_check_welcome(n->key, n->nc, n->ns, &m->welcome->auth,
+                                  &why) < 0) {
+            pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
+            return -EACCES;
         }
         n->self = m->welcome->id;
         n->sstate = S_UP;
@@ -360,7 +369,8 @@ static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 static void retry_cb(uv_timer_t *t)
 {
     struct pr_node *n = t->data;
-    if (n->sstate == S_CONNECTING || n->sstate == S_HELLO) {
+    if (n->sstate == S_CONNECTING || n->sstate == S_CHALLENGE ||
+        n->sstate == S_HELLO) {
         pr_warn("scheduler %s: no answer within %u ms", n->conf->node_scheduler,
                 n->conf->node_connect_timeout_ms);
         pr_conn_close(n->sched, -ETIMEDOUT);
@@ -408,18 +418,39 @@ static void sched_connected(struct pr_conn *c, int status)
         pr_conn_close(c, status);
         return;
     }
+    /* The scheduler speaks first: its challenge (auth.h). */
+    n->sstate = S_CHALLENGE;
+}
+
+/* The scheduler's challenge came: answer with the hello. */
+static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
+{
+    if (m->body_case != PR__V1__MSG__BODY_CHALLENGE) {
+        pr_warn("scheduler: expected a challenge, got %s: closing",
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
+    size_t len;
+    const char *why;
+    int rc =
+        pr_auth_answer(n->key, m->challenge, n->ns, n->nc, buf, &len, &why);
+    if (rc < 0) {
+        pr_err("scheduler %s: %s", n->conf->node_scheduler, why);
+        return rc;
+    }
     Pr__V1__Hello h = PR__V1__HELLO__INIT;
     h.version = PR_PROTO_VERSION;
     h.role = PR__V1__ROLE__ROLE_NODE;
     h.name = n->conf->node_name;
     h.data_addr = n->data_addr;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_HELLO;
-    m.hello = &h;
+    h.auth.data = buf;
+    h.auth.len = len;
+    Pr__V1__Msg r = PR_MSG_INIT;
+    r.body_case = PR__V1__MSG__BODY_HELLO;
+    r.hello = &h;
     n->sstate = S_HELLO;
-    int rc = pr_node_send(n, &m);
-    if (rc < 0)
-        pr_conn_close(c, rc);
+    return pr_node_send(n, &r);
 }
 
 static void connect_sched(struct pr_node *n)
@@ -516,13 +547,15 @@ static int open_rdma(struct pr_node *n)
     return 0;
 }
 
-int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
+int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
+                   const struct pr_auth_key *key, struct pr_node **out)
 {
     struct pr_node *n = calloc(1, sizeof(*n));
     if (!n)
         return -ENOMEM;
     n->loop = loop;
     n->conf = conf;
+    n->key = key;
     n->backoff_ms = BACKOFF_MIN_MS;
     uv_timer_init(loop, &n->sched_retry);
     uv_timer_init(loop, &n->tick);
@@ -546,6 +579,7 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out)
         goto fail;
     }
     pr_tcp_xport_set_engine(n->xport, n->engine);
+    pr_tcp_xport_set_key(n->xport, key);
     /* TCP reads any memory; with RDMA every tensor is registered. */
     pr_engine_set_direct(n->engine, 1);
     rc = open_rdma(n);

@@ -8,11 +8,14 @@
 
 #include <uv.h>
 
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 
 struct pr_node;
 
-int pr_node_create(uv_loop_t *loop, struct pr_conf *conf, struct pr_node **out);
+/* key: the cluster key (NULL: none); it must outlive the node. */
+int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
+                   const struct pr_auth_key *key, struct pr_node **out);
 /* Applies reloadable keys from the (already swapped) conf. */
 int pr_node_reload(struct pr_node *n);
 void pr_node_destroy(struct pr_node *n);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/conn.h"
 #include "daemon/engine.h"
@@ -60,6 +61,7 @@ struct nclient {
 enum sstate {
     S_DOWN,
     S_CONNECTING,
+    S_CHALLENGE, /* connected; waiting for the scheduler's challenge */
     S_HELLO,
     S_UP,
 };
@@ -87,6 +89,9 @@ struct pr_node {
     int stopping;
     int handles;
     uint64_t reduces_ok, reduces_failed;
+    const struct pr_auth_key *key; /* NULL: no cluster key */
+    uint8_t nc[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
     uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
     struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
 };

@@ -20,6 +20,7 @@ struct snode {
     uint32_t id; /* 0 until the hello */
     char name[64];
     char data_addr[128];
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
 };
 
 struct sworker {
@@ -58,6 +59,7 @@ struct pr_sched {
     uint64_t id_base; /* wire group id = id_base + the core's id */
     int stopping;
     struct pr_metrics *metrics;
+    const struct pr_auth_key *key;      /* NULL: no authentication */
     uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
 };
 
@@ -454,6 +456,15 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
         pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
         return 0;
     }
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    const char *why;
+    if (pr_auth_check_hello(s->key, n->ns, &h->auth, proof, &plen, &why) < 0) {
+        pr_warn("%s (node '%s'): authentication failed: %s: closing",
+                n->conn->name, h->name ? h->name : "", why);
+        pr_conn_fail(n->conn, -EACCES, "authentication failed");
+        return 0;
+    }
     n->id = ++s->next_node_id;
     snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
@@ -463,6 +474,8 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     w.version = PR_PROTO_VERSION;
     w.id = n->id;
     w.job = s->conf->job;
+    w.auth.data = proof;
+    w.auth.len = plen;
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_WELCOME;
     m.welcome = &w;
@@ -596,6 +609,12 @@ static void on_connection(uv_stream_t *server, int status)
     snprintf(n->conn->name, sizeof(n->conn->name), "scheduler link from %s",
              ip);
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
+    Pr__V1__Challenge ch;
+    pr_auth_challenge(s->key, n->ns, &ch);
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
+    m.challenge = &ch;
+    send_msg(n, &m);
 }
 
 static void heartbeat_cb(uv_timer_t *t)
@@ -662,7 +681,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
 }
 
 int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
-                    struct pr_sched **out)
+                    const struct pr_auth_key *key, struct pr_sched **out)
 {
     struct pr_sched_params p;
     params_from_conf(conf, &p);
@@ -671,6 +690,7 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
         return -ENOMEM;
     s->loop = loop;
     s->conf = conf;
+    s->key = key;
     s->core = pr_sched_core_create(&p);
     if (!s->core) {
         free(s);

@@ -5,8 +5,10 @@
  * host its members.
  *
  * Protocol with a node daemon, in order:
- *  1. node -> Hello{version, role NODE, name, data_addr}; scheduler ->
- *     Welcome{id = node id}, then PeerList to every node.
+ *  0. scheduler -> Challenge{nonce, required} on accept (auth.h).
+ *  1. node -> Hello{version, role NODE, name, data_addr, auth}; scheduler
+ *     checks the proof, -> Welcome{id = node id, auth}, then PeerList to
+ *     every node.
  *  2. node -> WorkerJoin{cookie, name} -> WorkerJoined{cookie, status, rank}
  *  3. node -> Ready{rank, version, nfloats, seq}: queued; or Reject.
  *  4. scheduler -> Group{id, members, ring, ...} to each daemon in the ring.
@@ -23,13 +25,17 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 
 struct pr_sched;
 
-/* Listens on conf->sched_listen. *out on success. */
+/*
+ * Listens on conf->sched_listen. With a cluster key (NULL: none; it must
+ * outlive the scheduler), nodes must prove they hold it (auth.h).
+ */
 int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
-                    struct pr_sched **out);
+                    const struct pr_auth_key *key, struct pr_sched **out);
 /* Applies reloadable keys from the (already swapped) conf. */
 int pr_sched_reload(struct pr_sched *s);
 void pr_sched_destroy(struct pr_sched *s);

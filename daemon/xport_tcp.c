@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/auth.h"
 #include "daemon/conf.h"
 #include "daemon/conn.h"
 #include "daemon/engine.h"
@@ -19,6 +20,7 @@
 enum pstate {
     P_DOWN,
     P_CONNECTING, /* TCP connect in progress (outgoing) */
+    P_CHALLENGE,  /* connected; waiting for the peer's challenge */
     P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
     P_RDMA_WAIT,  /* welcome sent with RDMA; waiting for RdmaReady */
     P_UP,
@@ -49,6 +51,8 @@ struct tpeer {
     size_t abuf_len;
     struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
     uint64_t since_ms;     /* when the current state (or queueing) began */
+    uint8_t nc[PR_AUTH_NONCE_LEN]; /* outgoing: our nonce */
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's challenge */
 };
 
 /* An incoming connection that has not said hello yet. */
@@ -56,6 +60,7 @@ struct stranger {
     struct stranger *next;
     struct pr_conn *conn;
     uint64_t expires_ms;
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
 };
 
 struct pr_tcp_xport {
@@ -73,7 +78,8 @@ struct pr_tcp_xport {
     struct pr_rdma *rdma; /* NULL: TCP only */
     int rdma_required;    /* transport = rdma: refuse peers without it */
     struct stranger *strangers;
-    uv_timer_t sweep; /* hello and link-setup deadlines */
+    const struct pr_auth_key *key; /* NULL: no cluster key */
+    uv_timer_t sweep;              /* hello and link-setup deadlines */
 };
 
 static const struct pr_link_ops tcp_link_ops;
@@ -81,6 +87,8 @@ static const struct pr_conn_ops peer_ops;
 static const struct pr_conn_ops stranger_ops;
 static void start_connect(struct tpeer *p);
 static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id);
+static int on_challenge(struct tpeer *p, struct pr_conn *c,
+                        const Pr__V1__Challenge *ch);
 
 struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
                                          size_t max_chunk_bytes,
@@ -138,6 +146,11 @@ void pr_tcp_xport_set_rdma(struct pr_tcp_xport *x, struct pr_rdma *r,
 {
     x->rdma = r;
     x->rdma_required = required;
+}
+
+void pr_tcp_xport_set_key(struct pr_tcp_xport *x, const struct pr_auth_key *key)
+{
+    x->key = key;
 }
 
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
@@ -221,7 +234,8 @@ static const struct pr_link_ops tcp_link_ops = {.send = link_send};
 static void retry_cb(uv_timer_t *t)
 {
     struct tpeer *p = t->data;
-    if (p->state == P_CONNECTING || p->state == P_HELLO) {
+    if (p->state == P_CONNECTING || p->state == P_CHALLENGE ||
+        p->state == P_HELLO) {
         /* The connect deadline passed: give up on this attempt. */
         pr_warn("peer node %u at %s: no answer within %u ms", p->base.node_id,
                 p->addr, p->x->connect_timeout_ms);
@@ -318,6 +332,8 @@ static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
 static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 {
     struct tpeer *p = c->owner;
+    if (p->state == P_CHALLENGE && m->body_case == PR__V1__MSG__BODY_CHALLENGE)
+        return on_challenge(p, c, m->challenge);
     if (p->state == P_HELLO && m->body_case == PR__V1__MSG__BODY_WELCOME) {
         if (m->welcome->version != PR_PROTO_VERSION ||
             m->welcome->id != p->base.node_id) {
@@ -326,6 +342,13 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                     p->addr, m->welcome->id, m->welcome->version,
                     p->base.node_id, PR_PROTO_VERSION);
             return -EPROTO;
+        }
+        const char *why;
+        if (pr_auth_check_welcome(p->x->key, p->nc, p->ns, &m->welcome->auth,
+                                  &why) < 0) {
+            pr_err("peer node %u (%s): %s: closing", p->base.node_id, p->addr,
+                   why);
+            return -EACCES;
         }
         return welcomed(p, m->welcome->rdma);
     }
@@ -400,8 +423,26 @@ static void connect_cb(struct pr_conn *c, int status)
         pr_conn_close(c, status);
         return;
     }
+    /* The accepting side speaks first: its challenge (auth.h). */
+    p->state = P_CHALLENGE;
+}
+
+/* The peer's challenge came: offer RDMA and prove the key in the hello. */
+static int on_challenge(struct tpeer *p, struct pr_conn *c,
+                        const Pr__V1__Challenge *ch)
+{
+    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
+    size_t len;
+    const char *why;
+    int rc = pr_auth_answer(p->x->key, ch, p->ns, p->nc, buf, &len, &why);
+    if (rc < 0) {
+        pr_err("peer node %u (%s): %s", p->base.node_id, p->addr, why);
+        return rc;
+    }
     Pr__V1__Msg m = PR_MSG_INIT;
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    hello.auth.data = buf;
+    hello.auth.len = len;
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
@@ -412,17 +453,15 @@ static void connect_cb(struct pr_conn *c, int status)
         pr_rdma_qp_info(p->qp, &ri);
         hello.rdma = &ri;
     } else if (p->x->rdma_required) {
-        pr_conn_close(c, -EPROTONOSUPPORT);
-        return;
+        return -EPROTONOSUPPORT;
     }
     m.body_case = PR__V1__MSG__BODY_HELLO;
     m.hello = &hello;
-    int rc = pr_conn_send(c, &m);
-    if (rc < 0) {
-        pr_conn_close(c, rc);
-        return;
-    }
+    rc = pr_conn_send(c, &m);
+    if (rc < 0)
+        return rc;
     p->state = P_HELLO;
+    return 0;
 }
 
 static void start_connect(struct tpeer *p)
@@ -566,6 +605,15 @@ static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
     return 0;
 }
 
+static const struct stranger *find_stranger(struct pr_tcp_xport *x,
+                                            const struct pr_conn *c)
+{
+    for (const struct stranger *st = x->strangers; st; st = st->next)
+        if (st->conn == c)
+            return st;
+    return NULL;
+}
+
 static void unlist_stranger(struct pr_tcp_xport *x, struct pr_conn *c)
 {
     for (struct stranger **pp = &x->strangers; *pp; pp = &(*pp)->next) {
@@ -637,6 +685,17 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_conn_fail(c, -EPROTO, "not a peer of this node");
         return 0;
     }
+    const struct stranger *st = find_stranger(x, c);
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    const char *why;
+    if (!st ||
+        pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
+        pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
+                h->node_id, st ? why : "no challenge on record");
+        pr_conn_fail(c, -EACCES, "authentication failed");
+        return 0;
+    }
     struct tpeer *p = find_peer(x, h->node_id);
     if (!p) {
         /* The scheduler's peer list has not reached us yet. */
@@ -657,6 +716,8 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
     w.id = x->self;
+    w.auth.data = proof;
+    w.auth.len = plen;
     Pr__V1__RdmaInfo ri;
     int rc = accept_rdma(x, p, h->rdma, &ri);
     if (rc < 0) {
@@ -739,7 +800,16 @@ static void on_connection(uv_stream_t *server, int status)
     }
     snprintf(c->name, sizeof(c->name), "peer link from %s", ip);
     uv_tcp_nodelay(&c->h.tcp, 1);
-    if (pr_conn_start(c) < 0)
+    if (pr_conn_start(c) < 0) {
+        pr_conn_close(c, -EIO);
+        return;
+    }
+    Pr__V1__Challenge ch;
+    pr_auth_challenge(x->key, st->ns, &ch);
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
+    m.challenge = &ch;
+    if (pr_conn_send(c, &m) < 0)
         pr_conn_close(c, -EIO);
 }
 

@@ -4,6 +4,7 @@
  * lower one, so each pair has exactly one connection).
  *
  * Link protocol, in order:
+ *  0. The accepting side sends Msg.challenge (cluster-key nonce, auth.h).
  *  1. The connecting side sends Msg.hello{version, role NODE, node_id,
  *     rdma = its queue pair's info if it has an RDMA device}.
  *  2. The accepting side checks the version and answers Msg.welcome{id =
@@ -45,6 +46,10 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
                         uint16_t *bound);
 void pr_tcp_xport_set_engine(struct pr_tcp_xport *x, struct pr_engine *e);
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self);
+struct pr_auth_key;
+/* Peers must prove the cluster key (auth.h); NULL: none. Set before use. */
+void pr_tcp_xport_set_key(struct pr_tcp_xport *x,
+                          const struct pr_auth_key *key);
 /*
  * Moves the data of every link that both ends can serve by RDMA onto a
  * verbs queue pair (rdma.h); the TCP link stays for control. `required`:

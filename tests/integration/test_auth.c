@@ -1,0 +1,153 @@
+/*
+ * Cluster-key authentication with real processes: with the same key the
+ * job runs; a node with another key, or with none, is refused by the
+ * scheduler with a logged reason while the others go on; and a peer
+ * connection without a proof is refused by the node it dials.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+#include "tests/integration/harness.h"
+
+static char key_a[64], key_b[64], set_a[96], set_b[96];
+
+static void make_key(char *path, char *set, const char *secret)
+{
+    snprintf(path, 64, "/tmp/preduce-itkey-XXXXXX");
+    int fd = mkstemp(path); /* mode 0600 */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, secret, strlen(secret)),
+                     (ssize_t)strlen(secret));
+    close(fd);
+    snprintf(set, 96, "security.key_file=%s", path);
+}
+
+static void setup(void)
+{
+    make_key(key_a, set_a, "the cluster key of this job");
+    make_key(key_b, set_b, "some other cluster's key!!");
+}
+
+static void teardown(void)
+{
+    unlink(key_a);
+    unlink(key_b);
+}
+
+static int logged(struct h_cluster *c, const char *who, const char *s)
+{
+    for (int i = 0; i < 300; i++) {
+        if (h_log_contains(c, who, s))
+            return 1;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    h_log_dump(c, who);
+    return 0;
+}
+
+static pid_t trainer(struct h_cluster *c, const char *name, int node)
+{
+    struct h_trainer_opts o = {
+        .name = name, .node = node, .n = 1000, .steps = 5, .uniform = 1};
+    return h_trainer_spawn(c, &o);
+}
+
+START_TEST(test_auth_same_key_runs)
+{
+    struct h_cluster c;
+    const char *const sched[] = {"scheduler.policy=allreduce", set_a, NULL};
+    const char *const node[] = {set_a, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sched, node), 0);
+    pid_t p0 = trainer(&c, "a0", 0), p1 = trainer(&c, "a1", 1);
+    ck_assert_int_eq(h_wait(p0, 30000), 0);
+    ck_assert_int_eq(h_wait(p1, 30000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+/* _i: 0 = node with another key, 1 = node with no key. */
+START_TEST(test_auth_intruder_node_refused)
+{
+    struct h_cluster c;
+    const char *const sched[] = {"scheduler.policy=constant",
+                                 "scheduler.group_size=1", set_a, NULL};
+    const char *const good[] = {set_a, NULL};
+    const char *const other[] = {set_b, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched, good), 0);
+    ck_assert_int_eq(h_node_start(&c, 1, _i == 0 ? other : NULL), 0);
+    c.nnodes = 2;
+    if (_i == 0)
+        ck_assert(logged(&c, "sched", "authentication failed: wrong proof"));
+    else
+        ck_assert(logged(&c, "node1", "requires a cluster key"));
+    /* Its trainer cannot join: the node has no scheduler. */
+    pid_t bad = trainer(&c, "intruder", 1);
+    ck_assert_int_eq(h_wait(bad, 30000), 2);
+    /* The job goes on. */
+    pid_t ok = trainer(&c, "g0", 0);
+    ck_assert_int_eq(h_wait(ok, 30000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+START_TEST(test_auth_peer_without_proof_refused)
+{
+    struct h_cluster c;
+    const char *const sched[] = {set_a, NULL};
+    const char *const node[] = {set_a, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched, node), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(c.node_port[0])};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    /* A hello that claims to be node 99, with no proof of the key. */
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    Pr__V1__Hello h = PR__V1__HELLO__INIT;
+    h.version = PR_PROTO_VERSION;
+    h.role = PR__V1__ROLE__ROLE_NODE;
+    h.node_id = 99;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &h;
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(pr_msg_frame(&m, 1 << 20, &buf, &len), 0);
+    ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+    free(buf);
+    ck_assert(logged(&c, "node0", "(node 99): authentication failed"));
+    close(fd);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_auth");
+    TCase *tc = tcase_create("auth");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_auth_same_key_runs);
+    tcase_add_loop_test(tc, test_auth_intruder_node_refused, 0, 2);
+    tcase_add_test(tc, test_auth_peer_without_proof_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
