@@ -159,14 +159,8 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
     return wait_connect_unix(c->sock[i], 5000);
 }
 
-int h_cluster_start(struct h_cluster *c, int nnodes,
-                    const char *const *sched_sets, const char *const *node_sets)
+int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
 {
-    memset(c, 0, sizeof(*c));
-    snprintf(c->dir, sizeof(c->dir), "/tmp/preduce-test-XXXXXX");
-    if (!mkdtemp(c->dir))
-        return -errno;
-    c->sched_port = h_free_port();
     char listen[64];
     snprintf(listen, sizeof(listen), "scheduler.listen=127.0.0.1:%u",
              c->sched_port);
@@ -178,7 +172,18 @@ int h_cluster_start(struct h_cluster *c, int nnodes,
     c->sched_pid = spawn(c, "sched", argv);
     if (c->sched_pid < 0)
         return -errno;
-    int rc = wait_connect_tcp(c->sched_port, 5000);
+    return wait_connect_tcp(c->sched_port, 5000);
+}
+
+int h_cluster_start(struct h_cluster *c, int nnodes,
+                    const char *const *sched_sets, const char *const *node_sets)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->dir, sizeof(c->dir), "/tmp/preduce-test-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -errno;
+    c->sched_port = h_free_port();
+    int rc = h_sched_start(c, sched_sets);
     if (rc < 0)
         return rc;
     c->nnodes = nnodes;

@@ -37,6 +37,8 @@ uint16_t h_free_port(void);
 int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *sched_sets,
                     const char *const *node_sets);
+/* (Re)starts the scheduler on c->sched_port, logging to sched.log. */
+int h_sched_start(struct h_cluster *c, const char *const *sched_sets);
 /*
  * Stops the processes (SIGTERM, then SIGKILL after 5 s) and removes dir.
  * Returns how many did not exit 0 (a crash, a sanitizer report, a hang),

@@ -122,6 +122,44 @@ START_TEST(test_fault_node_killed)
 }
 END_TEST
 
+/*
+ * The scheduler dies and comes back on the same port: the daemons
+ * reconnect and register their trainers again (ranks may change), the
+ * reduces in between fail with an error, and training goes on.
+ */
+START_TEST(test_fault_scheduler_restart)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    const char *names[] = {"s0", "s1", "s2", "s3"};
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++)
+        pids[i] = start(&c, names[i], i % 2, 2 * RUN_S, 0);
+    sleep_ms(1500);
+    kill(c.sched_pid, SIGKILL);
+    h_wait(c.sched_pid, 5000);
+    sleep_ms(300);
+    ck_assert_int_eq(h_sched_start(&c, sets), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    for (int i = 0; i < 4; i++) {
+        long steps, errors, after;
+        double secs;
+        ck_assert_int_eq(
+            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
+        ck_assert_int_eq(h_trainer_after_error(&c, names[i], &after), 0);
+        printf("%s: %ld reduces, %ld failed while the scheduler was away, "
+               "%ld after\n",
+               names[i], steps, errors, after);
+        /* Results after the restart were checked like all others. */
+        ck_assert_int_gt(after, 10);
+    }
+    ck_assert(h_log_contains(&c, "node0", "scheduler link lost"));
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_fault");
@@ -130,6 +168,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fault_trainer_killed);
     tcase_add_test(tc, test_fault_trainer_leaves);
     tcase_add_test(tc, test_fault_node_killed);
+    tcase_add_test(tc, test_fault_scheduler_restart);
     suite_add_tcase(s, tc);
     return s;
 }
