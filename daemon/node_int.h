@@ -25,6 +25,7 @@ struct ntensor {
 
 enum cstate {
     C_HELLO,   /* waiting for the trainer's hello */
+    C_WAIT,    /* hello taken; the scheduler link is not up yet */
     C_JOINING, /* WorkerJoin sent to the scheduler */
     C_UP,
 };

@@ -161,6 +161,8 @@ static void reply_error(struct nclient *c, int code, const char *reason)
     send_to(c, &m);
 }
 
+static int send_join(struct nclient *c);
+
 static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
@@ -178,12 +180,25 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
         pr_conn_fail(c->conn, -EINVAL, "expected a client hello with a name");
         return 0;
     }
-    if (!pr_node_sched_up(n)) {
-        pr_conn_fail(c->conn, -ENOTCONN, "the scheduler is unreachable");
-        return 0;
-    }
     memcpy(c->name, h->name, len + 1);
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
+    if (!pr_node_sched_up(n)) {
+        /*
+         * A trainer may start with its daemon (at boot, in a test): it
+         * waits until the scheduler link is up, at most connect_timeout_ms
+         * (pr_node_ipc_tick), within its own connect timeout.
+         */
+        c->state = C_WAIT;
+        c->deadline_ms = uv_now(n->loop) + n->conf->node_connect_timeout_ms;
+        return 0;
+    }
+    return send_join(c);
+}
+
+/* Registers the trainer with the scheduler (WorkerJoin, C_JOINING). */
+static int send_join(struct nclient *c)
+{
+    struct pr_node *n = c->node;
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = c->cookie;
     j.name = c->name;
@@ -657,7 +672,12 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;
-        if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms) {
+        if (c->state == C_WAIT && now_ms >= c->deadline_ms) {
+            c->state = C_HELLO;
+            if (c->conn)
+                pr_conn_fail(c->conn, -ENOTCONN,
+                             "the scheduler is unreachable");
+        } else if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms) {
             send_cancel(c);
         } else if (c->rstate == R_CANCELLING &&
                    now_ms >= c->deadline_ms + PR_NODE_GRACE_MS) {
@@ -698,6 +718,10 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
 void pr_node_ipc_sched_up(struct pr_node *n)
 {
     for (struct nclient *c = n->clients; c; c = c->next) {
+        if (c->state == C_WAIT && c->conn) {
+            send_join(c);
+            continue;
+        }
         if (c->state != C_UP || !c->conn)
             continue;
         c->rank = -1;

@@ -160,6 +160,25 @@ START_TEST(test_fault_scheduler_restart)
 }
 END_TEST
 
+/* A trainer that starts before its daemon reached the scheduler waits. */
+START_TEST(test_fault_trainer_before_scheduler)
+{
+    struct h_cluster c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.dir, sizeof(c.dir), "/tmp/preduce-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c.dir));
+    c.sched_port = h_free_port();
+    c.nnodes = 1;
+    ck_assert_int_eq(h_node_start(&c, 0, NULL), 0);
+    pid_t t = start(&c, "early", 0, 0, 5);
+    sleep_ms(700);
+    const char *const sets[] = {"scheduler.policy=allreduce", NULL};
+    ck_assert_int_eq(h_sched_start(&c, sets), 0);
+    ck_assert_int_eq(h_wait(t, 30000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_fault");
@@ -169,6 +188,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fault_trainer_leaves);
     tcase_add_test(tc, test_fault_node_killed);
     tcase_add_test(tc, test_fault_scheduler_restart);
+    tcase_add_test(tc, test_fault_trainer_before_scheduler);
     suite_add_tcase(s, tc);
     return s;
 }
