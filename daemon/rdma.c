@@ -106,6 +106,20 @@ static size_t round_up(size_t n, size_t a)
     return (n + a - 1) / a * a;
 }
 
+/* Unwinds the device objects that exist, in reverse order of creation. */
+static void device_free(struct pr_rdma *r)
+{
+    if (r->cq)
+        ibv_destroy_cq(r->cq);
+    if (r->ch)
+        ibv_destroy_comp_channel(r->ch);
+    if (r->pd)
+        ibv_dealloc_pd(r->pd);
+    if (r->ctx)
+        ibv_close_device(r->ctx);
+    free(r);
+}
+
 int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
                  const struct pr_rdma_ops *ops, void *octx,
                  struct pr_rdma **out)
@@ -188,16 +202,7 @@ fail_rc:
     pr_err("rdma: %s on %s: %s", what, r->name, strerror(rc));
     rc = -rc;
 out:
-    /* Unwind what was set up, in reverse order. */
-    if (r->cq)
-        ibv_destroy_cq(r->cq);
-    if (r->ch)
-        ibv_destroy_comp_channel(r->ch);
-    if (r->pd)
-        ibv_dealloc_pd(r->pd);
-    if (r->ctx)
-        ibv_close_device(r->ctx);
-    free(r);
+    device_free(r);
     return rc;
 }
 
@@ -227,11 +232,7 @@ static void finish_close(struct pr_rdma *r)
         r->pool = b->next;
         free_pbuf(b);
     }
-    ibv_destroy_cq(r->cq);
-    ibv_destroy_comp_channel(r->ch);
-    ibv_dealloc_pd(r->pd);
-    ibv_close_device(r->ctx);
-    free(r);
+    device_free(r);
 }
 
 static int pool_in_use(const struct pr_rdma *r)
