@@ -13,6 +13,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
 SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
+PYDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 BUILD ?= build
 CC ?= cc
@@ -197,6 +198,8 @@ install: all
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 644 client/include/preduce.h $(DESTDIR)$(INCDIR)/
+	install -d $(DESTDIR)$(PYDIR)
+	install -m 644 client/python/preduce.py $(DESTDIR)$(PYDIR)/
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
 	for u in systemd/*.service; do \
 		sed 's|/usr/local/bin|$(BINDIR)|g' $$u > \
@@ -207,7 +210,7 @@ uninstall:
 		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
 		$(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
-		$(DESTDIR)$(INCDIR)/preduce.h \
+		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PYDIR)/preduce.py \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
 

@@ -7,7 +7,7 @@ PKGS=(
     build-essential pkg-config
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
-    check clang-format
+    check clang-format python3 python3-numpy
 )
 
 missing=()

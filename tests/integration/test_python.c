@@ -1,0 +1,71 @@
+/*
+ * The Python binding (client/python/preduce.py, ctypes over libpreduce.so)
+ * with real daemons: three Python trainers on two daemons reduce numpy
+ * arrays that live in the shared memory, and check every result against a
+ * double-precision reference. Runs Debian's /usr/bin/python3 with numpy
+ * (tests/install-deps.sh installs python3-numpy).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+#define PYTHON "/usr/bin/python3"
+
+static pid_t py_worker(const struct h_cluster *c, int node, const char *name)
+{
+    char lib[400], path[400];
+    const char *build = getenv("PREDUCE_BUILD");
+    snprintf(lib, sizeof(lib), "%s/libpreduce.so.1", build ? build : "build");
+    snprintf(path, sizeof(path), "client/python");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("PREDUCE_LIB", lib, 1);
+        setenv("PYTHONPATH", path, 1);
+        execl(PYTHON, PYTHON, "tests/integration/py_worker.py", c->sock[node],
+              name, "10007", "10", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+START_TEST(test_python_binding_reduces)
+{
+    ck_assert_msg(access(PYTHON, X_OK) == 0,
+                  PYTHON " is missing: run tests/install-deps.sh");
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    pid_t p[3];
+    p[0] = py_worker(&c, 0, "py0");
+    p[1] = py_worker(&c, 1, "py1");
+    p[2] = py_worker(&c, 1, "py2");
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(h_wait(p[i], 60000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_python");
+    TCase *tc = tcase_create("python");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_python_binding_reduces);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
