@@ -172,6 +172,7 @@ format:
 	$(CLANG_FORMAT) -i $(FORMAT_SRCS)
 
 asan:
+	PREDUCE_ASAN_RUNTIME=$$($(CC) -print-file-name=libasan.so) \
 	$(MAKE) BUILD=build/asan SANITIZE=1 OPT="-O1 -g" check-unit \
 		check-integration
 

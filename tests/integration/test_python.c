@@ -27,6 +27,16 @@ static pid_t py_worker(const struct h_cluster *c, int node, const char *name)
     if (pid == 0) {
         setenv("PREDUCE_LIB", lib, 1);
         setenv("PYTHONPATH", path, 1);
+        /*
+         * Under `make asan` the library is instrumented and python is not:
+         * the sanitizer runtime must be loaded first, and python's own
+         * allocations at exit are not this project's leaks.
+         */
+        const char *rt = getenv("PREDUCE_ASAN_RUNTIME");
+        if (rt && *rt) {
+            setenv("LD_PRELOAD", rt, 1);
+            setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+        }
         execl(PYTHON, PYTHON, "tests/integration/py_worker.py", c->sock[node],
               name, "10007", "10", (char *)NULL);
         _exit(127);
