@@ -128,6 +128,65 @@ static void per_worker(struct pr_metrics_buf *b, const char *name,
                       w->node, value);
 }
 
+/* What the per-worker series need besides the worker. */
+struct series_ctx {
+    uint64_t newest; /* the newest version of any worker */
+    uint64_t now_us;
+};
+
+static double w_version(const struct pr_sched_wstats *w,
+                        const struct series_ctx *c)
+{
+    (void)c;
+    return (double)w->version;
+}
+
+static double w_staleness(const struct pr_sched_wstats *w,
+                          const struct series_ctx *c)
+{
+    return (double)(c->newest - w->version);
+}
+
+static double w_steps(const struct pr_sched_wstats *w,
+                      const struct series_ctx *c)
+{
+    (void)c;
+    return (double)w->readies;
+}
+
+static double w_rate(const struct pr_sched_wstats *w,
+                     const struct series_ctx *c)
+{
+    return update_rate(w, c->now_us);
+}
+
+static double w_step_s(const struct pr_sched_wstats *w,
+                       const struct series_ctx *c)
+{
+    return step_s(w, c->now_us);
+}
+
+/* One table of the per-worker series; a negative value is not printed. */
+static const struct {
+    const char *name, *type, *help;
+    int decimals;
+    double (*value)(const struct pr_sched_wstats *w,
+                    const struct series_ctx *c);
+} series[] = {
+    {"preduce_worker_version", "gauge",
+     "Model version of each worker's last READY.", 0, w_version},
+    {"preduce_worker_staleness", "gauge", "Versions behind the newest worker.",
+     0, w_staleness},
+    {"preduce_worker_steps_total", "counter",
+     "READYs (steps) since the worker joined.", 0, w_steps},
+    {"preduce_worker_update_rate", "gauge",
+     "Updates per second (EWMA of READY intervals).", 4, w_rate},
+    {"preduce_worker_step_seconds", "gauge",
+     "Time from its group's formation to its next READY (EWMA): its own "
+     "pace.",
+     6, w_step_s},
+};
+
 int pr_sched_metrics_render(const struct pr_sched_view *v,
                             struct pr_metrics_buf *b)
 {
@@ -174,45 +233,16 @@ int pr_sched_metrics_render(const struct pr_sched_view *v,
     for (size_t i = 0; i < v->nworkers; i++)
         if (v->workers[i].st->version > newest)
             newest = v->workers[i].st->version;
-    pr_metrics_header(b, "preduce_worker_version", "gauge",
-                      "Model version of each worker's last READY.");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        snprintf(val, sizeof(val), "%llu",
-                 (unsigned long long)v->workers[i].st->version);
-        per_worker(b, "preduce_worker_version", &v->workers[i], val);
-    }
-    pr_metrics_header(b, "preduce_worker_staleness", "gauge",
-                      "Versions behind the newest worker.");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        snprintf(val, sizeof(val), "%llu",
-                 (unsigned long long)(newest - v->workers[i].st->version));
-        per_worker(b, "preduce_worker_staleness", &v->workers[i], val);
-    }
-    pr_metrics_header(b, "preduce_worker_steps_total", "counter",
-                      "READYs (steps) since the worker joined.");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        snprintf(val, sizeof(val), "%llu",
-                 (unsigned long long)v->workers[i].st->readies);
-        per_worker(b, "preduce_worker_steps_total", &v->workers[i], val);
-    }
-    pr_metrics_header(b, "preduce_worker_update_rate", "gauge",
-                      "Updates per second (EWMA of READY intervals).");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        double r = update_rate(v->workers[i].st, v->now_us);
-        if (r < 0)
-            continue;
-        snprintf(val, sizeof(val), "%.4f", r);
-        per_worker(b, "preduce_worker_update_rate", &v->workers[i], val);
-    }
-    pr_metrics_header(b, "preduce_worker_step_seconds", "gauge",
-                      "Time from its group's formation to its next READY "
-                      "(EWMA): its own pace.");
-    for (size_t i = 0; i < v->nworkers; i++) {
-        double s = step_s(v->workers[i].st, v->now_us);
-        if (s < 0)
-            continue;
-        snprintf(val, sizeof(val), "%.6f", s);
-        per_worker(b, "preduce_worker_step_seconds", &v->workers[i], val);
+    struct series_ctx ctx = {.newest = newest, .now_us = v->now_us};
+    for (size_t s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
+        pr_metrics_header(b, series[s].name, series[s].type, series[s].help);
+        for (size_t i = 0; i < v->nworkers; i++) {
+            double x = series[s].value(v->workers[i].st, &ctx);
+            if (x < 0)
+                continue; /* not known yet */
+            snprintf(val, sizeof(val), "%.*f", series[s].decimals, x);
+            per_worker(b, series[s].name, &v->workers[i], val);
+        }
     }
     pr_metrics_header(b, "preduce_worker_straggler", "gauge",
                       "1 when the worker's pace is below half the median.");
