@@ -44,7 +44,8 @@ struct nclient {
     struct pr_conn *conn; /* NULL once the trainer hung up */
     uint32_t cookie;
     char name[64];
-    int64_t rank; /* -1 until the scheduler answered */
+    int64_t rank;      /* -1 until the scheduler answered */
+    int64_t prev_rank; /* the rank of the last scheduler session, or -1 */
     enum cstate state;
     struct ntensor *tensors;
     size_t ntensors, cap;

@@ -569,6 +569,7 @@ static void on_connection(uv_stream_t *server, int status)
     }
     c->node = n;
     c->rank = -1;
+    c->prev_rank = -1;
     c->cookie = ++n->next_cookie;
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer connection %u",
              c->cookie);
@@ -699,7 +700,12 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;
-        /* Ranks belong to the scheduler session that gave them. */
+        /*
+         * Ranks belong to the scheduler session that gave them; the next
+         * session is asked for the same one (pr_node_ipc_sched_up).
+         */
+        if (c->rank >= 0)
+            c->prev_rank = c->rank;
         c->rank = -1;
         if (c->rstate == R_QUEUED || c->rstate == R_CANCELLING) {
             pr_node_reduce_fail(c, -ECONNRESET);
@@ -728,6 +734,7 @@ void pr_node_ipc_sched_up(struct pr_node *n)
         Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
         j.cookie = c->cookie;
         j.name = c->name;
+        j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
         Pr__V1__Msg m = PR_MSG_INIT;
         m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
         m.worker_join = &j;

@@ -320,6 +320,12 @@ static void on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
         r.status = -EEXIST;
     } else {
         rank = free_rank != UINT32_MAX ? free_rank : s->nworkers_cap;
+        /* A worker re-registering after a scheduler restart keeps its rank
+         * when nobody took it in the meantime. */
+        uint32_t want = j->prev_rank_plus1 - 1;
+        if (j->prev_rank_plus1 > 0 && want < PR_SCHED_MAX &&
+            (want >= s->nworkers_cap || !s->workers[want].live))
+            rank = want;
         if (rank >= PR_SCHED_MAX || ensure_workers(s, rank) < 0) {
             r.status = -ENOSPC;
         } else {

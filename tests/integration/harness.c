@@ -424,6 +424,9 @@ static int trainer_main(const struct h_cluster *c,
             break;
         }
         version = preduce_result_version(r);
+        /* Ranks can change when the scheduler restarts (and a new worker
+         * took this one's old rank): the next inputs follow the new one. */
+        rank = (uint32_t)preduce_rank(cl);
         steps++;
         after_err += errors > 0;
         size_t k = preduce_result_size(r);
