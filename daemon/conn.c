@@ -129,10 +129,15 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread < 0) {
         size_t pending = c->rd.len - c->rd.off - c->rd.cur;
-        if (nread == UV_EOF && pending > 0)
+        /*
+         * However it ended (a peer that leaves unread data behind resets
+         * rather than closes), a partial frame is reported as truncated.
+         */
+        if (pending > 0)
             pr_warn("%s: connection closed inside a frame (%zu bytes of "
-                    "a truncated frame dropped)",
-                    c->name, pending);
+                    "a truncated frame dropped)%s%s",
+                    c->name, pending, nread == UV_EOF ? "" : ": ",
+                    nread == UV_EOF ? "" : uv_strerror((int)nread));
         else if (nread != UV_EOF)
             pr_info("%s: read: %s", c->name, uv_strerror((int)nread));
         /* An orderly EOF is a close by the peer, not an error. */

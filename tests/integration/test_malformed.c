@@ -57,7 +57,14 @@ static void send_and_close(const char *who, const void *p, size_t n,
 {
     int fd = dial(who);
     ck_assert_int_eq(write(fd, p, n), (ssize_t)n);
-    if (wait_close) {
+    /*
+     * Not waiting for the daemon to close: end our side with a FIN and
+     * read what the daemon sent (a TCP port's challenge), so the close is
+     * orderly rather than a reset over unread data.
+     */
+    if (!wait_close)
+        shutdown(fd, SHUT_WR);
+    {
         struct timeval tv = {2, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         char buf[256];
