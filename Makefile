@@ -55,6 +55,10 @@ TOOLS := $(TOOL_SRCS:tools/%.c=$(BUILD)/%)
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# Unit test fixtures (tests/unit/*.c but test_*.c), linked into every unit
+# binary: a binary that does not use one carries it unused.
+UNIT_LIB_SRCS := $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c))
+UNIT_LIB_OBJS := $(UNIT_LIB_SRCS:%.c=$(BUILD)/%.o)
 ITEST_SRCS := $(wildcard tests/integration/test_*.c)
 ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/tests/i%)
 TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
@@ -132,8 +136,8 @@ $(BUILD)/preduce-trainer: $(BUILD)/client/examples/trainer.o $(LIB_A)
 $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libpreduced.a $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(BUILD)/libprsim.a \
-		$(BUILD)/libpreduced.a $(LIB_A)
+$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(UNIT_LIB_OBJS) \
+		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
@@ -225,6 +229,12 @@ check-rdma: $(BUILD)/tests/itest_rdma $(BUILD)/bench/bench_allreduce $(BINS)
 	RDMA_GUEST_TIMEOUT=$${RDMA_GUEST_TIMEOUT:-540} \
 	RDMA_HOST_TIMEOUT=$${RDMA_HOST_TIMEOUT:-590} PREDUCE_BUILD=$(abspath $(BUILD)) \
 		tests/rdma/run-in-guest.sh tests/rdma/check.sh
+
+.PHONY: bench-rdma
+# The bandwidth part alone (tests/rdma/bw.sh): preduce against ib_write_bw.
+bench-rdma: $(BUILD)/bench/bench_allreduce $(BINS)
+	tests/rdma/setup.sh
+	PREDUCE_BUILD=$(abspath $(BUILD)) tests/rdma/run-in-guest.sh tests/rdma/bw.sh $(SIZES)
 
 clean:
 	rm -rf $(BUILD)

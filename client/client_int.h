@@ -100,6 +100,7 @@ struct preduce_client {
     uint64_t version;
     uint64_t seq; /* seq of the last reduce sent */
     bool inflight;
+    bool in_place;           /* preduce_set_in_place() */
     int64_t reduce_deadline; /* timeout_ms + grace after the start */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;

@@ -54,6 +54,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.n_tensor_ids = n;
     r.tensor_ids = ids;
     r.timeout_ms = (uint32_t)timeout_ms;
+    r.in_place = c->in_place;
     m.body_case = PR__V1__MSG__BODY_REDUCE;
     m.reduce = &r;
     int64_t deadline =
@@ -67,6 +68,14 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     c->reduce_deadline = deadline;
     for (size_t i = 0; i < n; i++)
         tensors[i]->busy = true;
+    return 0;
+}
+
+int preduce_set_in_place(preduce_client_t *c, int on)
+{
+    if (!c || (on != 0 && on != 1))
+        return -EINVAL;
+    c->in_place = on;
     return 0;
 }
 

@@ -36,6 +36,8 @@ struct group {
      * member up front, and the same mean on every member.
      */
     float mean_scale; /* 1/k when uniform, else 0 */
+    /* Final values go straight into the lone local member's tensors. */
+    int in_place;
     uint32_t *ring;
     uint32_t left, right;
     struct pr_engine_member *local;
@@ -231,6 +233,10 @@ static void send_done_cb(void *arg, int status)
                 (unsigned long long)g->id, g->right, strerror(-status));
         finish(g, status);
     }
+    /* An in-place group is reported once nothing reads its tensors. */
+    if (g->state == G_DRAINING && !g->reported && g->in_place &&
+        g->sends_done == g->sends_posted && !g->e->closing)
+        uv_timer_start(&g->e->kick, kick_cb, 0, 0);
     if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
         g->reported) {
         struct pr_engine *e = g->e;
@@ -272,12 +278,15 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
  * scratch[a, b) = this daemon's weighted local sum over [a, b), plus
  * in[0, b - a) when `in` is not NULL: the reduce-scatter folds the local
  * members into the chunk from the left in one pass, so their floats are
- * read once, when needed. Uniform groups add unscaled (mean_scale is
- * applied once the sum is complete).
+ * read once, when needed. Uniform groups add unscaled and multiply by
+ * `scale` (not 0) once the sum is complete: in the same pass when there is
+ * one local member.
  */
-static void local_sum(struct group *g, size_t a, size_t b, const float *in)
+static void local_sum(struct group *g, size_t a, size_t b, const float *in,
+                      float scale)
 {
     int uniform = g->mean_scale != 0;
+    int fused = scale != 0 && in && g->nlocal == 1;
     for (size_t i = 0; i < g->nlocal; i++) {
         const struct pr_engine_member *mb = &g->local[i];
         float w = (float)mb->weight;
@@ -296,6 +305,8 @@ static void local_sum(struct group *g, size_t a, size_t b, const float *in)
                 pr_reduce_add(dst, x, n);
             else if (i > 0)
                 pr_reduce_axpy(dst, x, w, n);
+            else if (fused)
+                pr_reduce_sum2_scale(dst, x, in + (lo - a), scale, n);
             else if (in && uniform)
                 pr_reduce_sum2(dst, x, in + (lo - a), n);
             else if (in)
@@ -306,6 +317,58 @@ static void local_sum(struct group *g, size_t a, size_t b, const float *in)
                 pr_reduce_scale(dst, x, w, n);
         }
     }
+    if (scale != 0 && !fused)
+        pr_reduce_scale(g->scratch + a, g->scratch + a, scale, b - a);
+}
+
+/*
+ * For each stretch of floats [off, off + n) as it lies in the lone local
+ * member's parts: fn(g, its memory, the index of its first float).
+ */
+static int each_piece(struct group *g, size_t off, size_t n,
+                      int (*fn)(struct group *g, float *x, size_t at,
+                                size_t len, const float *in, void *arg),
+                      const float *in, void *arg)
+{
+    const struct pr_engine_member *mb = &g->local[0];
+    size_t base = 0, end = off + n;
+    for (size_t p = 0; p < mb->nparts && base < end; p++) {
+        size_t len = mb->parts[p].len;
+        size_t lo = off > base ? off : base;
+        size_t hi = end < base + len ? end : base + len;
+        if (lo < hi) {
+            int rc = fn(g, mb->parts[p].data + (lo - base), lo, hi - lo,
+                        in ? in + (lo - off) : NULL, arg);
+            if (rc < 0)
+                return rc;
+        }
+        base += len;
+    }
+    return 0;
+}
+
+/* The last reduce-scatter step, in place: x = own contribution + in. */
+static int final_in_place(struct group *g, float *x, size_t at, size_t len,
+                          const float *in, void *arg)
+{
+    (void)at;
+    (void)arg;
+    if (g->mean_scale != 0)
+        pr_reduce_sum2_scale(x, x, in, g->mean_scale, len);
+    else
+        pr_reduce_axpb_inplace(x, x, (float)g->local[0].weight, in, len);
+    return 0;
+}
+
+/* An all-gather chunk, in place: the final floats themselves. */
+static int copy_in_place(struct group *g, float *x, size_t at, size_t len,
+                         const float *in, void *arg)
+{
+    (void)g;
+    (void)at;
+    (void)arg;
+    memcpy(x, in, len * sizeof(float));
+    return 0;
 }
 
 /*
@@ -350,7 +413,7 @@ static int sum_and_post_own_segment(struct group *g)
         if (src && in_part < n)
             n = in_part; /* a chunk never spans two tensors */
         if (!src)
-            local_sum(g, start + off, start + off + n, NULL);
+            local_sum(g, start + off, start + off + n, NULL, 0);
         int rc = post_from(g, 0, g->pos, start + off, n, src);
         if (rc < 0)
             return rc;
@@ -388,7 +451,11 @@ static void finish(struct group *g, int status)
         return;
     g->state = G_DRAINING;
     g->status = status;
-    if (status == 0) {
+    if (status == 0 && g->in_place) {
+        g->e->st.bytes_reduced += g->total * sizeof(float);
+        g->e->st.groups_ok++;
+        g->e->st.groups_in_place++;
+    } else if (status == 0) {
         write_results(g);
         g->e->st.groups_ok++;
     } else {
@@ -404,7 +471,13 @@ static void kick_cb(uv_timer_t *t)
     struct group **pp = &e->groups;
     while (*pp) {
         struct group *g = *pp;
-        if (g->state == G_DRAINING && !g->reported) {
+        /*
+         * Sends from an in-place member's tensors may still be reading
+         * them: its trainer gets them back once those are done (success or
+         * not, every posted send completes; a dead link fails them).
+         */
+        if (g->state == G_DRAINING && !g->reported &&
+            (!g->in_place || g->sends_done == g->sends_posted)) {
             g->reported = 1;
             if (g->done)
                 g->done(g->arg, g->id, g->status);
@@ -419,6 +492,19 @@ static void kick_cb(uv_timer_t *t)
         }
         pp = &g->next;
     }
+}
+
+struct fwd {
+    uint32_t step, seg;
+};
+
+/* Forwards final floats from the member's memory (a chunk per part). */
+static int post_piece(struct group *g, float *x, size_t at, size_t len,
+                      const float *in, void *arg)
+{
+    (void)in;
+    const struct fwd *f = arg;
+    return post_from(g, f->step, f->seg, at, len, x);
 }
 
 static int chunk_ok(const struct group *g, uint32_t from,
@@ -459,14 +545,17 @@ static void apply_chunk(struct group *g, uint32_t from,
         return;
     }
     uint32_t m = g->m;
-    float *dst = g->scratch + h->off;
-    if (h->step < m - 1)
-        local_sum(g, h->off, h->off + h->nfloats, data);
+    /* From the last reduce-scatter step on, the floats are final. */
+    int final = h->step >= m - 2;
+    if (final && g->in_place)
+        each_piece(g, h->off, h->nfloats,
+                   h->step == m - 2 ? final_in_place : copy_in_place, data,
+                   NULL);
+    else if (h->step < m - 1)
+        local_sum(g, h->off, h->off + h->nfloats, data,
+                  h->step == m - 2 ? g->mean_scale : 0);
     else
-        memcpy(dst, data, h->nfloats * sizeof(float));
-    /* The last reduce-scatter step completes this region's sum. */
-    if (h->step == m - 2 && g->mean_scale != 0)
-        pr_reduce_scale(dst, dst, g->mean_scale, h->nfloats);
+        memcpy(g->scratch + h->off, data, h->nfloats * sizeof(float));
 
     struct step *s = &g->steps[h->step];
     s->got += h->nfloats;
@@ -478,7 +567,10 @@ static void apply_chunk(struct group *g, uint32_t from,
 
     /* Forward: the chunk just completed is the next step's chunk. */
     if (h->step + 1 < 2 * (m - 1)) {
-        int rc = post(g, h->step + 1, h->seg, h->off, h->nfloats);
+        struct fwd f = {h->step + 1, h->seg};
+        int rc = final && g->in_place
+                     ? each_piece(g, h->off, h->nfloats, post_piece, NULL, &f)
+                     : post(g, h->step + 1, h->seg, h->off, h->nfloats);
         if (rc < 0) {
             finish(g, rc);
             return;
@@ -558,6 +650,9 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->pos = spec->pos;
     g->personal = spec->personal;
     g->mean_scale = uniform_scale(spec);
+    /* Forwarding from the member's memory needs direct sends. */
+    g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
+                  !spec->personal && e->direct;
     g->done = spec->done;
     g->arg = spec->arg;
     g->nlocal = spec->nlocal;
@@ -586,7 +681,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 
     /* 1. The weighted local sum, straight from the members' memory. */
     if (m == 1) {
-        local_sum(g, 0, g->total, NULL);
+        local_sum(g, 0, g->total, NULL, 0);
         if (g->mean_scale != 0)
             pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
         finish(g, 0);

@@ -13,7 +13,8 @@
  *  3. Write each local member's result into its tensors (the mean, or the
  *     member's personal result under staleness weights) and call done(0).
  * Any failure (bad chunk, link down, deadline, abort) calls done(-errno)
- * without touching the members' tensors: they keep their inputs.
+ * without touching the members' tensors: they keep their inputs (except
+ * for an in-place member, see pr_engine_member).
  *
  * Chunks may arrive before the scheduler's GROUP reached this daemon: they
  * are stashed (copied, bounded in bytes and time) and replayed at start().
@@ -39,6 +40,15 @@ struct pr_engine_member {
     double weight;
     const struct pr_engine_part *parts; /* valid until done() */
     size_t nparts;
+    /*
+     * The member lets its result be written as it arrives (the trainer
+     * asked, preduce_set_in_place): when it is the group's only local member
+     * and results are not personal, final chunks go straight into its
+     * tensors and are forwarded from there, with no scratch copy and no
+     * write-back pass. A failed group then leaves each float either as it
+     * was or at its final value.
+     */
+    int in_place;
 };
 
 typedef void (*pr_engine_done_cb)(void *arg, uint64_t group_id, int status);
@@ -64,6 +74,7 @@ typedef struct pr_link *(*pr_engine_resolve_fn)(void *ctx, uint32_t node_id);
 struct pr_engine_stats {
     uint64_t groups_ok;
     uint64_t groups_failed;
+    uint64_t groups_in_place; /* of groups_ok: results written in place */
     uint64_t chunks_stashed;
     uint64_t chunks_dropped;
     uint64_t bytes_reduced; /* floats * 4 written back to members */

@@ -216,7 +216,8 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
         em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
                                                   .weight = mb->weight,
                                                   .parts = c->parts,
-                                                  .nparts = c->nparts};
+                                                  .nparts = c->nparts,
+                                                  .in_place = c->in_place};
         g->local_weight[g->nlocal] = mb->weight;
         g->local_rank[g->nlocal] = mb->rank;
         g->clients[g->nlocal++] = c;
@@ -637,6 +638,14 @@ void pr_node_destroy(struct pr_node *n)
     n->stopping = 1;
     pr_metrics_stop(n->metrics);
     n->metrics = NULL;
+    if (n->engine) {
+        struct pr_engine_stats es;
+        pr_engine_stats(n->engine, &es);
+        pr_info("groups: %llu ok (%llu in place), %llu failed",
+                (unsigned long long)es.groups_ok,
+                (unsigned long long)es.groups_in_place,
+                (unsigned long long)es.groups_failed);
+    }
     /* Groups fail first, so their trainers still get an answer. */
     pr_engine_destroy(n->engine);
     n->engine = NULL;

@@ -56,6 +56,7 @@ struct nclient {
     uint64_t deadline_ms;
     struct pr_engine_part *parts;
     size_t nparts;
+    int in_place; /* of the reduce waiting: Reduce.in_place */
     uint64_t group_id;
     uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
 };

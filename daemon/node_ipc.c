@@ -458,6 +458,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     }
     c->parts = parts;
     c->nparts = r->n_tensor_ids;
+    c->in_place = r->in_place;
     c->seq = r->seq;
     c->reduce_start_us = uv_hrtime() / 1000;
     uint32_t timeout =

@@ -81,6 +81,12 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
              "This node's parts of groups run by the reduce engine, by "
              "outcome.",
              "status", "ok", es.groups_ok, "failed", es.groups_failed);
+    pr_metrics_header(b, "preduce_node_groups_in_place_total", "counter",
+                      "Of the groups that ended ok, those whose results went "
+                      "straight into the tensor of a trainer that asked for "
+                      "it (preduce_set_in_place).");
+    pr_metrics_printf(b, "preduce_node_groups_in_place_total %llu\n",
+                      (unsigned long long)es.groups_in_place);
     gauge(b, "preduce_node_groups_running", "Groups in the reduce engine now.",
           n->engine ? pr_engine_running(n->engine) : 0);
     counter2(b, "preduce_node_stash_chunks_total",

@@ -26,6 +26,25 @@ void pr_reduce_sum2(float *restrict dst, const float *restrict a,
         dst[i] = a[i] + b[i];
 }
 
+/*
+ * Without restrict on dst and a, which may be the same buffer: GCC checks
+ * for overlap once and runs the vector loop either way (dst[i] depends on
+ * a[i] alone).
+ */
+void pr_reduce_sum2_scale(float *dst, const float *a, const float *restrict b,
+                          float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (a[i] + b[i]) * s;
+}
+
+void pr_reduce_axpb_inplace(float *dst, const float *a, float w,
+                            const float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = w * a[i] + b[i];
+}
+
 void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
                     const float *restrict b, size_t n)
 {

@@ -17,6 +17,12 @@ void pr_reduce_axpy(float *restrict dst, const float *restrict src, float w,
 /* dst[i] = a[i] + b[i] */
 void pr_reduce_sum2(float *restrict dst, const float *restrict a,
                     const float *restrict b, size_t n);
+/* dst[i] = (a[i] + b[i]) * s; dst may be a (the mean, in one pass) */
+void pr_reduce_sum2_scale(float *dst, const float *a, const float *restrict b,
+                          float s, size_t n);
+/* dst[i] = w * a[i] + b[i]; dst may be a */
+void pr_reduce_axpb_inplace(float *dst, const float *a, float w,
+                            const float *restrict b, size_t n);
 /* dst[i] = w * a[i] + b[i] */
 void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
                     const float *restrict b, size_t n);

@@ -103,6 +103,17 @@ PREDUCE_API int preduce_reduce(preduce_client_t *c,
                                int timeout_ms);
 
 /*
+ * on = 1: the daemon may write results into the tensors as they arrive
+ * rather than all at the end: two passes less over the model per reduce
+ * when this worker is the only member of its group on its node (otherwise
+ * nothing changes). Success looks the same; on error each float holds
+ * either its input or its final result, so the tensors are no longer
+ * guaranteed unchanged. Takes effect from the next reduce. Default 0.
+ * 0, or -EINVAL (on not 0 or 1).
+ */
+PREDUCE_API int preduce_set_in_place(preduce_client_t *c, int on);
+
+/*
  * The same in two halves: start sends the request and returns at once; the
  * tensors must not be touched until wait returned something other than
  * -EAGAIN. wait with timeout_ms 0 only polls (-EAGAIN: not yet, also when

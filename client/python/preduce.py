@@ -43,6 +43,8 @@ def _load():
         "preduce_tensor_destroy": (ctypes.c_int, [ctypes.c_void_p]),
         "preduce_reduce": (ctypes.c_int, [ctypes.c_void_p, c_void_pp,
                                           ctypes.c_size_t, ctypes.c_int]),
+        "preduce_set_in_place": (ctypes.c_int, [ctypes.c_void_p,
+                                                ctypes.c_int]),
         "preduce_last_result": (ctypes.c_void_p, [ctypes.c_void_p]),
         "preduce_result_group": (ctypes.c_uint64, [ctypes.c_void_p]),
         "preduce_result_size": (ctypes.c_size_t, [ctypes.c_void_p]),
@@ -137,6 +139,12 @@ class Client:
         _check(_l().preduce_reduce(self._c, arr, len(handles),
                                    int(timeout_ms)))
         return Result(_l().preduce_last_result(self._c))
+
+    def set_in_place(self, on=True):
+        """Results written into the arrays as they arrive (one pass less
+        each reduce); on error an element may then hold its result rather
+        than its input (preduce_set_in_place)."""
+        _check(_l().preduce_set_in_place(self._c, 1 if on else 0))
 
     def close(self):
         if self._c:

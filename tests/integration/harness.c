@@ -378,6 +378,11 @@ static int trainer_main(const struct h_cluster *c,
         fprintf(stderr, "%s: connect: %s\n", o->name, preduce_strerror(rc));
         return 2;
     }
+    if (o->in_place && (rc = preduce_set_in_place(cl, 1)) < 0) {
+        fprintf(stderr, "%s: set_in_place: %s\n", o->name,
+                preduce_strerror(rc));
+        return 2;
+    }
     int nparts = o->nparts > 0 ? o->nparts : 1;
     preduce_tensor_t *t[8];
     size_t left = o->n;
@@ -396,9 +401,31 @@ static int trainer_main(const struct h_cluster *c,
     double t0 = now_s(), worst = 0;
     long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
     int status = 0;
+    /* Warm-up: o->warmup steps, and until a group of o->join_k came. */
+    int warm = o->warmup == 0 && o->join_k == 0, joined = o->join_k == 0;
+    int s0 = 0;
     for (int s = 0;; s++) {
-        if (o->run_s > 0 ? now_s() - t0 >= o->run_s : s >= o->steps)
+        if (!warm && s >= o->warmup && joined) {
+            /* The figures count from here. */
+            char path[400];
+            snprintf(path, sizeof(path), "%s/%s.warm", c->dir, o->name);
+            FILE *wf = fopen(path, "w");
+            if (wf)
+                fclose(wf);
+            t0 = now_s();
+            steps = errors = 0;
+            s0 = s;
+            warm = 1;
+        }
+        if (warm &&
+            (o->run_s > 0 ? now_s() - t0 >= o->run_s : s - s0 >= o->steps))
             break;
+        if (!warm && now_s() - t0 > 60) {
+            fprintf(stderr, "%s: no group of %d members in 60 s\n", o->name,
+                    o->join_k);
+            status = 6;
+            break;
+        }
         if (o->slow_ms > 0)
             sleep_ms(o->slow_ms);
         if (!o->no_check || s == 0)
@@ -424,6 +451,8 @@ static int trainer_main(const struct h_cluster *c,
             break;
         }
         version = preduce_result_version(r);
+        if ((long)preduce_result_size(r) >= o->join_k)
+            joined = 1;
         /* Ranks can change when the scheduler restarts (and a new worker
          * took this one's old rank): the next inputs follow the new one. */
         rank = (uint32_t)preduce_rank(cl);
@@ -461,6 +490,18 @@ pid_t h_trainer_spawn(const struct h_cluster *c, const struct h_trainer_opts *o)
     if (pid == 0)
         _exit(trainer_main(c, o));
     return pid;
+}
+
+int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.warm", c->dir, name);
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if (access(path, F_OK) == 0)
+            return 0;
+        sleep_ms(10);
+    }
+    return -ETIMEDOUT;
 }
 
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
@@ -517,8 +558,9 @@ int h_node_stop(struct h_cluster *c, int i)
     return bad ? -EIO : 0;
 }
 
-int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
-                      unsigned long long *rdma)
+/* The part from `key` on of the last line of node i's log that has it. */
+static int node_log_last(const struct h_cluster *c, int i, const char *key,
+                         char *out, size_t len)
 {
     char path[400];
     snprintf(path, sizeof(path), "%s/node%d.log", c->dir, i);
@@ -528,11 +570,33 @@ int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
     char line[2048];
     int found = 0;
     while (fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "data sent: ");
-        if (p && sscanf(p, "data sent: %llu bytes over tcp, %llu over rdma",
-                        tcp, rdma) == 2)
+        const char *p = strstr(line, key);
+        if (p) {
+            snprintf(out, len, "%s", p);
             found = 1;
+        }
     }
     fclose(f);
     return found ? 0 : -ENOENT;
+}
+
+int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
+                      unsigned long long *rdma)
+{
+    char l[2048];
+    if (node_log_last(c, i, "data sent: ", l, sizeof(l)) < 0 ||
+        sscanf(l, "data sent: %llu bytes over tcp, %llu over rdma", tcp,
+               rdma) != 2)
+        return -ENOENT;
+    return 0;
+}
+
+int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
+                  unsigned long long *in_place)
+{
+    char l[2048];
+    if (node_log_last(c, i, "groups: ", l, sizeof(l)) < 0 ||
+        sscanf(l, "groups: %llu ok (%llu in place)", ok, in_place) != 2)
+        return -ENOENT;
+    return 0;
 }

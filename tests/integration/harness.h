@@ -77,11 +77,25 @@ struct h_trainer_opts {
     int tolerate_errors; /* reduces that may fail (peer loss tests) */
     double run_s;        /* if > 0: run for this long instead of `steps` */
     int no_check;        /* benchmarks: skip the reference check */
+    int in_place;        /* preduce_set_in_place(c, 1) */
+    /*
+     * Benchmarks: steps before the figures start (first touch of the
+     * tensors, memory registration); then the trainer creates
+     * <dir>/<name>.warm, which h_trainer_warm() waits for.
+     */
+    int warmup;
+    /*
+     * Tests: the warm-up also lasts until a group of join_k members came
+     * back (the rest of the job has joined; groups are smaller before).
+     */
+    int join_k;
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);
 /* Waits for pid up to timeout_ms; its exit status, or -ETIMEDOUT (killed). */
 int h_wait(pid_t pid, int timeout_ms);
+/* Waits up to timeout_ms for a trainer's warm-up to end: 0 or -ETIMEDOUT. */
+int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms);
 /* Reads the figures line a trainer wrote: steps done and seconds. */
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
                       double *secs, long *errors);
@@ -92,6 +106,12 @@ int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
  */
 int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
                       unsigned long long *rdma);
+/*
+ * Node i's groups that ended ok, and of those the ones written in place,
+ * from its log's last lines (after h_node_stop).
+ */
+int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
+                  unsigned long long *in_place);
 /* Stops node i alone (SIGTERM); 0 when it exited 0. */
 int h_node_stop(struct h_cluster *c, int i);
 

@@ -2,7 +2,11 @@
 times through the ctypes binding (client/python/preduce.py) and checks each
 result against a double-precision reference of the members it reports.
 
-    py_worker.py SOCKET NAME NFLOATS STEPS      exit 0 when every result held
+    py_worker.py SOCKET NAME NFLOATS STEPS [JOIN_K [in-place]]
+                                      exit 0 when every result held
+
+With JOIN_K, the STEPS start once a group of JOIN_K members came back (every
+worker of the job had joined); the reduces before are checked too.
 """
 
 import sys
@@ -23,9 +27,13 @@ def main():
     sock, name, n, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
         int(sys.argv[4])
     with preduce.Client(sock, name) as c:
+        join_k = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+        if sys.argv[6:] == ["in-place"]:
+            c.set_in_place()
         w = c.tensor(n)
         rank, version = c.rank, 0
-        for step in range(steps):
+        step, joined = 0, join_k == 0
+        while step < steps:
             w[:] = inputs(rank, version + 1, n)  # in place: shared memory
             r = c.reduce([w], timeout_ms=20000)
             ref = np.zeros(n)
@@ -37,6 +45,8 @@ def main():
                       file=sys.stderr)
                 return 1
             version = r.version
+            step += joined
+            joined = joined or len(r.members) >= join_k
         # A bad call raises PreduceError with the errno and the text.
         try:
             c.reduce([np.zeros(3, dtype=np.float32)])

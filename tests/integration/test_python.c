@@ -16,7 +16,8 @@
 
 #define PYTHON "/usr/bin/python3"
 
-static pid_t py_worker(const struct h_cluster *c, int node, const char *name)
+static pid_t py_worker(const struct h_cluster *c, int node, const char *name,
+                       int in_place)
 {
     char lib[400], path[400];
     const char *build = getenv("PREDUCE_BUILD");
@@ -38,7 +39,8 @@ static pid_t py_worker(const struct h_cluster *c, int node, const char *name)
             setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
         }
         execl(PYTHON, PYTHON, "tests/integration/py_worker.py", c->sock[node],
-              name, "10007", "10", (char *)NULL);
+              name, "10007", "10", "3", in_place ? "in-place" : (char *)NULL,
+              (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -49,14 +51,23 @@ START_TEST(test_python_binding_reduces)
     ck_assert_msg(access(PYTHON, X_OK) == 0,
                   PYTHON " is missing: run tests/install-deps.sh");
     struct h_cluster c;
-    const char *const sets[] = {"scheduler.policy=allreduce", NULL};
+    /* Groups of all three, so py0 never reduces alone (in place needs a
+     * peer daemon). */
+    const char *const sets[] = {"scheduler.policy=constant",
+                                "scheduler.group_size=3", NULL};
     ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
     pid_t p[3];
-    p[0] = py_worker(&c, 0, "py0");
-    p[1] = py_worker(&c, 1, "py1");
-    p[2] = py_worker(&c, 1, "py2");
+    /* py0, alone on node 0, asks for results in place. */
+    p[0] = py_worker(&c, 0, "py0", 1);
+    p[1] = py_worker(&c, 1, "py1", 0);
+    p[2] = py_worker(&c, 1, "py2", 0);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(h_wait(p[i], 60000), 0);
+    unsigned long long ok = 0, inp = 0;
+    ck_assert_int_eq(h_node_stop(&c, 0), 0);
+    ck_assert_int_eq(h_node_groups(&c, 0, &ok, &inp), 0);
+    /* Every group after all three joined: py0's 10 steps at least. */
+    ck_assert_uint_ge(inp, 10);
     ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST

@@ -23,11 +23,21 @@
 
 static const char *const rdma_sets[] = {"transport.type=rdma", NULL};
 
-/* Stops every node, checks its data went by RDMA only, stops the rest. */
-static void stop_and_check_rdma(struct h_cluster *c)
+/*
+ * Stops every node, checks its data went by RDMA only (and that in_place
+ * groups were written in place), stops the rest.
+ */
+static void stop_and_check_rdma(struct h_cluster *c, int in_place)
 {
     for (int i = 0; i < c->nnodes; i++) {
         ck_assert_int_eq(h_node_stop(c, i), 0);
+        unsigned long long ok = 0, inp = 0;
+        ck_assert_int_eq(h_node_groups(c, i, &ok, &inp), 0);
+        /* In place: every group after the warm-up (until all joined). */
+        if (in_place)
+            ck_assert_uint_ge(inp, (unsigned long long)in_place);
+        else
+            ck_assert_uint_eq(inp, 0);
         unsigned long long tcp = 0, rdma = 0;
         ck_assert_int_eq(h_node_data_bytes(c, i, &tcp, &rdma), 0);
         printf("node%d: %llu data bytes over rdma, %llu over tcp\n", i, rdma,
@@ -38,24 +48,28 @@ static void stop_and_check_rdma(struct h_cluster *c)
     ck_assert_int_eq(h_cluster_stop(c), 0);
 }
 
-static void run(const char *const *sched_sets, size_t n, int steps)
+/* ntrain trainers over the NNODES daemons, every result checked. */
+static void run_n(const char *const *sched_sets, size_t n, int steps,
+                  int ntrain, int in_place)
 {
     struct h_cluster c;
     ck_assert_int_eq(h_cluster_start(&c, NNODES, sched_sets, rdma_sets), 0);
     pid_t pids[NTRAIN];
     char names[NTRAIN][16];
-    for (int i = 0; i < NTRAIN; i++) {
+    for (int i = 0; i < ntrain; i++) {
         snprintf(names[i], sizeof(names[i]), "r%d", i);
         struct h_trainer_opts o = {.name = names[i],
                                    .node = i % NNODES,
                                    .n = n,
                                    .steps = steps,
                                    .uniform = 1,
+                                   .in_place = in_place,
+                                   .join_k = in_place ? NNODES : 0,
                                    .timeout_ms = 120000};
         pids[i] = h_trainer_spawn(&c, &o);
     }
     int failed = 0;
-    for (int i = 0; i < NTRAIN; i++)
+    for (int i = 0; i < ntrain; i++)
         if (h_wait(pids[i], 480000) != 0)
             failed = 1;
     if (failed) {
@@ -63,13 +77,18 @@ static void run(const char *const *sched_sets, size_t n, int steps)
         h_log_dump(&c, "node1");
     }
     ck_assert_int_eq(failed, 0);
-    for (int i = 0; i < NTRAIN; i++) {
+    for (int i = 0; i < ntrain; i++) {
         long s, e;
         double secs;
         ck_assert_int_eq(h_trainer_figures(&c, names[i], &s, &secs, &e), 0);
         ck_assert_int_eq(s, steps);
     }
-    stop_and_check_rdma(&c);
+    stop_and_check_rdma(&c, in_place ? steps : 0);
+}
+
+static void run(const char *const *sched_sets, size_t n, int steps)
+{
+    run_n(sched_sets, n, steps, NTRAIN, 0);
 }
 
 static const char *const allreduce[] = {"scheduler.policy=allreduce", NULL};
@@ -86,6 +105,17 @@ END_TEST
 START_TEST(test_rdma_constant)
 {
     run(constant, sizes[_i], 20);
+}
+END_TEST
+
+/*
+ * One trainer per daemon, in place (preduce_set_in_place): final chunks are
+ * written into the registered shared memory and forwarded from it.
+ */
+START_TEST(test_rdma_in_place)
+{
+    /* constant P = 3: every group spans the 3 daemons from the start. */
+    run_n(constant, 4194304, 20, NNODES, 1);
 }
 END_TEST
 
@@ -168,6 +198,7 @@ int main(void)
         tcase_set_timeout(tc, 600);
         tcase_add_loop_test(tc, test_rdma_allreduce, 0, 3);
         tcase_add_loop_test(tc, test_rdma_constant, 0, 3);
+        tcase_add_test(tc, test_rdma_in_place);
         tcase_add_test(tc, test_rdma_peer_killed);
         suite_add_tcase(s, tc);
     } else {

@@ -14,33 +14,40 @@
 static const char *const allreduce_sets[] = {"scheduler.policy=allreduce",
                                              NULL};
 
-/* 3 daemons x 2 trainers, allreduce, 20 steps of size n in nparts parts. */
-static void run_allreduce(size_t n, int nparts, int steps)
+/*
+ * 3 daemons x `per_node` trainers, allreduce, `steps` steps of size n in
+ * nparts parts; in_place: the trainers call preduce_set_in_place().
+ */
+static void run_trainers(const char *const *sched_sets, size_t n, int nparts,
+                         int steps, int per_node, int in_place)
 {
     struct h_cluster c;
     const char *const node_sets[] = {"transport.chunk_kb=256", NULL};
-    ck_assert_int_eq(h_cluster_start(&c, 3, allreduce_sets, node_sets), 0);
+    ck_assert_int_eq(h_cluster_start(&c, 3, sched_sets, node_sets), 0);
+    int nt = 3 * per_node;
     pid_t pids[6];
     char names[6][16];
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < nt; i++) {
         snprintf(names[i], sizeof(names[i]), "w%d", i);
         struct h_trainer_opts o = {.name = names[i],
                                    .node = i % 3,
                                    .n = n,
                                    .nparts = nparts,
                                    .steps = steps,
-                                   .uniform = 1};
+                                   .uniform = 1,
+                                   .in_place = in_place,
+                                   .join_k = in_place ? 3 : 0};
         pids[i] = h_trainer_spawn(&c, &o);
     }
     int failed = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < nt; i++) {
         int st = h_wait(pids[i], 120000);
         if (st != 0) {
             fprintf(stderr, "trainer %s exited %d\n", names[i], st);
             failed = 1;
         }
     }
-    for (int i = 0; i < 6 && !failed; i++) {
+    for (int i = 0; i < nt && !failed; i++) {
         long s, e;
         double secs;
         ck_assert_int_eq(h_trainer_figures(&c, names[i], &s, &secs, &e), 0);
@@ -50,8 +57,32 @@ static void run_allreduce(size_t n, int nparts, int steps)
         h_log_dump(&c, "sched");
         h_log_dump(&c, "node0");
     }
-    ck_assert_int_eq(h_cluster_stop(&c), 0);
     ck_assert_int_eq(failed, 0);
+    /*
+     * The daemons' own count: with one trainer per node asking for it (and
+     * groups of all three), every group was written in place; otherwise
+     * none was.
+     */
+    for (int i = 0; i < 3; i++) {
+        unsigned long long ok = 0, inp = 0;
+        ck_assert_int_eq(h_node_stop(&c, i), 0);
+        ck_assert_int_eq(h_node_groups(&c, i, &ok, &inp), 0);
+        /*
+         * After the trainers' warm-up (until all 3 had joined), every
+         * group spans 3 daemons: at least `steps` written in place.
+         */
+        if (in_place)
+            ck_assert_uint_ge(inp, (unsigned long long)steps);
+        else
+            ck_assert_uint_eq(inp, 0);
+    }
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+
+/* 3 daemons x 2 trainers, allreduce, 20 steps of size n in nparts parts. */
+static void run_allreduce(size_t n, int nparts, int steps)
+{
+    run_trainers(allreduce_sets, n, nparts, steps, 2, 0);
 }
 
 START_TEST(test_reduce_allreduce_size1)
@@ -85,6 +116,28 @@ START_TEST(test_reduce_allreduce_multi_tensor)
 }
 END_TEST
 
+/*
+ * One trainer per daemon with preduce_set_in_place(): final chunks go
+ * straight into its tensors and are forwarded from there (chunks of 256
+ * KiB cut across the three tensors' boundaries); every step is checked.
+ * Groups of exactly 3 (constant P = 3), so none is a trainer alone, which
+ * has nothing to write in place (allreduce groups whoever has joined).
+ */
+static const char *const three_sets[] = {"scheduler.policy=constant",
+                                         "scheduler.group_size=3", NULL};
+
+START_TEST(test_reduce_in_place)
+{
+    run_trainers(three_sets, 1000003, 1, 20, 1, 1);
+}
+END_TEST
+
+START_TEST(test_reduce_in_place_multi_tensor)
+{
+    run_trainers(three_sets, 300007, 3, 20, 1, 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_reduce");
@@ -95,6 +148,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reduce_allreduce_size1000003);
     tcase_add_test(tc, test_reduce_allreduce_size4194304);
     tcase_add_test(tc, test_reduce_allreduce_multi_tensor);
+    tcase_add_test(tc, test_reduce_in_place);
+    tcase_add_test(tc, test_reduce_in_place_multi_tensor);
     suite_add_tcase(s, tc);
     return s;
 }
