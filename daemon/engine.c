@@ -16,10 +16,22 @@ enum gstate {
     G_DRAINING, /* done() has run; waiting for posted sends to complete */
 };
 
-/* Per ring step: how much of its segment has arrived. */
+/* A stretch [lo, hi) of a segment's floats that has arrived. */
+struct span {
+    size_t lo, hi;
+};
+
+/*
+ * Per ring step: how much of its segment has arrived, and which floats (a
+ * sorted list of disjoint spans, merged as they touch: one span when chunks
+ * come in order), so a chunk repeated or overlapping another is refused,
+ * whatever order the links deliver in.
+ */
 struct step {
     size_t got;    /* floats received */
     size_t chunks; /* chunks received */
+    struct span *spans;
+    size_t nspans, cap;
 };
 
 struct group {
@@ -137,6 +149,8 @@ static void group_free(struct group *g)
         g->e->mem_free(g->e->mem_ctx, g->scratch);
     else
         free(g->scratch);
+    for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
+        free(g->steps[i].spans);
     free(g->steps);
     free(g);
 }
@@ -532,11 +546,62 @@ static int chunk_ok(const struct group *g, uint32_t from,
     return 1;
 }
 
+/*
+ * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
+ * them had arrived already, -ENOMEM.
+ */
+static int step_claim(struct step *s, size_t lo, size_t hi)
+{
+    if (lo == hi)
+        return 0;
+    /* Chunks mostly come in order: search from the end. */
+    size_t i = s->nspans;
+    while (i > 0 && s->spans[i - 1].lo >= lo)
+        i--;
+    struct span *pred = i > 0 ? &s->spans[i - 1] : NULL;
+    struct span *succ = i < s->nspans ? &s->spans[i] : NULL;
+    if ((pred && pred->hi > lo) || (succ && succ->lo < hi))
+        return -EPROTO;
+    if (pred && pred->hi == lo && succ && succ->lo == hi) {
+        pred->hi = succ->hi;
+        memmove(succ, succ + 1, (s->nspans - i - 1) * sizeof(*succ));
+        s->nspans--;
+    } else if (pred && pred->hi == lo) {
+        pred->hi = hi;
+    } else if (succ && succ->lo == hi) {
+        succ->lo = lo;
+    } else {
+        if (s->nspans == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 4;
+            struct span *n = realloc(s->spans, cap * sizeof(*n));
+            if (!n)
+                return -ENOMEM;
+            s->spans = n;
+            s->cap = cap;
+        }
+        memmove(&s->spans[i + 1], &s->spans[i],
+                (s->nspans - i) * sizeof(*s->spans));
+        s->spans[i] = (struct span){lo, hi};
+        s->nspans++;
+    }
+    return 0;
+}
+
 static void apply_chunk(struct group *g, uint32_t from,
                         const struct pr_chunk_hdr *h, const float *data)
 {
     const char *why = NULL;
-    if (!chunk_ok(g, from, h, &why)) {
+    int claimed = 0;
+    if (chunk_ok(g, from, h, &why)) {
+        claimed = step_claim(&g->steps[h->step], h->off, h->off + h->nfloats);
+        if (claimed == -EPROTO)
+            why = "floats that had arrived already";
+    }
+    if (claimed == -ENOMEM) {
+        finish(g, -ENOMEM);
+        return;
+    }
+    if (why) {
         pr_warn("group %llu: bad chunk from node %u (step %u seg %u off "
                 "%llu n %u): %s",
                 (unsigned long long)g->id, from, h->step, h->seg,
@@ -568,7 +633,8 @@ static void apply_chunk(struct group *g, uint32_t from,
     /* Forward: the chunk just completed is the next step's chunk. */
     if (h->step + 1 < 2 * (m - 1)) {
         struct fwd f = {h->step + 1, h->seg};
-        int rc = final && g->in_place
+        /* (An empty segment's chunk has no piece: it goes as it came.) */
+        int rc = final && g->in_place && h->nfloats > 0
                      ? each_piece(g, h->off, h->nfloats, post_piece, NULL, &f)
                      : post(g, h->step + 1, h->seg, h->off, h->nfloats);
         if (rc < 0) {

@@ -53,6 +53,8 @@ static void run_n(const char *const *sched_sets, size_t n, int steps,
                   int ntrain, int in_place)
 {
     struct h_cluster c;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_assert_int_eq(h_cluster_start(&c, NNODES, sched_sets, rdma_sets), 0);
     pid_t pids[NTRAIN];
     char names[NTRAIN][16];
@@ -84,6 +86,11 @@ static void run_n(const char *const *sched_sets, size_t n, int steps,
         ck_assert_int_eq(s, steps);
     }
     stop_and_check_rdma(&c, in_place ? steps : 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%s, %zu floats, %d trainers%s: %d steps in %.1f s\n", sched_sets[0],
+           n, ntrain, in_place ? " in place" : "", steps,
+           (double)(t1.tv_sec - t0.tv_sec) +
+               (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 }
 
 static void run(const char *const *sched_sets, size_t n, int steps)

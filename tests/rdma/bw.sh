@@ -39,8 +39,9 @@ ib_bw() {
 
 # The emulated guest's figures swing by +-20% from one run to the next, so
 # the anchor and the all-reduce alternate for BW_ROUNDS rounds and the
-# ratios are taken between medians.
-rounds=${BW_ROUNDS:-3}
+# ratios are taken between medians (PREDUCE_BW_ROUNDS, PREDUCE_BW_RUN_S
+# seconds per all-reduce run).
+rounds=${PREDUCE_BW_ROUNDS:-3}
 : >"$out/bw.txt"
 for r in $(seq "$rounds"); do
     echo "== round $r of $rounds"
@@ -50,7 +51,7 @@ for r in $(seq "$rounds"); do
         "both ways together"
     echo "uni $uni" >>"$out/bw.txt"
     echo "bi $bi" >>"$out/bw.txt"
-    BENCH_RUN_S=${BENCH_RUN_S:-6} "$build/bench/bench_allreduce" \
+    BENCH_RUN_S=${PREDUCE_BW_RUN_S:-6} "$build/bench/bench_allreduce" \
         "${sizes[@]}" | tee "$out/allreduce-$r.log"
     # Bus bandwidth per tensor size in MiB.
     awk '/bus bandwidth/ { for (i = 1; i <= NF; i++) if ($i == "bandwidth")

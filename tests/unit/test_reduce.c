@@ -84,6 +84,103 @@ START_TEST(test_reduce_add)
 }
 END_TEST
 
+/*
+ * The fused kernels the in-place engine relies on, against plain scalar
+ * loops over the same float expression: equal bit for bit (the engine's
+ * in-place results must match its scratch-vector results), with dst a
+ * separate buffer or a itself, at odd lengths and unaligned starts.
+ */
+enum fused { SUM2_SCALE, AXPB_INPLACE };
+
+static void fused_ref(enum fused f, float *dst, const float *a, const float *b,
+                      float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (f == SUM2_SCALE) {
+            float t = a[i] + b[i];
+            dst[i] = t * s;
+        } else {
+            float t = s * a[i];
+            dst[i] = t + b[i];
+        }
+    }
+}
+
+static void fused_call(enum fused f, float *dst, const float *a, const float *b,
+                       float s, size_t n)
+{
+    if (f == SUM2_SCALE)
+        pr_reduce_sum2_scale(dst, a, b, s, n);
+    else
+        pr_reduce_axpb_inplace(dst, a, s, b, n);
+}
+
+static void check_fused(enum fused f)
+{
+    enum { NMAX = 1001, SHIFT = 3 };
+    static const size_t lens[] = {0, 1, 3, 17, 1001};
+    static const float factors[] = {1.0f / 3.0f, 0.7f, -2.5f, 1e-3f};
+    /* Room for the shift and a canary past the end. */
+    static float a[NMAX + SHIFT + 1], b[NMAX + SHIFT], keep[NMAX + SHIFT];
+    static float want[NMAX], dst[NMAX + SHIFT + 1];
+    rng_state = 0x5eed0000u + (uint64_t)f;
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        size_t n = lens[l];
+        for (size_t k = 0; k < sizeof(factors) / sizeof(factors[0]); k++) {
+            float s = factors[k];
+            size_t sh = (l + k) % (SHIFT + 1); /* unaligned starts */
+            for (size_t i = 0; i < n + sh; i++) {
+                a[i] = (float)rng_uniform(-1e3, 1e3);
+                b[i] = (float)rng_uniform(-1.0, 1.0);
+            }
+            fused_ref(f, want, a + sh, b + sh, s, n);
+
+            /* dst apart from a and b, which stay as they were. */
+            memcpy(keep, a, (n + sh) * sizeof(float));
+            dst[sh + n] = CANARY;
+            fused_call(f, dst + sh, a + sh, b + sh, s, n);
+            ck_assert_msg(memcmp(dst + sh, want, n * sizeof(float)) == 0,
+                          "kernel %d n=%zu s=%g: differs from the loop", (int)f,
+                          n, (double)s);
+            ck_assert_float_eq(dst[sh + n], CANARY);
+            ck_assert_mem_eq(a, keep, (n + sh) * sizeof(float));
+
+            /* dst == a. */
+            a[sh + n] = CANARY;
+            fused_call(f, a + sh, a + sh, b + sh, s, n);
+            ck_assert_msg(memcmp(a + sh, want, n * sizeof(float)) == 0,
+                          "kernel %d n=%zu s=%g in place: differs from the "
+                          "loop",
+                          (int)f, n, (double)s);
+            ck_assert_float_eq(a[sh + n], CANARY);
+            ck_assert_mem_eq(a, keep, sh * sizeof(float));
+        }
+    }
+}
+
+START_TEST(test_reduce_sum2_scale)
+{
+    check_fused(SUM2_SCALE);
+    /* Small exact cases, dst == a. */
+    float a[3] = {1.0f, 3.0f, -2.0f}, b[3] = {2.0f, 5.0f, 2.0f};
+    pr_reduce_sum2_scale(a, a, b, 0.5f, 3);
+    ck_assert_float_eq(a[0], 1.5f);
+    ck_assert_float_eq(a[1], 4.0f);
+    ck_assert_float_eq(a[2], 0.0f);
+}
+END_TEST
+
+START_TEST(test_reduce_axpb_inplace)
+{
+    check_fused(AXPB_INPLACE);
+    float a[3] = {1.0f, 3.0f, -2.0f}, b[3] = {2.0f, 5.0f, 2.0f};
+    pr_reduce_axpb_inplace(a, a, 0.5f, b, 3);
+    ck_assert_float_eq(a[0], 2.5f);
+    ck_assert_float_eq(a[1], 6.5f);
+    ck_assert_float_eq(a[2], 1.0f);
+}
+END_TEST
+
 /* Checks that the m segments of n tile [0, n) in order, sizes as documented. */
 static void check_tiling(size_t n, uint32_t m)
 {
@@ -316,6 +413,8 @@ static Suite *reduce_suite(void)
     tcase_add_test(tc, test_reduce_scale);
     tcase_add_test(tc, test_reduce_axpy);
     tcase_add_test(tc, test_reduce_add);
+    tcase_add_test(tc, test_reduce_sum2_scale);
+    tcase_add_test(tc, test_reduce_axpb_inplace);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("ring");

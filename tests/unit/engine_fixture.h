@@ -1,0 +1,205 @@
+/*
+ * The fixture of the reduce engine's unit tests (test_engine*.c), linked
+ * into each of their binaries.
+ *
+ * Every test runs a private libuv loop with several engines ("nodes") in it,
+ * wired by in-memory links (struct memlink) that copy each chunk at send()
+ * and deliver it later from a uv_idle callback, then complete the send. The
+ * links have knobs to drop, fail, hold or corrupt chunks. A group spread
+ * over the network (struct tgroup) gives each member random inputs cut into
+ * random parts; the checks count every done() call, check that none runs
+ * inside pr_engine_start, and compare results against a double-precision
+ * reference. net_free() ends with uv_loop_close() == 0.
+ *
+ * Everything here runs on the test's loop thread; the tests run forked (one
+ * process per test), so the globals below start fresh in each test.
+ */
+#ifndef ENGINE_FIXTURE_H
+#define ENGINE_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/engine.h"
+#include "daemon/xport.h"
+
+#define MAXN      5   /* nodes in one test network */
+#define MAXMB     3   /* local members per node and group */
+#define MAXPARTS  3   /* tensors per member */
+#define NODE0     100 /* node ids are NODE0 + index: ids differ from positions */
+#define LONG_MS   10000
+#define STASH_MAX (64u << 20)
+
+/* Set around pr_engine_start(): done() must never run inside it. */
+extern int in_start;
+/* Engines post a lone member's own segment from its memory (no copy). */
+extern int direct_sends;
+
+/* ------------------------------------------------------------------ */
+/* In-memory links                                                      */
+
+/* The header field (or sender id) a link corrupts in one message. */
+enum field { F_NONE, F_TOTAL, F_OFF, F_STEP, F_SEG, F_FROM };
+
+struct msg; /* one queued chunk, copied at send() */
+struct net;
+
+struct memlink {
+    struct pr_link base;
+    struct net *net;
+    int from, to; /* node indexes */
+    int up;       /* the resolve function finds this link */
+    int drop;     /* complete sends with 0, deliver nothing */
+    int fail;     /* send() returns this negative errno */
+    int fail_cb;  /* sends from message fail_after on complete with this */
+    size_t fail_after;
+    int hold; /* queue until released */
+    enum field corrupt;
+    uint64_t corrupt_value;
+    size_t corrupt_at; /* index of the message whose header is corrupted */
+    struct msg *head, **tail;
+    size_t queued;    /* messages waiting */
+    size_t posted;    /* successful send() calls */
+    size_t processed; /* messages taken off the queue */
+    size_t delivered; /* handed to the destination engine */
+};
+
+struct node {
+    struct net *net;
+    int idx;
+    struct pr_engine *e;
+};
+
+typedef int (*pred_fn)(struct net *net, void *arg);
+
+struct net {
+    uv_loop_t loop;
+    uv_idle_t idle;
+    uv_prepare_t waiter; /* stops the loop once `pred` holds */
+    pred_fn pred;
+    void *pred_arg;
+    int shuffle; /* deliver in random order, across and within links */
+    int n;
+    struct node nodes[MAXN];
+    struct memlink links[MAXN][MAXN]; /* links[a][b]: from node a to b */
+};
+
+/* n nodes whose engines cut chunks of `chunk` floats; direct_sends applies. */
+struct net *net_new(int n, size_t chunk);
+struct net *net_new_stash(int n, size_t chunk, size_t stash_max);
+/* Destroys the engines, closes the loop and frees the network. */
+void net_free(struct net *net);
+void destroy_node(struct net *net, int idx);
+
+static inline struct pr_engine *E(struct net *net, int idx)
+{
+    return net->nodes[idx].e;
+}
+
+void link_hold(struct net *net, int a, int b, int hold);
+void net_hold_all(struct net *net, int hold);
+/*
+ * Delivers (and completes) up to n messages of link a -> b, held or not,
+ * in order, from the caller's stack; returns how many.
+ */
+size_t link_deliver(struct net *net, int a, int b, size_t n);
+/* Messages waiting on all links; held links count only when held_too. */
+size_t net_queued(const struct net *net, int held_too);
+
+/* Runs the loop until pred() holds; fails the test if it goes idle first. */
+void run_until(struct net *net, pred_fn pred, void *arg);
+int quiet(struct net *net, void *arg);
+/* Delivers everything that can be delivered. */
+void run_quiet(struct net *net);
+/*
+ * A few non-blocking loop turns: long enough for the zero-delay timers set
+ * by the previous turn (how the engine defers done()) to run.
+ */
+void run_turns(struct net *net);
+struct pr_engine_stats stats(struct net *net, int idx);
+
+/* ------------------------------------------------------------------ */
+/* Groups spread over the network                                       */
+
+/* tg_new's weights. */
+enum tg_weights {
+    TG_UNIFORM = 0,  /* 1/k each, the mean */
+    TG_PERSONAL = 1, /* staleness-like weights, personal results */
+    TG_WEIGHTED = 2, /* staleness-like weights, one weighted mean for all */
+};
+
+uint64_t rng_next(void);
+
+struct done_rec {
+    uint64_t id;
+    int calls;
+    int status;
+};
+
+void done_cb(void *arg, uint64_t id, int status);
+
+struct tmember {
+    float *part[MAXPARTS];
+    struct pr_engine_part parts[MAXPARTS];
+    size_t nparts;
+    float *input; /* the vector as started: the parts, concatenated */
+};
+
+struct tgroup {
+    uint64_t id;
+    size_t total;
+    uint32_t m, k;
+    int personal;
+    uint32_t ring[MAXN]; /* node ids in ring order */
+    size_t nlocal[MAXN];
+    struct tmember mb[MAXN][MAXMB];
+    struct pr_engine_member spec[MAXN][MAXMB];
+    struct done_rec done[MAXN];
+};
+
+/*
+ * A group of m nodes (ring_idx: node indexes in ring order), nlocal[p]
+ * members at position p, each with 1 to 3 parts of random lengths (some may
+ * be empty). The same seed gives the same inputs and parts.
+ */
+struct tgroup *tg_new(uint64_t id, size_t total, uint32_t m,
+                      const int *ring_idx, const size_t *nlocal,
+                      enum tg_weights weights, uint64_t seed);
+void tg_free(struct tgroup *tg);
+/* Marks every member at position p as letting results be written in place. */
+void tg_set_in_place(struct tgroup *tg, uint32_t p, int in_place);
+int tg_node(const struct tgroup *tg, uint32_t pos);
+/*
+ * Starts position `pos` from copies of the ring and member arrays that are
+ * scribbled over afterwards: start() must have copied them.
+ */
+int tg_start_timeout(struct net *net, struct tgroup *tg, uint32_t pos,
+                     uint32_t timeout_ms);
+int tg_start(struct net *net, struct tgroup *tg, uint32_t pos);
+void tg_start_all(struct net *net, struct tgroup *tg);
+/* Predicates for run_until(). */
+int tg_all_done(struct net *net, void *arg);
+int pos_done(struct net *net, void *arg); /* arg: a struct done_rec */
+
+/* A member's parts, concatenated into out (tm->input's length). */
+void tg_result(const struct tmember *tm, float *out);
+void tg_check_done(const struct tgroup *tg, int status);
+/* Every member holds the weighted mean, bitwise the same everywhere. */
+void tg_check_mean(const struct tgroup *tg);
+/* The members at position p hold the weighted mean (done() not checked). */
+void tg_check_mean_at(const struct tgroup *tg, uint32_t p);
+/* Every member holds pr_reduce_personal() of the reference sum. */
+void tg_check_personal(const struct tgroup *tg);
+/* The members at position p still hold their inputs, bit for bit. */
+void tg_check_unchanged(const struct tgroup *tg, uint32_t p);
+
+/* Node indexes in ring order for m = 0..5 nodes: ids differ from positions. */
+extern const int rings[6][MAXN];
+
+/* One ring of m nodes, all started in order, run to completion. */
+void run_mean_n(uint32_t m, size_t total, size_t chunk, uint64_t seed,
+                int one_member);
+void run_mean(uint32_t m, size_t total, size_t chunk, uint64_t seed);
+
+#endif
