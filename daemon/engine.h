@@ -88,7 +88,10 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
 /*
  * Fails every group still running with -ECANCELED. Memory that a transport
  * still reads (posted sends) is freed when the transport completes those
- * sends, so transports may be closed before or after this call.
+ * sends, so transports may be closed before or after this call. Unlike a
+ * group's normal end, done() runs here at once even for an in-place group
+ * whose sends still read its member's tensors: the daemon is stopping and
+ * closes its transports next.
  */
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
