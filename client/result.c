@@ -226,7 +226,7 @@ static const struct {
     {-EEXIST, "worker name already taken in this job"},
     {-EINVAL, "invalid argument, or tensor length differs from the job's"},
     {-EBUSY, "busy: a reduce is in flight"},
-    {-ECONNRESET, "a group member died mid-reduce; tensors unchanged, retry"},
+    {-ECONNRESET, "a group member died mid-reduce; retry (see preduce_reduce)"},
     {-ENOTCONN, "not connected: the daemon has no scheduler, or the "
                 "connection was lost"},
     {-EPIPE, "the daemon closed the connection"},

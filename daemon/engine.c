@@ -50,6 +50,13 @@ struct group {
     float mean_scale; /* 1/k when uniform, else 0 */
     /* Final values go straight into the lone local member's tensors. */
     int in_place;
+    /*
+     * Some send posted from the member's memory (a direct send, or any in
+     * place): done() waits until every send completed, since the trainer
+     * may change or free its tensors once it has its answer.
+     */
+    int reads_member;
+    int reset_sent; /* the right link was reset: sends stalled too long */
     uint32_t *ring;
     uint32_t left, right;
     struct pr_engine_member *local;
@@ -247,8 +254,8 @@ static void send_done_cb(void *arg, int status)
                 (unsigned long long)g->id, g->right, strerror(-status));
         finish(g, status);
     }
-    /* An in-place group is reported once nothing reads its tensors. */
-    if (g->state == G_DRAINING && !g->reported && g->in_place &&
+    /* Such a group is reported once nothing reads its member's memory. */
+    if (g->state == G_DRAINING && !g->reported && g->reads_member &&
         g->sends_done == g->sends_posted && !g->e->closing)
         uv_timer_start(&g->e->kick, kick_cb, 0, 0);
     if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
@@ -276,6 +283,8 @@ static int post_from(struct group *g, uint32_t step, uint32_t seg, size_t off,
         .step = step,
         .seg = seg,
     };
+    if (src)
+        g->reads_member = 1;
     int rc = l->ops->send(l, &h, src ? src : g->scratch + off, send_done_cb, g);
     if (rc == 0)
         g->sends_posted++;
@@ -491,7 +500,7 @@ static void kick_cb(uv_timer_t *t)
          * not, every posted send completes; a dead link fails them).
          */
         if (g->state == G_DRAINING && !g->reported &&
-            (!g->in_place || g->sends_done == g->sends_posted)) {
+            (!g->reads_member || g->sends_done == g->sends_posted)) {
             g->reported = 1;
             if (g->done)
                 g->done(g->arg, g->id, g->status);
@@ -852,6 +861,23 @@ static void sweep_cb(uv_timer_t *t)
                     "missing",
                     (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
             finish(g, -ETIMEDOUT);
+        }
+        /*
+         * Past the deadline a group that waits for sends from its member's
+         * memory drops the right link, which fails them: the trainer gets
+         * its answer within its timeout, and the neighbour cannot finish
+         * on floats the trainer changes afterwards.
+         */
+        if (g->state == G_DRAINING && !g->reported && g->reads_member &&
+            g->sends_done != g->sends_posted && !g->reset_sent &&
+            now >= g->deadline_ms) {
+            struct pr_link *l = e->resolve(e->ctx, g->right);
+            g->reset_sent = 1;
+            pr_warn("group %llu: %zu sends from a trainer's memory still out "
+                    "at the deadline",
+                    (unsigned long long)g->id, g->sends_posted - g->sends_done);
+            if (l && l->ops->reset)
+                l->ops->reset(l, -ETIMEDOUT);
         }
     }
     struct stashed **pp = &e->stash;

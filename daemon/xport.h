@@ -50,6 +50,12 @@ struct pr_link_ops {
      */
     int (*send)(struct pr_link *l, const struct pr_chunk_hdr *h,
                 const float *data, pr_send_cb cb, void *arg);
+    /*
+     * Optional (may be NULL). Drops the link because sends on it stopped
+     * completing: every send still out completes with an error, soon, and
+     * the peer sees the link go down (and fails its groups) too.
+     */
+    void (*reset)(struct pr_link *l, int status);
 };
 
 /* One peer as the engine sees it; embedded in the transport's own struct. */

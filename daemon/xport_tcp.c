@@ -229,7 +229,22 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
     return rc;
 }
 
-static const struct pr_link_ops tcp_link_ops = {.send = link_send};
+/*
+ * Closing the connection fails the pending queue, the libuv writes and the
+ * queue pair (link_down), and the peer notices the close.
+ */
+static void link_reset(struct pr_link *l, int status)
+{
+    struct tpeer *p = (struct tpeer *)l;
+    if (p->conn && p->state == P_UP) {
+        pr_warn("peer node %u (%s): sends stalled: dropping the link",
+                p->base.node_id, p->addr);
+        pr_conn_fail(p->conn, status, "sends stalled");
+    }
+}
+
+static const struct pr_link_ops tcp_link_ops = {.send = link_send,
+                                                .reset = link_reset};
 
 static void retry_cb(uv_timer_t *t)
 {

@@ -93,10 +93,11 @@ PREDUCE_API int preduce_tensor_destroy(preduce_tensor_t *t);
  * Averages `n` tensors (one model, several parts) with the group the
  * scheduler assigns this step. All workers of a job must pass tensors of the
  * same total length. On success the tensors hold the result.
- * On error they hold what they held before the call. -ETIMEDOUT: no group
- * finished within timeout_ms; -ECONNRESET: a peer died mid-reduce (the
- * tensors are unchanged and the next call may succeed); -EINVAL: length
- * mismatch with the job; -EBUSY: another reduce is in flight.
+ * On error they hold what they held before the call (after
+ * preduce_set_in_place(c, 1): each float its input or its result).
+ * -ETIMEDOUT: no group finished within timeout_ms; -ECONNRESET: a peer died
+ * mid-reduce (the next call may succeed); -EINVAL: length mismatch with the
+ * job; -EBUSY: another reduce is in flight.
  */
 PREDUCE_API int preduce_reduce(preduce_client_t *c,
                                preduce_tensor_t *const *tensors, size_t n,

@@ -5,17 +5,8 @@
 #   bw.sh [MiB ...]     tensor sizes (default: 1 16)
 set -euo pipefail
 
-[ "${PREDUCE_RDMA_GUEST:-}" = 1 ] || {
-    echo "bw.sh: runs inside the guest: tests/rdma/run-in-guest.sh $0" >&2
-    exit 2
-}
-dev=$PREDUCE_RDMA_DEV
-addr=$PREDUCE_RDMA_ADDR
-gidx=$PREDUCE_RDMA_GID_INDEX
-out=$PREDUCE_RDMA_OUT
-build=${PREDUCE_BUILD:-$PWD/build}
-export PREDUCED=$build/preduced PREDUCE_BUILD=$build
-export PREDUCE_TEST_NODE_SETS="transport.type=rdma transport.rdma_device=$dev transport.gid_index=$gidx ${PREDUCE_BW_SETS:-}"
+# shellcheck source=tests/rdma/guest-env.sh
+. "$(dirname "$0")/guest-env.sh"
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(1 16)
 

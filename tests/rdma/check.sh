@@ -10,17 +10,8 @@
 # On a machine with a real RDMA device, run the same binaries directly.
 set -euo pipefail
 
-[ "${PREDUCE_RDMA_GUEST:-}" = 1 ] || {
-    echo "check.sh: runs inside the guest: tests/rdma/run-in-guest.sh $0" >&2
-    exit 2
-}
-dev=$PREDUCE_RDMA_DEV
-addr=$PREDUCE_RDMA_ADDR
-gidx=$PREDUCE_RDMA_GID_INDEX
-out=$PREDUCE_RDMA_OUT
-build=${PREDUCE_BUILD:-$PWD/build}
-export PREDUCED=$build/preduced PREDUCE_BUILD=$build
-export PREDUCE_TEST_NODE_SETS="transport.type=rdma transport.rdma_device=$dev transport.gid_index=$gidx"
+# shellcheck source=tests/rdma/guest-env.sh
+. "$(dirname "$0")/guest-env.sh"
 
 echo "== integration tests over $dev"
 "$build/tests/itest_rdma"

@@ -71,7 +71,23 @@ static int ml_send(struct pr_link *base, const struct pr_chunk_hdr *h,
     return 0;
 }
 
-static const struct pr_link_ops ml_ops = {.send = ml_send};
+/* As a real transport drops a stalled link: what is queued fails, now. */
+static void ml_reset(struct pr_link *base, int status)
+{
+    struct memlink *l = container_of(base, struct memlink, base);
+    l->resets++;
+    while (l->head) {
+        struct msg *m = l->head;
+        l->head = m->next;
+        l->queued--;
+        l->processed++;
+        m->cb(m->arg, status);
+        free(m);
+    }
+    l->tail = &l->head;
+}
+
+static const struct pr_link_ops ml_ops = {.send = ml_send, .reset = ml_reset};
 
 static void corrupt(struct memlink *l, struct pr_chunk_hdr *h, uint32_t *from)
 {

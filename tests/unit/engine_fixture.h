@@ -63,6 +63,7 @@ struct memlink {
     size_t posted;    /* successful send() calls */
     size_t processed; /* messages taken off the queue */
     size_t delivered; /* handed to the destination engine */
+    int resets;       /* reset() calls: each fails what is queued */
 };
 
 struct node {

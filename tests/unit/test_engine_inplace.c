@@ -531,11 +531,15 @@ static struct tgroup *hold_last_forwards(struct net *net, int in_place)
 
 START_TEST(test_engine_inplace_done_waits_for_sends)
 {
-    /* _i: in place. Without, done() runs at once: the control. */
-    direct_sends = 1;
+    /*
+     * _i: 0 no sends from the member's memory, done() runs at once (the
+     * control); 1 in place; 2 default mode with direct sends (the step-0
+     * segment went from the member's memory): both wait for the sends.
+     */
+    direct_sends = _i != 0;
     struct net *net = net_new(2, 4);
-    struct tgroup *tg = hold_last_forwards(net, _i);
-    int calls_before_sends = _i ? 0 : 1;
+    struct tgroup *tg = hold_last_forwards(net, _i == 1);
+    int calls_before_sends = _i == 0;
     ck_assert_int_eq(tg->done[0].calls, calls_before_sends);
     link_hold(net, 0, 1, 0);
     run_until(net, tg_all_done, tg);
@@ -550,10 +554,10 @@ END_TEST
 START_TEST(test_engine_inplace_send_error_after_results)
 {
     /* The held forwards complete with an error: still one done(), 0. */
-    direct_sends = 1;
+    direct_sends = _i != 0; /* as in test_engine_inplace_done_waits... */
     struct net *net = net_new(2, 4);
-    struct tgroup *tg = hold_last_forwards(net, _i);
-    int calls_before_sends = _i ? 0 : 1;
+    struct tgroup *tg = hold_last_forwards(net, _i == 1);
+    int calls_before_sends = _i == 0;
     ck_assert_int_eq(tg->done[0].calls, calls_before_sends);
     net->links[0][1].fail_cb = -EIO;
     net->links[0][1].fail_after = net->links[0][1].processed;
@@ -574,6 +578,48 @@ START_TEST(test_engine_inplace_send_error_after_results)
 }
 END_TEST
 
+START_TEST(test_engine_inplace_stalled_sends_reset_at_deadline)
+{
+    /*
+     * The held forwards never complete: at the group's deadline the engine
+     * resets the right link, which fails them, and done() runs once, with
+     * the group's own outcome (0: it had every float). _i as above.
+     */
+    static const int ring[2] = {0, 1};
+    static const size_t nlocal[2] = {1, 1};
+    direct_sends = _i != 0;
+    struct net *net = net_new(2, 4);
+    struct tgroup *tg = tg_new(5, 40, 2, ring, nlocal, TG_UNIFORM, 870);
+    tg_set_in_place(tg, 0, _i == 1);
+    tg_set_in_place(tg, 1, _i == 1);
+    net_hold_all(net, 1);
+    ck_assert_int_eq(tg_start_timeout(net, tg, 0, 300), 0);
+    ck_assert_int_eq(tg_start_timeout(net, tg, 1, 300), 0);
+    link_hold(net, 0, 1, 0);
+    run_quiet(net);
+    link_hold(net, 0, 1, 1);
+    link_hold(net, 1, 0, 0);
+    run_quiet(net);
+    run_turns(net);
+    ck_assert_uint_ge(net->links[0][1].queued, 2);
+    ck_assert_int_eq(tg->done[0].calls, _i == 0);
+    run_until(net, pos_done, &tg->done[0]);
+    ck_assert_int_eq(tg->done[0].calls, 1);
+    ck_assert_int_eq(tg->done[0].status, 0);
+    /* Only a group that waited on its member's memory resets the link. */
+    ck_assert_int_eq(net->links[0][1].resets, _i != 0);
+    tg_check_mean_at(tg, 0);
+    /* Node 1 ends on its own deadline, or with what is released now. */
+    link_hold(net, 0, 1, 0);
+    run_until(net, pos_done, &tg->done[1]);
+    run_quiet(net);
+    net_free(net);
+    ck_assert_int_eq(tg->done[0].calls, 1);
+    ck_assert_int_eq(tg->done[1].calls, 1);
+    tg_free(tg);
+}
+END_TEST
+
 START_TEST(test_engine_inplace_send_error_while_running)
 {
     /*
@@ -583,11 +629,11 @@ START_TEST(test_engine_inplace_send_error_while_running)
      */
     static const int ring[2] = {0, 1};
     static const size_t nlocal[2] = {1, 1};
-    direct_sends = 1;
+    direct_sends = _i != 0; /* as in test_engine_inplace_done_waits... */
     struct net *net = net_new(2, 4);
     struct tgroup *tg = tg_new(4, 40, 2, ring, nlocal, TG_UNIFORM, 860);
-    tg_set_in_place(tg, 0, _i);
-    tg_set_in_place(tg, 1, _i);
+    tg_set_in_place(tg, 0, _i == 1);
+    tg_set_in_place(tg, 1, _i == 1);
     net_hold_all(net, 1);
     tg_start_all(net, tg);
     size_t own = net->links[0][1].queued; /* node 0's segment, step 0 */
@@ -601,7 +647,7 @@ START_TEST(test_engine_inplace_send_error_while_running)
     ck_assert_uint_eq(link_deliver(net, 0, 1, own + 2), own + 2);
     run_turns(net);
     ck_assert_uint_eq(pr_engine_running(E(net, 0)), 0);
-    int calls_before_sends = _i ? 0 : 1;
+    int calls_before_sends = _i == 0;
     ck_assert_int_eq(tg->done[0].calls, calls_before_sends);
     link_hold(net, 0, 1, 0);
     run_until(net, pos_done, &tg->done[0]);
@@ -647,9 +693,11 @@ static Suite *engine_inplace_suite(void)
 
     tc = tcase_create("done");
     tcase_set_timeout(tc, 10);
-    tcase_add_loop_test(tc, test_engine_inplace_done_waits_for_sends, 0, 2);
-    tcase_add_loop_test(tc, test_engine_inplace_send_error_after_results, 0, 2);
-    tcase_add_loop_test(tc, test_engine_inplace_send_error_while_running, 0, 2);
+    tcase_add_loop_test(tc, test_engine_inplace_done_waits_for_sends, 0, 3);
+    tcase_add_loop_test(tc, test_engine_inplace_send_error_after_results, 0, 3);
+    tcase_add_loop_test(tc, test_engine_inplace_send_error_while_running, 0, 3);
+    tcase_add_loop_test(tc, test_engine_inplace_stalled_sends_reset_at_deadline,
+                        0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

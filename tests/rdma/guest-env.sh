@@ -1,0 +1,15 @@
+# shellcheck shell=bash disable=SC2034  # used by the scripts that source it
+# Sourced by the scripts that run inside the Soft-RoCE guest (check.sh,
+# bw.sh): refuses to run anywhere else, and sets what the tests and the
+# benchmark read. PREDUCE_RDMA_SETS adds node settings ("key=value ...").
+[ "${PREDUCE_RDMA_GUEST:-}" = 1 ] || {
+    echo "$(basename "$0"): runs inside the guest: tests/rdma/run-in-guest.sh $0" >&2
+    exit 2
+}
+dev=$PREDUCE_RDMA_DEV
+addr=$PREDUCE_RDMA_ADDR
+gidx=$PREDUCE_RDMA_GID_INDEX
+out=$PREDUCE_RDMA_OUT
+build=${PREDUCE_BUILD:-$PWD/build}
+export PREDUCED=$build/preduced PREDUCE_BUILD=$build
+export PREDUCE_TEST_NODE_SETS="transport.type=rdma transport.rdma_device=$dev transport.gid_index=$gidx ${PREDUCE_RDMA_SETS:-}"
