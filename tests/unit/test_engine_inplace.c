@@ -506,7 +506,8 @@ END_TEST
  * its own forwards (step 1, from its member's tensors when in place) wait
  * on the held link 0 -> 1.
  */
-static struct tgroup *hold_last_forwards(struct net *net, int in_place)
+static struct tgroup *hold_last_forwards(struct net *net, int in_place,
+                                         uint32_t timeout_ms)
 {
     static const int ring[2] = {0, 1};
     static const size_t nlocal[2] = {1, 1};
@@ -514,7 +515,8 @@ static struct tgroup *hold_last_forwards(struct net *net, int in_place)
     tg_set_in_place(tg, 0, in_place);
     tg_set_in_place(tg, 1, in_place);
     net_hold_all(net, 1);
-    tg_start_all(net, tg);
+    for (uint32_t p = 0; p < 2; p++)
+        ck_assert_int_eq(tg_start_timeout(net, tg, p, timeout_ms), 0);
     link_hold(net, 0, 1, 0);
     run_quiet(net);
     link_hold(net, 0, 1, 1);
@@ -538,7 +540,7 @@ START_TEST(test_engine_inplace_done_waits_for_sends)
      */
     direct_sends = _i != 0;
     struct net *net = net_new(2, 4);
-    struct tgroup *tg = hold_last_forwards(net, _i == 1);
+    struct tgroup *tg = hold_last_forwards(net, _i == 1, LONG_MS);
     int calls_before_sends = _i == 0;
     ck_assert_int_eq(tg->done[0].calls, calls_before_sends);
     link_hold(net, 0, 1, 0);
@@ -556,7 +558,7 @@ START_TEST(test_engine_inplace_send_error_after_results)
     /* The held forwards complete with an error: still one done(), 0. */
     direct_sends = _i != 0; /* as in test_engine_inplace_done_waits... */
     struct net *net = net_new(2, 4);
-    struct tgroup *tg = hold_last_forwards(net, _i == 1);
+    struct tgroup *tg = hold_last_forwards(net, _i == 1, LONG_MS);
     int calls_before_sends = _i == 0;
     ck_assert_int_eq(tg->done[0].calls, calls_before_sends);
     net->links[0][1].fail_cb = -EIO;
@@ -585,23 +587,9 @@ START_TEST(test_engine_inplace_stalled_sends_reset_at_deadline)
      * resets the right link, which fails them, and done() runs once, with
      * the group's own outcome (0: it had every float). _i as above.
      */
-    static const int ring[2] = {0, 1};
-    static const size_t nlocal[2] = {1, 1};
     direct_sends = _i != 0;
     struct net *net = net_new(2, 4);
-    struct tgroup *tg = tg_new(5, 40, 2, ring, nlocal, TG_UNIFORM, 870);
-    tg_set_in_place(tg, 0, _i == 1);
-    tg_set_in_place(tg, 1, _i == 1);
-    net_hold_all(net, 1);
-    ck_assert_int_eq(tg_start_timeout(net, tg, 0, 300), 0);
-    ck_assert_int_eq(tg_start_timeout(net, tg, 1, 300), 0);
-    link_hold(net, 0, 1, 0);
-    run_quiet(net);
-    link_hold(net, 0, 1, 1);
-    link_hold(net, 1, 0, 0);
-    run_quiet(net);
-    run_turns(net);
-    ck_assert_uint_ge(net->links[0][1].queued, 2);
+    struct tgroup *tg = hold_last_forwards(net, _i == 1, 1000);
     ck_assert_int_eq(tg->done[0].calls, _i == 0);
     run_until(net, pos_done, &tg->done[0]);
     ck_assert_int_eq(tg->done[0].calls, 1);
