@@ -495,9 +495,10 @@ static void kick_cb(uv_timer_t *t)
     while (*pp) {
         struct group *g = *pp;
         /*
-         * Sends from an in-place member's tensors may still be reading
-         * them: its trainer gets them back once those are done (success or
-         * not, every posted send completes; a dead link fails them).
+         * Sends from the member's memory (in place, or a direct step-0
+         * send) may still be reading it: its trainer gets it back once
+         * those are done (every posted send completes: a dead link fails
+         * them, and sweep_cb resets a stalled one at the deadline).
          */
         if (g->state == G_DRAINING && !g->reported &&
             (!g->reads_member || g->sends_done == g->sends_posted)) {
