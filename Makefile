@@ -84,7 +84,9 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 
 all: $(BINS) $(LIB_SO) $(LIB_A)
 
-$(PROTO_GEN) $(PROTO_HDR): proto/preduce.proto
+# One protoc-c run makes both files (a grouped target: make -j would
+# otherwise run it once per file, both writing at the same time).
+$(PROTO_GEN) $(PROTO_HDR) &: proto/preduce.proto
 	@mkdir -p $(BUILD)
 	$(PROTOC_C) --c_out=$(BUILD) $<
 
@@ -234,7 +236,9 @@ check-rdma: $(BUILD)/tests/itest_rdma $(BUILD)/bench/bench_allreduce $(BINS)
 # The bandwidth part alone (tests/rdma/bw.sh): preduce against ib_write_bw.
 bench-rdma: $(BUILD)/bench/bench_allreduce $(BINS)
 	tests/rdma/setup.sh
-	PREDUCE_BUILD=$(abspath $(BUILD)) tests/rdma/run-in-guest.sh tests/rdma/bw.sh $(SIZES)
+	RDMA_GUEST_TIMEOUT=$${RDMA_GUEST_TIMEOUT:-1140} \
+	RDMA_HOST_TIMEOUT=$${RDMA_HOST_TIMEOUT:-1200} PREDUCE_BUILD=$(abspath $(BUILD)) \
+		tests/rdma/run-in-guest.sh tests/rdma/bw.sh $(SIZES)
 
 clean:
 	rm -rf $(BUILD)
