@@ -843,6 +843,11 @@ void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
     }
 }
 
+void pr_engine_new_session(struct pr_engine *e)
+{
+    e->max_started = 0;
+}
+
 int pr_engine_abort(struct pr_engine *e, uint64_t id, int status)
 {
     struct group *g = find(e, id);

@@ -88,10 +88,9 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
 /*
  * Fails every group still running with -ECANCELED. Memory that a transport
  * still reads (posted sends) is freed when the transport completes those
- * sends, so transports may be closed before or after this call. Unlike a
- * group's normal end, done() runs here at once even for an in-place group
- * whose sends still read its member's tensors: the daemon is stopping and
- * closes its transports next.
+ * sends. Unlike a group's normal end, done() runs here at once even for a
+ * group whose sends still read its member's tensors: close the transports
+ * first (the node daemon does), so that nothing reads them any more.
  */
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
@@ -121,6 +120,13 @@ void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
                         const struct pr_chunk_hdr *h, const float *data);
 /* Fails every group whose ring contains `node`. */
 void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status);
+/*
+ * A new scheduler session numbers groups afresh: forget the highest id
+ * started, so chunks of the new session's groups that come early are kept
+ * even when its ids are lower (its clock went back). Late chunks of the old
+ * session are then kept too, until the stash expires them.
+ */
+void pr_engine_new_session(struct pr_engine *e);
 /* Fails group `id` with `status`; -ENOENT when not running. */
 int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
 void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);

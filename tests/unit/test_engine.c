@@ -233,6 +233,34 @@ START_TEST(test_engine_stale_chunk_dropped)
 }
 END_TEST
 
+/* A new scheduler whose clock went back: its lower ids still get through. */
+START_TEST(test_engine_new_session_lower_ids)
+{
+    static const size_t nlocal[2] = {1, 1};
+    struct net *net = net_new(2, 64);
+    struct tgroup *old = tg_new(500, 100, 2, rings[2], nlocal, 0, 13);
+    tg_start_all(net, old);
+    run_until(net, tg_all_done, old);
+    tg_check_mean(old);
+
+    for (uint32_t i = 0; i < 2; i++)
+        pr_engine_new_session(E(net, i));
+    /* Position 1 starts first: its chunks come before the group does. */
+    struct tgroup *tg = tg_new(7, 100, 2, rings[2], nlocal, 0, 17);
+    int first = tg_node(tg, 0);
+    ck_assert_int_eq(tg_start(net, tg, 1), 0);
+    run_quiet(net);
+    ck_assert_uint_eq(stats(net, first).chunks_dropped, 0);
+    ck_assert_uint_gt(stats(net, first).chunks_stashed, 0);
+    ck_assert_int_eq(tg_start(net, tg, 0), 0);
+    run_until(net, tg_all_done, tg);
+    tg_check_mean(tg);
+    net_free(net);
+    tg_free(old);
+    tg_free(tg);
+}
+END_TEST
+
 START_TEST(test_engine_stash_full_drops)
 {
     /* Room for 8 floats: the second early chunk of 8 does not fit. */
@@ -431,6 +459,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_engine_early_chunks_stashed);
     tcase_add_test(tc, test_engine_held_chunks_before_start);
     tcase_add_test(tc, test_engine_stale_chunk_dropped);
+    tcase_add_test(tc, test_engine_new_session_lower_ids);
     tcase_add_test(tc, test_engine_stash_full_drops);
     tcase_add_test(tc, test_engine_failed_start_releases_stash);
     suite_add_tcase(s, tc);
