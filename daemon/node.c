@@ -314,6 +314,8 @@ static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
         n->sstate = S_UP;
         n->backoff_ms = BACKOFF_MIN_MS;
         pr_tcp_xport_set_self(n->xport, n->self);
+        /* Group ids restart from the new scheduler's clock. */
+        pr_engine_new_session(n->engine);
         pr_info("joined job '%s' as node %u", n->conf->job, n->self);
         pr_node_ipc_sched_up(n);
         return 0;
@@ -638,17 +640,6 @@ void pr_node_destroy(struct pr_node *n)
     n->stopping = 1;
     pr_metrics_stop(n->metrics);
     n->metrics = NULL;
-    if (n->engine) {
-        struct pr_engine_stats es;
-        pr_engine_stats(n->engine, &es);
-        pr_info("groups: %llu ok (%llu in place), %llu failed",
-                (unsigned long long)es.groups_ok,
-                (unsigned long long)es.groups_in_place,
-                (unsigned long long)es.groups_failed);
-    }
-    /* Groups fail first, so their trainers still get an answer. */
-    pr_engine_destroy(n->engine);
-    n->engine = NULL;
     if (n->xport) {
         struct pr_tcp_xport_stats ts;
         pr_tcp_xport_stats(n->xport, &ts);
@@ -663,11 +654,27 @@ void pr_node_destroy(struct pr_node *n)
                 (unsigned long long)rs.bytes_recv,
                 (unsigned long long)rs.writes);
     }
+    /*
+     * The transports stop first, so that no send reads a trainer's tensor
+     * any more when its group is answered below (the trainer may change it
+     * at once, and a neighbour must not finish on such floats).
+     */
     pr_tcp_xport_destroy(n->xport);
     n->xport = NULL;
     /* After the links: it fails and reaps their queue pairs' requests. */
     pr_rdma_close(n->rdma);
     n->rdma = NULL;
+    if (n->engine) {
+        struct pr_engine_stats es;
+        pr_engine_stats(n->engine, &es);
+        pr_info("groups: %llu ok (%llu in place), %llu failed",
+                (unsigned long long)es.groups_ok,
+                (unsigned long long)es.groups_in_place,
+                (unsigned long long)es.groups_failed);
+    }
+    /* Groups still running fail, so their trainers still get an answer. */
+    pr_engine_destroy(n->engine);
+    n->engine = NULL;
     pr_node_ipc_close(n);
     if (n->sched) {
         struct pr_conn *c = n->sched;
