@@ -442,6 +442,8 @@ static void on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
     }
 }
 
+static void node_forget(struct pr_sched *s, struct snode *n, const char *why);
+
 static int on_hello(struct snode *n, const Pr__V1__Hello *h)
 {
     struct pr_sched *s = n->s;
@@ -471,9 +473,23 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
         return 0;
     }
-    n->id = ++s->next_node_id;
+    /*
+     * A node daemon listens on its data address alone: a node of the same
+     * name already known there is this one's previous life, whose
+     * connection has not looked dead yet (a reset that never arrived, or
+     * its close not yet seen). Forget it now, or its workers would keep
+     * their names from the ones this daemon registers again next.
+     */
     snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    for (struct snode *old = s->nodes; old; old = old->next) {
+        if (old != n && old->id && !strcmp(old->data_addr, n->data_addr) &&
+            !strcmp(old->name, n->name)) {
+            node_forget(s, old, "its daemon connected again");
+            pr_conn_close(old->conn, -ECONNRESET);
+        }
+    }
+    n->id = ++s->next_node_id;
     snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
              n->name);
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
@@ -536,6 +552,34 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     }
 }
 
+/*
+ * Node n is gone: its workers leave and its groups in flight fail on the
+ * other nodes. It keeps its place on the node list (its connection closes
+ * later) with id 0, as one that never said hello.
+ */
+static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
+{
+    pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live && s->workers[r].node == n->id)
+            remove_worker(s, r);
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        int in = 0;
+        for (uint32_t i = 0; i < g->nnodes; i++)
+            in |= g->nodes[i] == n->id;
+        if (in) {
+            send_abort(s, g, n->id, -ECONNRESET);
+            *gp = g->next;
+            sgroup_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+    n->id = 0;
+}
+
 static void node_on_close(struct pr_conn *c, int status)
 {
     struct snode *n = c->owner;
@@ -553,26 +597,7 @@ static void node_on_close(struct pr_conn *c, int status)
         free(n);
         return;
     }
-    pr_warn("node %u (%s) lost: %s", n->id, n->name,
-            status ? strerror(-status) : "closed");
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        if (s->workers[r].live && s->workers[r].node == n->id)
-            remove_worker(s, r);
-    /* Its groups in flight cannot finish: fail them on the other nodes. */
-    struct sgroup **gp = &s->groups;
-    while (*gp) {
-        struct sgroup *g = *gp;
-        int in = 0;
-        for (uint32_t i = 0; i < g->nnodes; i++)
-            in |= g->nodes[i] == n->id;
-        if (in) {
-            send_abort(s, g, n->id, -ECONNRESET);
-            *gp = g->next;
-            sgroup_free(g);
-        } else {
-            gp = &g->next;
-        }
-    }
+    node_forget(s, n, status ? strerror(-status) : "closed");
     free(n);
     broadcast_peers(s);
     schedule(s);

@@ -1,0 +1,187 @@
+/*
+ * A node daemon that comes back to the scheduler while its previous
+ * connection still looks alive there (its reset never arrived, or its close
+ * is not seen yet): the scheduler forgets the previous one at once, so the
+ * daemon's trainers get their names back. Speaks the node protocol over
+ * loopback to a real scheduler.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+#include "tests/integration/harness.h"
+
+static struct h_cluster c;
+
+static void setup(void)
+{
+    ck_assert_int_eq(h_cluster_start(&c, 0, NULL, NULL), 0);
+}
+
+static void teardown(void)
+{
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+
+static int dial_sched(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(c.sched_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static void send_msg(int fd, const Pr__V1__Msg *m)
+{
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(pr_msg_frame(m, 1 << 20, &buf, &len), 0);
+    ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+    free(buf);
+}
+
+/* 0 on n bytes, -1 when the connection ended or timed out first. */
+static int read_full(int fd, void *p, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, (char *)p + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* The next message, or NULL when the connection ended. */
+static Pr__V1__Msg *recv_msg(int fd)
+{
+    uint8_t hb[PR_FRAME_HDR_LEN];
+    struct pr_frame_hdr h;
+    if (read_full(fd, hb, sizeof(hb)) < 0)
+        return NULL;
+    ck_assert_int_eq(pr_frame_hdr_decode(hb, 1 << 20, &h), 0);
+    ck_assert_int_eq(h.type, PR_FRAME_MSG);
+    uint8_t *p = malloc(h.len ? h.len : 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(read_full(fd, p, h.len), 0);
+    Pr__V1__Msg *m = pr_msg_unpack(p, h.len);
+    free(p);
+    ck_assert_ptr_nonnull(m);
+    return m;
+}
+
+/* Skips what else the scheduler says (peer lists) up to a `body` message. */
+static Pr__V1__Msg *expect(int fd, Pr__V1__Msg__BodyCase body)
+{
+    for (;;) {
+        Pr__V1__Msg *m = recv_msg(fd);
+        ck_assert_msg(m != NULL, "connection ended before message %d", body);
+        if (m->body_case == body)
+            return m;
+        pr_msg_free(m);
+    }
+}
+
+/* Says hello as node `name` with data address `addr`; returns its id. */
+static uint32_t node_hello(int fd, const char *name, const char *addr)
+{
+    pr_msg_free(expect(fd, PR__V1__MSG__BODY_CHALLENGE));
+    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    hello.version = PR_PROTO_VERSION;
+    hello.role = PR__V1__ROLE__ROLE_NODE;
+    hello.name = (char *)name;
+    hello.data_addr = (char *)addr;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &hello;
+    send_msg(fd, &m);
+    Pr__V1__Msg *w = expect(fd, PR__V1__MSG__BODY_WELCOME);
+    uint32_t id = w->welcome->id;
+    pr_msg_free(w);
+    return id;
+}
+
+/* Registers worker `name`; returns WorkerJoined's status. */
+static int worker_join(int fd, const char *name, uint32_t cookie)
+{
+    Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+    j.cookie = cookie;
+    j.name = (char *)name;
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
+    m.worker_join = &j;
+    send_msg(fd, &m);
+    Pr__V1__Msg *r = expect(fd, PR__V1__MSG__BODY_WORKER_JOINED);
+    ck_assert_uint_eq(r->worker_joined->cookie, cookie);
+    int status = r->worker_joined->status;
+    pr_msg_free(r);
+    return status;
+}
+
+/* The scheduler closed fd (reading past what it sent before). */
+static int closed_by_peer(int fd)
+{
+    Pr__V1__Msg *m;
+    while ((m = recv_msg(fd)) != NULL)
+        pr_msg_free(m);
+    return 1;
+}
+
+START_TEST(test_rejoin_same_node_frees_names)
+{
+    int a = dial_sched();
+    uint32_t ida = node_hello(a, "n0", "127.0.0.1:9");
+    ck_assert_int_eq(worker_join(a, "w0", 1), 0);
+    /* Another node's worker of the same name is refused... */
+    int other = dial_sched();
+    node_hello(other, "n1", "127.0.0.1:10");
+    ck_assert_int_eq(worker_join(other, "w0", 2), -EEXIST);
+
+    /* ...but the same daemon back (name and address) takes over. */
+    int b = dial_sched();
+    uint32_t idb = node_hello(b, "n0", "127.0.0.1:9");
+    ck_assert_uint_ne(idb, ida);
+    ck_assert_int_eq(worker_join(b, "w0", 3), 0);
+    ck_assert(closed_by_peer(a));
+    ck_assert(h_log_contains(&c, "sched", "its daemon connected again"));
+    /* The node of the other name stays. */
+    ck_assert_int_eq(worker_join(other, "w1", 4), 0);
+    close(a);
+    close(b);
+    close(other);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_rejoin");
+    TCase *tc = tcase_create("rejoin");
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_rejoin_same_node_frees_names);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
