@@ -116,13 +116,17 @@ bios=()
 [ -f /usr/share/qemu/qboot.rom ] && bios=(-bios /usr/share/qemu/qboot.rom)
 [ "${RDMA_GUEST_VERBOSE:-0}" = 1 ] || append="$append quiet"
 
+# RDMA_GUEST_CPU: a QEMU CPU model (e.g. max); QEMU's default otherwise.
+cpu=()
+[ -n "${RDMA_GUEST_CPU:-}" ] && cpu=(-cpu "$RDMA_GUEST_CPU")
+
 log=$run/console.log
 echo "rdma guest: booting $GUEST_KVER (TCG, ${mem} MiB, $smp CPUs), run $id" >&2
 start=$(date +%s)
 # -accel tcg: KVM guests hang early in boot on this kind of machine.
 # -nic none: the guest has no network to the outside.
 timeout -k 10 "$host_timeout" qemu-system-x86_64 \
-    -accel tcg -m "$mem" -smp "$smp" "${bios[@]}" \
+    -accel tcg -m "$mem" -smp "$smp" "${cpu[@]}" "${bios[@]}" \
     -nographic -monitor none -no-reboot -nic none \
     -chardev "stdio,id=con0,logfile=$log" -serial chardev:con0 \
     -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD" -append "$append" \
