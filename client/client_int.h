@@ -22,7 +22,7 @@
 #define PR_CLIENT_HIDDEN __attribute__((visibility("hidden")))
 
 /* Largest frame payload accepted from the daemon (and sent to it). */
-#define PR_CLIENT_MAX_FRAME (1u << 20)
+#define PR_CLIENT_MAX_FRAME PR_CTRL_MAX_FRAME
 /* How long past its timeout_ms a reduce waits for the daemon's answer. */
 #define PR_CLIENT_GRACE_MS 10000
 /* Longest worker name in bytes, without the NUL. */

@@ -16,7 +16,6 @@
 #include "daemon/node_int.h"
 #include "daemon/rdma.h"
 
-#define CTRL_MAX_FRAME  (1u << 20)
 #define TICK_MS         20
 #define BACKOFF_MIN_MS  100
 #define BACKOFF_MAX_MS  5000
@@ -463,7 +462,7 @@ static void connect_sched(struct pr_node *n)
     if (pr_conf_parse_hostport(n->conf->node_scheduler, host, sizeof(host),
                                &port) < 0)
         return;
-    n->sched = pr_conn_create_tcp(n->loop, CTRL_MAX_FRAME, &sched_ops, n);
+    n->sched = pr_conn_create_tcp(n->loop, PR_CTRL_MAX_FRAME, &sched_ops, n);
     if (!n->sched)
         return;
     n->sstate = S_CONNECTING;

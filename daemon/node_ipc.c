@@ -30,7 +30,6 @@
 #include "daemon/node_int.h"
 #include "daemon/rdma.h"
 
-#define IPC_MAX_FRAME          (1u << 20)
 #define MAX_TENSORS_PER_REDUCE 4096
 
 static const struct pr_conn_ops client_ops;
@@ -265,7 +264,7 @@ static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
 {
     uint8_t *buf;
     size_t len;
-    int rc = pr_msg_frame(m, IPC_MAX_FRAME, &buf, &len);
+    int rc = pr_msg_frame(m, PR_CTRL_MAX_FRAME, &buf, &len);
     if (rc < 0)
         return rc;
     uv_os_fd_t sock;
@@ -563,7 +562,7 @@ static void on_connection(uv_stream_t *server, int status)
     struct nclient *c = calloc(1, sizeof(*c));
     if (!c)
         return;
-    c->conn = pr_conn_create_pipe(n->loop, IPC_MAX_FRAME, &client_ops, c);
+    c->conn = pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &client_ops, c);
     if (!c->conn) {
         free(c);
         return;

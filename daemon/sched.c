@@ -11,8 +11,6 @@
 #include "daemon/metrics.h"
 #include "daemon/sched_core.h"
 
-#define CTRL_MAX_FRAME (1u << 20)
-
 struct snode {
     struct snode *next;
     struct pr_sched *s;
@@ -620,7 +618,7 @@ static void on_connection(uv_stream_t *server, int status)
     if (!n)
         return;
     n->s = s;
-    n->conn = pr_conn_create_tcp(s->loop, CTRL_MAX_FRAME, &node_ops, n);
+    n->conn = pr_conn_create_tcp(s->loop, PR_CTRL_MAX_FRAME, &node_ops, n);
     if (!n->conn) {
         free(n);
         return;

@@ -26,6 +26,12 @@
 
 #define PR_PROTO_VERSION 1
 #define PR_FRAME_HDR_LEN 8
+/*
+ * Largest control frame on the scheduler's and the trainers' links: a Group
+ * of PR_SCHED_MAX (65536) members at their longest encoding (43 bytes each)
+ * takes 2.8 MB, the ReduceDone a trainer gets for it 1.4 MB.
+ */
+#define PR_CTRL_MAX_FRAME (4u << 20)
 
 enum pr_frame_type {
     PR_FRAME_MSG = 1,

@@ -97,7 +97,8 @@ Pr__V1__Msg *cf_srv_recv(struct srv *s, int fd)
     uint8_t hdr[PR_FRAME_HDR_LEN];
     struct pr_frame_hdr h;
     if (cf_read_full(fd, hdr, sizeof(hdr)) < 0 ||
-        pr_frame_hdr_decode(hdr, 1 << 20, &h) < 0 || h.type != PR_FRAME_MSG) {
+        pr_frame_hdr_decode(hdr, PR_CTRL_MAX_FRAME, &h) < 0 ||
+        h.type != PR_FRAME_MSG) {
         cf_srv_failf(s, "no frame from the client");
         return NULL;
     }
@@ -149,7 +150,7 @@ void cf_srv_send(int fd, const Pr__V1__Msg *m, int pass_fd)
 {
     uint8_t *buf;
     size_t len;
-    if (pr_msg_frame(m, 1 << 20, &buf, &len) == 0) {
+    if (pr_msg_frame(m, PR_CTRL_MAX_FRAME, &buf, &len) == 0) {
         cf_send_raw(fd, buf, len, pass_fd);
         free(buf);
     }

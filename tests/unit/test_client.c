@@ -206,7 +206,7 @@ END_TEST
 /* Wrong answers to a hello, and the code each must produce. */
 static const struct bad_answer bad_answers[] = {
     {"length prefix 2 GiB", -EMSGSIZE, -EPROTO},
-    {"length prefix 1 MiB + 1", -EMSGSIZE, -EPROTO},
+    {"length prefix over PR_CTRL_MAX_FRAME", -EMSGSIZE, -EPROTO},
     {"garbage payload", -EPROTO, -EPROTO},
     {"unknown frame type", -EPROTO, -EPROTO},
     {"data frame", -EPROTO, -EPROTO},
@@ -234,7 +234,7 @@ static void script_bad_answer(struct srv *s, int fd)
         cf_send_raw(fd, buf, PR_FRAME_HDR_LEN, -1);
         break;
     case 1:
-        pr_frame_hdr_encode(buf, (1 << 20) + 1, PR_FRAME_MSG, 0);
+        pr_frame_hdr_encode(buf, PR_CTRL_MAX_FRAME + 1, PR_FRAME_MSG, 0);
         cf_send_raw(fd, buf, PR_FRAME_HDR_LEN, -1);
         break;
     case 2:
