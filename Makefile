@@ -76,7 +76,8 @@ BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(BUILD)/preduce-sim \
 FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
-	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch]))
+	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
+	tests/bench/peers/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format asan demo \
 	install uninstall clean format bench
@@ -191,6 +192,23 @@ bench: $(BENCH_BINS) $(BINS)
 	./$(BUILD)/preduce-sim --acceptance
 	@echo "== tests/bench/convergence.sh"
 	tests/bench/convergence.sh $(BUILD)
+
+# preduce next to Open MPI and Gloo, all over TCP on this machine
+# (tests/bench/peers/): installs both from Debian when missing, then prints
+# medians of 3 rounds and their ratios. A few minutes.
+PEER_BINS := $(BUILD)/bench/mpi_allreduce $(BUILD)/bench/gloo_allreduce
+$(BUILD)/bench/mpi_allreduce: tests/bench/peers/mpi_allreduce.c
+	@mkdir -p $(dir $@)
+	mpicc -O2 -Wall -Wextra -Werror -o $@ $< -lm
+$(BUILD)/bench/gloo_allreduce: tests/bench/peers/gloo_allreduce.cc
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -std=c++17 -Wall -Wextra -Werror -o $@ $< -lgloo -pthread
+
+.PHONY: bench-peers
+bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
+	tests/bench/peers/setup.sh
+	$(MAKE) --no-print-directory $(PEER_BINS)
+	$(TEST_ENV) tests/bench/peers/peers.sh $(SIZES)
 
 demo: all
 	./client/examples/demo.sh $(BUILD)
