@@ -57,11 +57,12 @@ struct pr_conf {
 
     /* [scheduler] */
     char *sched_listen;
-    int sched_policy;          /* enum pr_policy */
-    uint32_t sched_group_size; /* P for policy constant */
-    uint32_t sched_group_min;  /* dynamic: window grows below this */
-    uint32_t sched_group_max;  /* dynamic: 0 = all live workers */
-    double sched_window_ms;    /* dynamic: initial window */
+    int sched_policy;           /* enum pr_policy */
+    uint32_t sched_group_size;  /* P for policy constant */
+    uint32_t sched_min_workers; /* no group before this many joined */
+    uint32_t sched_group_min;   /* dynamic: window grows below this */
+    uint32_t sched_group_max;   /* dynamic: 0 = all live workers */
+    double sched_window_ms;     /* dynamic: initial window */
     double sched_window_min_ms;
     double sched_window_max_ms;
     int sched_weighting; /* enum pr_weighting */

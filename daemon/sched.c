@@ -71,6 +71,7 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     memset(p, 0, sizeof(*p));
     p->policy = c->sched_policy;
     p->group_size = c->sched_group_size;
+    p->min_workers = c->sched_min_workers;
     p->group_min = c->sched_group_min;
     p->group_max = c->sched_group_max;
     p->window_ms = c->sched_window_ms;

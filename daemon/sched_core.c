@@ -44,6 +44,14 @@ static int ms_ok(double ms)
     return ms >= 0.0 && ms <= MS_LIMIT; /* false for NaN */
 }
 
+/* Groups may form from the moment min_workers workers are live. */
+static void check_started(struct pr_sched_core *c)
+{
+    if (!c->started && c->live >= c->p.min_workers) {
+        c->started = 1;
+    }
+}
+
 static int params_ok(const struct pr_sched_params *p)
 {
     if (p == NULL) {
@@ -100,6 +108,7 @@ struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p)
     c->tail = PR_SCHED_NIL;
     c->next_id = 1;
     c->window_ms = p->window_ms;
+    check_started(c);
     pr_sched_gen_params_changed(c);
     return c;
 }
@@ -123,6 +132,7 @@ int pr_sched_core_set_params(struct pr_sched_core *c,
         c->p.policy != PR_POLICY_DYNAMIC || c->p.window_ms != p->window_ms;
 
     c->p = *p;
+    check_started(c);
     /* A new initial window restarts adaptation; else keep what was learnt */
     if (restart) {
         c->window_ms = p->window_ms;
@@ -187,6 +197,7 @@ int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
     k->prev = PR_SCHED_NIL;
     k->next = PR_SCHED_NIL;
     c->live++;
+    check_started(c);
     pr_sched_gen_add(c, rank, now_us);
     return 0;
 }
@@ -325,7 +336,7 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
 static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
                uint32_t *cap)
 {
-    if (c->queued == 0) {
+    if (c->queued == 0 || !c->started) {
         return 0;
     }
     switch (c->p.policy) {
@@ -461,7 +472,7 @@ void pr_sched_group_fini(struct pr_sched_group *g)
 
 int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
 {
-    if (c == NULL || c->queued == 0) {
+    if (c == NULL || c->queued == 0 || !c->started) {
         return -1;
     }
     if (c->holding) {

@@ -40,6 +40,13 @@ struct pr_sched_params {
     double staleness_alpha;   /* (0, 1) */
     uint32_t isolation_bound; /* B; 0 = generator off */
     /*
+     * No group forms before this many workers have joined (0: at once):
+     * the first steps of an allreduce job then average all N. Once
+     * reached it holds nothing back: a worker that leaves is not waited
+     * for.
+     */
+    uint32_t min_workers;
+    /*
      * Generator: how long a due group is held open waiting for a worker of
      * another union-find component. 0 = adaptive: until the workers waited
      * for are expected, from each one's EWMA ready-to-ready interval; > 0 =

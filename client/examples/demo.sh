@@ -27,7 +27,9 @@ trap cleanup EXIT
 
 run() { # policy
     local policy=$1 dir=$WORK/$1
-    cluster_start "$dir" "$policy" 2 || { echo "demo: logs in $dir" >&2; exit 1; }
+    # No group before all 4 trainers joined: step 1 already averages all.
+    cluster_start "$dir" "$policy" 2 --set scheduler.min_workers=4 ||
+        { echo "demo: logs in $dir" >&2; exit 1; }
     local t0 tpids=()
     t0=$(date +%s.%N)
     for w in 0 1 2 3; do

@@ -433,6 +433,7 @@ static int trainer_main(const struct h_cluster *c,
     uint64_t version = 0;
     double t0 = now_s(), worst = 0;
     long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
+    long mink = 0; /* the smallest group after the warm-up */
     int status = 0;
     /* Warm-up: o->warmup steps, and until a group of o->join_k came. */
     int warm = o->warmup == 0 && o->join_k == 0, joined = o->join_k == 0;
@@ -447,6 +448,7 @@ static int trainer_main(const struct h_cluster *c,
                 fclose(wf);
             t0 = now_s();
             steps = errors = 0;
+            mink = 0;
             s0 = s;
             warm = 1;
         }
@@ -494,6 +496,8 @@ static int trainer_main(const struct h_cluster *c,
         size_t k = preduce_result_size(r);
         if ((long)k > maxk)
             maxk = (long)k;
+        if (mink == 0 || (long)k < mink)
+            mink = (long)k;
         for (size_t j = 0; j < k; j++) {
             double w;
             preduce_result_member(r, j, NULL, NULL, &w);
@@ -508,8 +512,8 @@ static int trainer_main(const struct h_cluster *c,
     snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
     FILE *f = fopen(path, "w");
     if (f) {
-        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld\n", steps, secs, errors,
-                worst, nonuniform, maxk, after_err);
+        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld %ld\n", steps, secs, errors,
+                worst, nonuniform, maxk, after_err, mink);
         fclose(f);
     }
     preduce_close(cl);
@@ -580,6 +584,21 @@ int h_trainer_groups(const struct h_cluster *c, const char *name,
                    nonuniform, maxk);
     fclose(f);
     return n == 6 ? 0 : -EINVAL;
+}
+
+int h_trainer_min_k(const struct h_cluster *c, const char *name, long *mink)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    long s, e, nu, k, after;
+    double secs, worst;
+    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld %ld %ld", &s, &secs, &e, &worst,
+                   &nu, &k, &after, mink);
+    fclose(f);
+    return n == 8 ? 0 : -EINVAL;
 }
 
 int h_node_stop(struct h_cluster *c, int i)

@@ -122,5 +122,7 @@ int h_trainer_after_error(const struct h_cluster *c, const char *name,
 /* How many results had non-uniform weights; the largest group seen. */
 int h_trainer_groups(const struct h_cluster *c, const char *name,
                      long *nonuniform, long *maxk);
+/* The smallest group a trainer was in (after its warm-up). */
+int h_trainer_min_k(const struct h_cluster *c, const char *name, long *mink);
 
 #endif

@@ -1,14 +1,16 @@
 /*
- * Policy constant with real processes: results are the mean of exactly the
+ * Policies with real processes. Constant: results are the mean of exactly the
  * members each result reports, every trainer keeps making steps, and a 5x
  * straggler slows the others by less than a third (figures printed; the
  * timing is not asserted, since a loaded machine would make it flaky).
+ * scheduler.min_workers: groups of all N from the first step.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "tests/integration/harness.h"
 
@@ -56,6 +58,46 @@ static void run(struct h_cluster *c, double run_s, int slow_factor,
     }
 }
 
+/*
+ * scheduler.min_workers = N with policy allreduce: trainers that come one
+ * after another, with no warm-up of their own, are all in every group from
+ * the first step on (the scheduler holds the early ones back).
+ */
+START_TEST(test_policy_min_workers_first_steps)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce",
+                                "scheduler.min_workers=4", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    pid_t pids[4];
+    char names[4][16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(names[i], sizeof(names[i]), "m%d", i);
+        struct h_trainer_opts o = {.name = names[i],
+                                   .node = i % 2,
+                                   .n = 1000,
+                                   .steps = 5,
+                                   .uniform = 1};
+        pids[i] = h_trainer_spawn(&c, &o);
+        /* The first ones would reduce alone in the meantime. */
+        struct timespec ts = {0, 300 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    for (int i = 0; i < 4; i++) {
+        long mink = 0, steps, errors;
+        double secs;
+        ck_assert_int_eq(
+            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
+        ck_assert_int_eq(steps, 5);
+        ck_assert_int_eq(h_trainer_min_k(&c, names[i], &mink), 0);
+        ck_assert_int_eq(mink, 4);
+    }
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 START_TEST(test_policy_constant_straggler)
 {
     struct h_cluster c;
@@ -84,6 +126,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("constant");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_policy_constant_straggler);
+    tcase_add_test(tc, test_policy_min_workers_first_steps);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -321,6 +321,79 @@ START_TEST(test_sched_core_allreduce_waits_for_all)
 }
 END_TEST
 
+/*
+ * min_workers: nothing forms (and no deadline is armed) until that many
+ * workers joined; then the policy runs as usual, and a worker that leaves
+ * afterwards is not waited for.
+ */
+START_TEST(test_sched_core_min_workers_allreduce)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
+    p.min_workers = 3;
+    struct pr_sched_core *c = sf_make(&p, 2);
+
+    sf_ready(c, 0, 1, 0);
+    sf_ready(c, 1, 1, 1);
+    sf_expect_none(c, 2); /* 2 of 3 joined: all 2 ready, still no group */
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 2, 1, 3), 0);
+    sf_expect_none(c, 4); /* the third joined, not ready yet */
+    sf_ready(c, 2, 1, 5);
+    sf_expect_group(c, 5, (const uint32_t[]){0, 1, 2}, 3, NULL);
+    /* Started: one leaves, the other two go on without it. */
+    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 6), 0);
+    sf_ready(c, 0, 2, 7);
+    sf_ready(c, 2, 2, 8);
+    sf_expect_group(c, 8, (const uint32_t[]){0, 2}, 2, NULL);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+START_TEST(test_sched_core_min_workers_constant_and_dynamic)
+{
+    for (int policy = PR_POLICY_CONSTANT; policy <= PR_POLICY_DYNAMIC;
+         policy++) {
+        struct pr_sched_params p = sf_params(policy);
+        p.group_size = 2;
+        p.group_max = 2;
+        p.min_workers = 4;
+        struct pr_sched_core *c = sf_make(&p, 3);
+
+        sf_ready(c, 0, 1, 0);
+        sf_ready(c, 1, 1, 1);
+        sf_ready(c, 2, 1, 2);
+        /* P ready, but only 3 of 4 joined: past any window, nothing. */
+        sf_expect_none(c, 1000000);
+        ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
+        ck_assert_int_eq(pr_sched_core_add_worker(c, 3, 1, 1000001), 0);
+        sf_expect_group(c, 1000002, (const uint32_t[]){0, 1}, 2, NULL);
+        pr_sched_core_destroy(c);
+    }
+}
+END_TEST
+
+/* A reload that lowers min_workers to what joined starts the job. */
+START_TEST(test_sched_core_min_workers_reload)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
+    p.min_workers = 8;
+    struct pr_sched_core *c = sf_make(&p, 2);
+
+    sf_ready(c, 0, 1, 0);
+    sf_ready(c, 1, 1, 1);
+    sf_expect_none(c, 2);
+    p.min_workers = 2;
+    ck_assert_int_eq(pr_sched_core_set_params(c, &p), 0);
+    sf_expect_group(c, 3, (const uint32_t[]){0, 1}, 2, NULL);
+    /* Raising it again holds nothing back once started. */
+    p.min_workers = 8;
+    ck_assert_int_eq(pr_sched_core_set_params(c, &p), 0);
+    sf_ready(c, 0, 2, 4);
+    sf_ready(c, 1, 2, 5);
+    sf_expect_group(c, 5, (const uint32_t[]){0, 1}, 2, NULL);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
 START_TEST(test_sched_core_allreduce_after_remove)
 {
     struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
@@ -564,6 +637,9 @@ static Suite *sched_core_suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_sched_core_allreduce_waits_for_all);
     tcase_add_test(tc, test_sched_core_allreduce_after_remove);
+    tcase_add_test(tc, test_sched_core_min_workers_allreduce);
+    tcase_add_test(tc, test_sched_core_min_workers_constant_and_dynamic);
+    tcase_add_test(tc, test_sched_core_min_workers_reload);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("constant");
