@@ -44,11 +44,23 @@ static int ms_ok(double ms)
     return ms >= 0.0 && ms <= MS_LIMIT; /* false for NaN */
 }
 
-/* Groups may form from the moment min_workers workers are live. */
-static void check_started(struct pr_sched_core *c)
+/*
+ * Groups may form from the moment min_workers workers are live (now_us:
+ * when; a dynamic window opens no earlier than that).
+ */
+static void check_started(struct pr_sched_core *c, uint64_t now_us)
 {
     if (!c->started && c->live >= c->p.min_workers) {
         c->started = 1;
+        c->started_us = now_us;
+    }
+}
+
+void pr_sched_core_mark_started(struct pr_sched_core *c, uint64_t now_us)
+{
+    if (c != NULL && !c->started) {
+        c->started = 1;
+        c->started_us = now_us;
     }
 }
 
@@ -108,7 +120,7 @@ struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p)
     c->tail = PR_SCHED_NIL;
     c->next_id = 1;
     c->window_ms = p->window_ms;
-    check_started(c);
+    check_started(c, 0);
     pr_sched_gen_params_changed(c);
     return c;
 }
@@ -132,7 +144,8 @@ int pr_sched_core_set_params(struct pr_sched_core *c,
         c->p.policy != PR_POLICY_DYNAMIC || c->p.window_ms != p->window_ms;
 
     c->p = *p;
-    check_started(c);
+    /* Lowered to what has joined: the queued ones have waited enough. */
+    check_started(c, 0);
     /* A new initial window restarts adaptation; else keep what was learnt */
     if (restart) {
         c->window_ms = p->window_ms;
@@ -197,7 +210,7 @@ int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
     k->prev = PR_SCHED_NIL;
     k->next = PR_SCHED_NIL;
     c->live++;
-    check_started(c);
+    check_started(c, now_us);
     pr_sched_gen_add(c, rank, now_us);
     return 0;
 }
@@ -257,6 +270,10 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
     pr_sched_gen_remove(c, rank);
     c->w[rank].state = PR_SCHED_ABSENT;
     c->live--;
+    /* Everybody left: a job that comes next waits for min_workers again. */
+    if (c->live == 0) {
+        c->started = 0;
+    }
     pr_sched_gen_check(c);
     return 0;
 }
@@ -333,6 +350,16 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
  * Is a group due at now_us? If so, *n is how many queued workers it takes
  * and *cap the most it could ever hold (for the generator's hold rule).
  */
+/*
+ * When the dynamic window opened: when the oldest queued worker became
+ * ready, or when min_workers were reached if that came later.
+ */
+static uint64_t window_open_us(const struct pr_sched_core *c)
+{
+    uint64_t t = c->w[c->head].ready_us;
+    return t > c->started_us ? t : c->started_us;
+}
+
 static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
                uint32_t *cap)
 {
@@ -357,8 +384,7 @@ static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
         if (c->queued >= gmax) {
             return 1;
         }
-        return now_us >=
-               c->w[c->head].ready_us + pr_sched_ms_to_us(c->window_ms);
+        return now_us >= window_open_us(c) + pr_sched_ms_to_us(c->window_ms);
     }
     }
 }
@@ -479,8 +505,7 @@ int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
         return (int64_t)c->hold_until_us;
     }
     if (c->p.policy == PR_POLICY_DYNAMIC) {
-        return (int64_t)(c->w[c->head].ready_us +
-                         pr_sched_ms_to_us(c->window_ms));
+        return (int64_t)(window_open_us(c) + pr_sched_ms_to_us(c->window_ms));
     }
     return -1;
 }

@@ -88,6 +88,11 @@ void pr_sched_core_destroy(struct pr_sched_core *c);
 int pr_sched_core_set_params(struct pr_sched_core *c,
                              const struct pr_sched_params *p);
 
+/*
+ * The job had started before (workers registering again after a scheduler
+ * restart): min_workers holds nothing back, even if some never come back.
+ */
+void pr_sched_core_mark_started(struct pr_sched_core *c, uint64_t now_us);
 /* -EEXIST (rank known), -EINVAL (rank out of range), -ENOMEM. */
 int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
                              uint32_t node, uint64_t now_us);

@@ -67,11 +67,12 @@ struct pr_sched_core {
 
     struct pr_sched_wk *w; /* cap slots, ranks 0 .. cap - 1 */
     uint32_t cap;
-    uint32_t live;   /* workers added and not removed */
-    int started;     /* min_workers have been live at once */
-    uint32_t queued; /* workers READY, the length of the ready queue */
-    uint32_t head;   /* oldest READY, PR_SCHED_NIL if none */
-    uint32_t tail;   /* newest READY */
+    uint32_t live;       /* workers added and not removed */
+    int started;         /* min_workers have been live at once */
+    uint64_t started_us; /* when (0: from the start, or on a reload) */
+    uint32_t queued;     /* workers READY, the length of the ready queue */
+    uint32_t head;       /* oldest READY, PR_SCHED_NIL if none */
+    uint32_t tail;       /* newest READY */
     uint64_t next_id;
     double window_ms; /* dynamic: the adapted window, one per core */
 

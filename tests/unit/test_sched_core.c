@@ -371,6 +371,61 @@ START_TEST(test_sched_core_min_workers_constant_and_dynamic)
 }
 END_TEST
 
+/*
+ * Dynamic, groups of all live workers: the window opens when the last
+ * worker joins, not when the first queued one became ready, so the late
+ * one still makes the first group.
+ */
+START_TEST(test_sched_core_min_workers_dynamic_window)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
+    p.min_workers = 4; /* window 5 ms, group_max 0 = all live */
+    struct pr_sched_core *c = sf_make(&p, 3);
+
+    sf_ready(c, 0, 1, 0);
+    sf_ready(c, 1, 1, 1);
+    sf_ready(c, 2, 1, 2);
+    sf_expect_none(c, 1000000);
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 3, 1, 1000000), 0);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c), 1000000 + 5000);
+    sf_expect_none(c, 1000001);
+    sf_ready(c, 3, 1, 1000002);
+    sf_expect_group(c, 1000002, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
+    /* Later windows run from the oldest ready worker as usual. */
+    sf_ready(c, 0, 2, 1000010);
+    sf_expect_none(c, 1000011);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c),
+                     1000010 + 4500); /* the window shrank by 0.9 */
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+/*
+ * Workers registering again with a restarted scheduler mark the job as
+ * started: one that left meanwhile is not waited for. Everybody leaving
+ * makes the next job wait for min_workers again.
+ */
+START_TEST(test_sched_core_min_workers_marked_and_reset)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
+    p.min_workers = 3;
+    struct pr_sched_core *c = sf_make(&p, 2);
+
+    sf_ready(c, 0, 1, 0);
+    sf_ready(c, 1, 1, 1);
+    sf_expect_none(c, 2);
+    pr_sched_core_mark_started(c, 3);
+    sf_expect_group(c, 3, (const uint32_t[]){0, 1}, 2, NULL);
+
+    ck_assert_int_eq(pr_sched_core_remove_worker(c, 0, 4), 0);
+    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 5), 0);
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 0, 0, 6), 0);
+    sf_ready(c, 0, 1, 7);
+    sf_expect_none(c, 8); /* a new job: 1 of 3 */
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
 /* A reload that lowers min_workers to what joined starts the job. */
 START_TEST(test_sched_core_min_workers_reload)
 {
@@ -639,6 +694,8 @@ static Suite *sched_core_suite(void)
     tcase_add_test(tc, test_sched_core_allreduce_after_remove);
     tcase_add_test(tc, test_sched_core_min_workers_allreduce);
     tcase_add_test(tc, test_sched_core_min_workers_constant_and_dynamic);
+    tcase_add_test(tc, test_sched_core_min_workers_dynamic_window);
+    tcase_add_test(tc, test_sched_core_min_workers_marked_and_reset);
     tcase_add_test(tc, test_sched_core_min_workers_reload);
     suite_add_tcase(s, tc);
 
