@@ -843,9 +843,10 @@ void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
     }
 }
 
-void pr_engine_new_session(struct pr_engine *e)
+void pr_engine_new_session(struct pr_engine *e, uint64_t id_base)
 {
-    e->max_started = 0;
+    if (id_base < e->max_started)
+        e->max_started = id_base;
 }
 
 int pr_engine_abort(struct pr_engine *e, uint64_t id, int status)

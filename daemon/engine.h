@@ -86,7 +86,9 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
                                    size_t stash_max_bytes,
                                    pr_engine_resolve_fn resolve, void *ctx);
 /*
- * Fails every group still running with -ECANCELED. Memory that a transport
+ * Fails every group still running with -ECANCELED (one whose sends a
+ * transport closed before failed already reports that error, such as
+ * -ECONNRESET). Memory that a transport
  * still reads (posted sends) is freed when the transport completes those
  * sends. Unlike a group's normal end, done() runs here at once even for a
  * group whose sends still read its member's tensors: close the transports
@@ -121,12 +123,12 @@ void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
 /* Fails every group whose ring contains `node`. */
 void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status);
 /*
- * A new scheduler session numbers groups afresh: forget the highest id
- * started, so chunks of the new session's groups that come early are kept
- * even when its ids are lower (its clock went back). Late chunks of the old
- * session are then kept too, until the stash expires them.
+ * A new scheduler session numbers its groups above id_base: chunks that
+ * come before their group are kept even when the new ids are lower than
+ * the old session's (its clock went back). Only then do late chunks of the
+ * old session with higher ids wait in the stash too, until they expire.
  */
-void pr_engine_new_session(struct pr_engine *e);
+void pr_engine_new_session(struct pr_engine *e, uint64_t id_base);
 /* Fails group `id` with `status`; -ENOENT when not running. */
 int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
 void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);

@@ -313,8 +313,12 @@ static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
         n->sstate = S_UP;
         n->backoff_ms = BACKOFF_MIN_MS;
         pr_tcp_xport_set_self(n->xport, n->self);
-        /* Group ids restart from the new scheduler's clock. */
-        pr_engine_new_session(n->engine);
+        /* A new scheduler session numbers groups from its own clock. */
+        uint64_t base = m->welcome->group_id_base;
+        if (base != 0 && base != n->sched_id_base) {
+            pr_engine_new_session(n->engine, base);
+            n->sched_id_base = base;
+        }
         pr_info("joined job '%s' as node %u", n->conf->job, n->self);
         pr_node_ipc_sched_up(n);
         return 0;

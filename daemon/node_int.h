@@ -77,6 +77,7 @@ struct pr_node {
     uv_timer_t sched_retry;
     uint32_t backoff_ms;
     uint32_t self;
+    uint64_t sched_id_base; /* the scheduler session last joined */
     char data_addr[128];
     uv_pipe_t ipc;
     int ipc_open;

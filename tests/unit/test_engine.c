@@ -243,14 +243,22 @@ START_TEST(test_engine_new_session_lower_ids)
     run_until(net, tg_all_done, old);
     tg_check_mean(old);
 
+    /* A session whose ids are all above the old ones changes nothing. */
+    pr_engine_new_session(E(net, 0), 1000);
+    float data[50] = {0};
+    struct pr_chunk_hdr h = {.group_id = 5, .total = 100, .nfloats = 50};
+    pr_engine_on_chunk(E(net, 0), 101, &h, data);
+    ck_assert_uint_eq(stats(net, 0).chunks_dropped, 1);
+    /* One that numbers from 6 keeps what comes early for 7. */
     for (uint32_t i = 0; i < 2; i++)
-        pr_engine_new_session(E(net, i));
+        pr_engine_new_session(E(net, i), 6);
     /* Position 1 starts first: its chunks come before the group does. */
     struct tgroup *tg = tg_new(7, 100, 2, rings[2], nlocal, 0, 17);
     int first = tg_node(tg, 0);
+    uint64_t dropped = stats(net, first).chunks_dropped;
     ck_assert_int_eq(tg_start(net, tg, 1), 0);
     run_quiet(net);
-    ck_assert_uint_eq(stats(net, first).chunks_dropped, 0);
+    ck_assert_uint_eq(stats(net, first).chunks_dropped, dropped);
     ck_assert_uint_gt(stats(net, first).chunks_stashed, 0);
     ck_assert_int_eq(tg_start(net, tg, 0), 0);
     run_until(net, tg_all_done, tg);
