@@ -337,6 +337,13 @@ static void on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
             memset(&w->st, 0, sizeof(w->st));
             snprintf(w->name, sizeof(w->name), "%s", name);
             r.rank = rank;
+            /*
+             * A worker of an earlier scheduler session: the job had
+             * started, and min_workers must not wait for workers that left
+             * while no scheduler was there to see them go.
+             */
+            if (j->prev_rank_plus1 > 0)
+                pr_sched_core_mark_started(s->core, now_us());
             pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
         }
     }
@@ -481,11 +488,13 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
      */
     snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    int forgot = 0;
     for (struct snode *old = s->nodes; old; old = old->next) {
         if (old != n && old->id && !strcmp(old->data_addr, n->data_addr) &&
             !strcmp(old->name, n->name)) {
             node_forget(s, old, "its daemon connected again");
             pr_conn_close(old->conn, -ECONNRESET);
+            forgot = 1;
         }
     }
     n->id = ++s->next_node_id;
@@ -497,12 +506,16 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     w.job = s->conf->job;
     w.auth.data = proof;
     w.auth.len = plen;
+    w.group_id_base = s->id_base;
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_WELCOME;
     m.welcome = &w;
     send_msg(n, &m);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     broadcast_peers(s);
+    /* Without the workers forgotten, a group may be due. */
+    if (forgot)
+        schedule(s);
     return 0;
 }
 
