@@ -34,6 +34,10 @@ ifeq ($(SANITIZE),1)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
 endif
+# make fuzz: the daemon's code instrumented for libFuzzer too.
+ifeq ($(FUZZ),1)
+SAN_FLAGS += -fsanitize=fuzzer-no-link
+endif
 CPPFLAGS += -I. -I$(BUILD) -Iclient/include
 CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC $(SAN_FLAGS) \
 	$(PKG_CFLAGS)
@@ -77,7 +81,7 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch]))
+	tests/bench/peers/*.[ch] tests/fuzz/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format asan demo \
 	install uninstall clean format bench
@@ -192,6 +196,34 @@ bench: $(BENCH_BINS) $(BINS)
 	./$(BUILD)/preduce-sim --acceptance
 	@echo "== tests/bench/convergence.sh"
 	tests/bench/convergence.sh $(BUILD)
+
+# Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
+# and files feed the daemon. Each target runs FUZZ_SECONDS (default 60); a
+# crash stops make, the input saved under build/fuzz/crashes/.
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libpreduced.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+.PHONY: fuzz fuzz-run
+fuzz:
+	@command -v clang >/dev/null || \
+		{ echo "make fuzz needs clang: apt-get install clang" >&2; exit 1; }
+	$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang SANITIZE=1 FUZZ=1 \
+		OPT="-O1 -g" fuzz-run
+
+fuzz-run: $(FUZZ_BINS)
+	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); \
+		mkdir -p $(BUILD)/corpus/$$n $(BUILD)/crashes; \
+		echo "== $$n: $(FUZZ_SECONDS) s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(BUILD)/crashes/$$n- $(BUILD)/corpus/$$n \
+			tests/fuzz/seeds/$$n >$(BUILD)/$$n.log 2>&1 || \
+			{ tail -n 60 $(BUILD)/$$n.log; exit 1; }; \
+		grep -E "Done [0-9]+ runs|stat::number_of_executed_units|cov: " \
+			$(BUILD)/$$n.log | tail -n 2; done
 
 # preduce next to Open MPI and Gloo, all over TCP on this machine
 # (tests/bench/peers/): installs both from Debian when missing, then prints

@@ -1,0 +1,197 @@
+/*
+ * libFuzzer target: chunks from peers, as a transport hands them to the
+ * reduce engine (pr_engine_on_chunk), against a running group and the
+ * stash. The bytes choose each chunk's header fields (mostly near valid
+ * ones, so the checks past the first are reached) and its sender; groups
+ * start, links go down and the loop runs in between. Nothing a peer sends
+ * may crash the daemon, read or write outside the tensors, or leak
+ * (AddressSanitizer and UBSan watch); what the engine accepts it must
+ * also finish.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "daemon/engine.h"
+#include "daemon/log.h"
+
+#define TOTAL 1000
+#define CHUNK 64
+#define NPEER 3
+
+struct fake_send {
+    struct fake_send *next;
+    pr_send_cb cb;
+    void *arg;
+};
+
+/* The links: sends complete when the loop turns (or fail on a reset). */
+struct fake_link {
+    struct pr_link base;
+    struct fake_send *q;
+};
+
+static struct fake_link links[NPEER];
+
+static int fl_send(struct pr_link *l, const struct pr_chunk_hdr *h,
+                   const float *data, pr_send_cb cb, void *arg)
+{
+    (void)h;
+    (void)data;
+    struct fake_link *f = (struct fake_link *)l;
+    struct fake_send *s = malloc(sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->cb = cb;
+    s->arg = arg;
+    s->next = f->q;
+    f->q = s;
+    return 0;
+}
+
+static void complete_all(int status)
+{
+    for (int i = 0; i < NPEER; i++) {
+        while (links[i].q) {
+            struct fake_send *s = links[i].q;
+            links[i].q = s->next;
+            s->cb(s->arg, status);
+            free(s);
+        }
+    }
+}
+
+static void fl_reset(struct pr_link *l, int status)
+{
+    (void)l;
+    (void)status;
+}
+
+static const struct pr_link_ops fl_ops = {.send = fl_send, .reset = fl_reset};
+
+static struct pr_link *resolve(void *ctx, uint32_t node)
+{
+    (void)ctx;
+    return node >= 100 && node < 100 + NPEER ? &links[node - 100].base : NULL;
+}
+
+static int done_calls;
+
+static void done_cb(void *arg, uint64_t id, int status)
+{
+    (void)arg;
+    (void)id;
+    (void)status;
+    done_calls++;
+}
+
+struct cursor {
+    const uint8_t *p;
+    size_t n;
+};
+
+static uint32_t take(struct cursor *c, int bytes)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; i++) {
+        v = v << 8 | (c->n ? *c->p : 0);
+        if (c->n) {
+            c->p++;
+            c->n--;
+        }
+    }
+    return v;
+}
+
+/* Starts group `id` at position 1 of the ring 100, 101, 102. */
+static void start_group(struct pr_engine *e, uint64_t id, float *x,
+                        struct pr_engine_part *part, int in_place)
+{
+    static const uint32_t ring[3] = {100, 101, 102};
+    part->data = x;
+    part->len = TOTAL;
+    struct pr_engine_member mb = {.rank = 1,
+                                  .weight = 1.0 / 3.0,
+                                  .parts = part,
+                                  .nparts = 1,
+                                  .in_place = in_place};
+    struct pr_engine_group g = {.id = id,
+                                .total = TOTAL,
+                                .k = 3,
+                                .m = 3,
+                                .pos = 1,
+                                .ring = ring,
+                                .local = &mb,
+                                .nlocal = 1,
+                                .timeout_ms = 1000,
+                                .done = done_cb};
+    (void)pr_engine_start(e, &g);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static float x[2][TOTAL], payload[2 * TOTAL];
+    static struct pr_engine_part parts[2];
+    pr_log_set_level(PR_LOG_ERROR);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    for (int i = 0; i < NPEER; i++) {
+        links[i].base.ops = &fl_ops;
+        links[i].base.node_id = 100 + (uint32_t)i;
+        links[i].base.kind = "fuzz";
+        links[i].q = NULL;
+    }
+    for (size_t i = 0; i < 2 * TOTAL; i++)
+        payload[i] = (float)i;
+    struct pr_engine *e =
+        pr_engine_create(&loop, CHUNK, 64 * 1024, resolve, NULL);
+    pr_engine_set_direct(e, 1);
+    struct cursor c = {data, size};
+    int in_place = (int)take(&c, 1) & 1;
+    start_group(e, 10, x[0], &parts[0], in_place);
+    int started2 = 0;
+    while (c.n > 0) {
+        uint32_t op = take(&c, 1);
+        if (op >= 0xf8) {
+            /* A second group (replays what was stashed for it). */
+            if (!started2) {
+                start_group(e, 12, x[1], &parts[1], !in_place);
+                started2 = 1;
+            }
+            continue;
+        }
+        if (op >= 0xf4) {
+            pr_engine_link_down(e, 100 + op % NPEER, -ECONNRESET);
+            continue;
+        }
+        if (op >= 0xf0) {
+            complete_all(op & 1 ? 0 : -EIO);
+            uv_run(&loop, UV_RUN_NOWAIT);
+            continue;
+        }
+        struct pr_chunk_hdr h;
+        h.group_id = 9 + (op & 3); /* 9 stale, 10 running, 11 early, 12 */
+        uint32_t from = 100 + take(&c, 1) % 4; /* 103: no such peer */
+        h.step = take(&c, 1) % 6;
+        h.seg = take(&c, 1) % 4;
+        h.total = op & 4 ? take(&c, 4) : TOTAL;
+        h.off = take(&c, 2);
+        h.nfloats = op & 8 ? take(&c, 4) : take(&c, 1);
+        if (op & 16)
+            h.off = (uint64_t)take(&c, 4) << 32 | take(&c, 4);
+        /* The payload: at most what a transport could have received. */
+        if (h.nfloats > TOTAL)
+            h.nfloats = op & 32 ? h.nfloats % (TOTAL + 1) : TOTAL;
+        pr_engine_on_chunk(e, from, &h, payload + (op >> 6) % 4);
+    }
+    complete_all(0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    pr_engine_destroy(e);
+    complete_all(-ECANCELED);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return 0;
+}
