@@ -76,14 +76,14 @@ static struct pr_link *resolve(void *ctx, uint32_t node)
     return node >= 100 && node < 100 + NPEER ? &links[node - 100].base : NULL;
 }
 
-static int done_calls;
+/* done() calls per group (arg points at its counter). */
+static int calls[2];
 
 static void done_cb(void *arg, uint64_t id, int status)
 {
-    (void)arg;
     (void)id;
     (void)status;
-    done_calls++;
+    ++*(int *)arg;
 }
 
 struct cursor {
@@ -104,9 +104,9 @@ static uint32_t take(struct cursor *c, int bytes)
     return v;
 }
 
-/* Starts group `id` at position 1 of the ring 100, 101, 102. */
-static void start_group(struct pr_engine *e, uint64_t id, float *x,
-                        struct pr_engine_part *part, int in_place)
+/* Starts group `id` at position 1 of the ring 100, 101, 102: 1 if so. */
+static int start_group(struct pr_engine *e, uint64_t id, float *x,
+                       struct pr_engine_part *part, int in_place, int *calls_of)
 {
     static const uint32_t ring[3] = {100, 101, 102};
     part->data = x;
@@ -125,8 +125,9 @@ static void start_group(struct pr_engine *e, uint64_t id, float *x,
                                 .local = &mb,
                                 .nlocal = 1,
                                 .timeout_ms = 1000,
-                                .done = done_cb};
-    (void)pr_engine_start(e, &g);
+                                .done = done_cb,
+                                .arg = calls_of};
+    return pr_engine_start(e, &g) == 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -151,14 +152,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pr_engine_set_direct(e, 1);
     struct cursor c = {data, size};
     int in_place = (int)take(&c, 1) & 1;
-    start_group(e, 10, x[0], &parts[0], in_place);
+    calls[0] = calls[1] = 0;
+    int started[2] = {start_group(e, 10, x[0], &parts[0], in_place, &calls[0]),
+                      0};
     int started2 = 0;
     while (c.n > 0) {
         uint32_t op = take(&c, 1);
         if (op >= 0xf8) {
             /* A second group (replays what was stashed for it). */
             if (!started2) {
-                start_group(e, 12, x[1], &parts[1], !in_place);
+                started[1] =
+                    start_group(e, 12, x[1], &parts[1], !in_place, &calls[1]);
                 started2 = 1;
             }
             continue;
@@ -193,5 +197,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     complete_all(-ECANCELED);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
+    /* Every group started was answered, once; no other. */
+    for (int i = 0; i < 2; i++)
+        if (calls[i] != started[i])
+            abort();
     return 0;
 }
