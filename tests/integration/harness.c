@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -651,4 +652,79 @@ int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
         sscanf(l, "groups: %llu ok (%llu in place)", ok, in_place) != 2)
         return -ENOENT;
     return 0;
+}
+
+#define ANSWER_MAX (1u << 20)
+
+/* GET /metrics on 127.0.0.1:port; the body (heap) or NULL. */
+static char *metrics_fetch_once(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
+    char *buf = malloc(ANSWER_MAX);
+    size_t n = 0;
+    if (!buf || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+        goto fail;
+    for (;;) {
+        ssize_t r = recv(fd, buf + n, ANSWER_MAX - 1 - n, 0);
+        if (r < 0)
+            goto fail;
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(fd);
+    char *body = strstr(buf, "\r\n\r\n");
+    if (strncmp(buf, "HTTP/1.0 200 ", 13) != 0 || !body) {
+        fprintf(stderr, "metrics on port %u: %s\n", port, buf);
+        free(buf);
+        return NULL;
+    }
+    memmove(buf, body + 4, strlen(body + 4) + 1);
+    return buf;
+fail:
+    fprintf(stderr, "metrics on port %u: %s\n", port, strerror(errno));
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
+/* metrics_fetch_once, tried three times: a loaded machine must not fail the
+ * test. */
+char *h_metrics_fetch(uint16_t port)
+{
+    char *body = NULL;
+    for (int i = 0; i < 3 && !body; i++) {
+        if (i > 0)
+            sleep_ms(200);
+        body = metrics_fetch_once(port);
+    }
+    return body;
+}
+
+double h_metric(const char *text, const char *prefix)
+{
+    size_t len = strlen(prefix);
+    for (const char *p = text; *p;) {
+        const char *eol = strchr(p, '\n');
+        if (!eol)
+            eol = p + strlen(p);
+        if (!strncmp(p, prefix, len)) {
+            const char *v = eol;
+            while (v > p && v[-1] != ' ')
+                v--;
+            return strtod(v, NULL);
+        }
+        p = *eol ? eol + 1 : eol;
+    }
+    return NAN;
 }

@@ -125,4 +125,15 @@ int h_trainer_groups(const struct h_cluster *c, const char *name,
 /* The smallest group a trainer was in (after its warm-up). */
 int h_trainer_min_k(const struct h_cluster *c, const char *name, long *mink);
 
+/*
+ * GET /metrics from 127.0.0.1:port (tried three times, so a loaded machine
+ * does not fail a test): the body (free it), or NULL after printing why.
+ */
+char *h_metrics_fetch(uint16_t port);
+/*
+ * The value (after the line's last space) of the first line of `text` that
+ * starts with `prefix`, or NAN.
+ */
+double h_metric(const char *text, const char *prefix);
+
 #endif

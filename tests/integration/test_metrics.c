@@ -21,88 +21,10 @@
 
 #include "tests/integration/harness.h"
 
-#define ANSWER_MAX (1u << 20)
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-/* GET /metrics on 127.0.0.1:port; the body (heap) or NULL. */
-static char *fetch_once(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return NULL;
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
-    char *buf = malloc(ANSWER_MAX);
-    size_t n = 0;
-    if (!buf || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
-        goto fail;
-    for (;;) {
-        ssize_t r = recv(fd, buf + n, ANSWER_MAX - 1 - n, 0);
-        if (r < 0)
-            goto fail;
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    close(fd);
-    char *body = strstr(buf, "\r\n\r\n");
-    if (strncmp(buf, "HTTP/1.0 200 ", 13) != 0 || !body) {
-        fprintf(stderr, "metrics on port %u: %s\n", port, buf);
-        free(buf);
-        return NULL;
-    }
-    memmove(buf, body + 4, strlen(body + 4) + 1);
-    return buf;
-fail:
-    fprintf(stderr, "metrics on port %u: %s\n", port, strerror(errno));
-    free(buf);
-    close(fd);
-    return NULL;
-}
-
-/* fetch_once, tried three times: a loaded machine must not fail the test. */
-static char *fetch(uint16_t port)
-{
-    char *body = NULL;
-    for (int i = 0; i < 3 && !body; i++) {
-        if (i > 0)
-            sleep_ms(200);
-        body = fetch_once(port);
-    }
-    return body;
-}
-
-/*
- * The value (after the line's last space) of the first line that starts
- * with `prefix`, or NAN.
- */
-static double value(const char *text, const char *prefix)
-{
-    size_t len = strlen(prefix);
-    for (const char *p = text; *p;) {
-        const char *eol = strchr(p, '\n');
-        if (!eol)
-            eol = p + strlen(p);
-        if (!strncmp(p, prefix, len)) {
-            const char *v = eol;
-            while (v > p && v[-1] != ' ')
-                v--;
-            return strtod(v, NULL);
-        }
-        p = *eol ? eol + 1 : eol;
-    }
-    return NAN;
 }
 
 /* Runs a shell command; its exit status, and its output in out. */
@@ -152,24 +74,25 @@ START_TEST(test_metrics_cluster_and_preducectl)
     }
     sleep_ms(2000);
 
-    char *node = fetch(nport), *sched = fetch(sport);
+    char *node = h_metrics_fetch(nport), *sched = h_metrics_fetch(sport);
     ck_assert_ptr_nonnull(node);
     ck_assert_ptr_nonnull(sched);
-    ck_assert(value(node, "preduce_node_reduces_total{status=\"ok\"} ") > 0);
-    ck_assert(value(node, "preduce_node_reduces_total{status=\"failed\"} ") ==
-              0);
-    ck_assert(value(node, "preduce_node_trainers ") == 2);
-    ck_assert(value(node, "preduce_node_bytes_total{transport=\"tcp\","
-                          "direction=\"sent\"} ") > 0);
-    ck_assert(value(node, "preduce_node_reduce_seconds_count ") > 0);
+    ck_assert(h_metric(node, "preduce_node_reduces_total{status=\"ok\"} ") > 0);
+    ck_assert(
+        h_metric(node, "preduce_node_reduces_total{status=\"failed\"} ") == 0);
+    ck_assert(h_metric(node, "preduce_node_trainers ") == 2);
+    ck_assert(h_metric(node, "preduce_node_bytes_total{transport=\"tcp\","
+                             "direction=\"sent\"} ") > 0);
+    ck_assert(h_metric(node, "preduce_node_reduce_seconds_count ") > 0);
     ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w0\""));
     ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w2\""));
-    ck_assert(value(sched, "preduce_sched_groups_total ") > 0);
-    ck_assert(value(sched, "preduce_sched_workers_live ") == 3);
-    ck_assert(value(sched, "preduce_sched_nodes ") == 2);
-    ck_assert(value(sched, "preduce_sched_group_size_bucket{le=\"3\"} ") > 0);
-    ck_assert(value(sched, "preduce_worker_straggler{worker=\"w2\"") == 1);
-    ck_assert(value(sched, "preduce_worker_straggler{worker=\"w0\"") == 0);
+    ck_assert(h_metric(sched, "preduce_sched_groups_total ") > 0);
+    ck_assert(h_metric(sched, "preduce_sched_workers_live ") == 3);
+    ck_assert(h_metric(sched, "preduce_sched_nodes ") == 2);
+    ck_assert(h_metric(sched, "preduce_sched_group_size_bucket{le=\"3\"} ") >
+              0);
+    ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w2\"") == 1);
+    ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w0\"") == 0);
 
     char cmd[512];
     static char out[65536];
