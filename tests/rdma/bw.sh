@@ -3,11 +3,19 @@
 # the all-reduce bandwidth of 2 daemons over rxe0 next to ib_write_bw on the
 # same rxe0 in the same guest, as a ratio (target >= 0.8 at 1 MiB).
 #   bw.sh [MiB ...]     tensor sizes (default: 1 16)
+# PREDUCE_RDMA_MTU sets the MTU of rxe0's netdev first (1500 by default,
+# so RDMA packets of 1024 bytes; 9000 gives 4096, as on a RoCE fabric with
+# jumbo frames). Both ib_write_bw and the daemons use the port's active MTU.
 set -euo pipefail
 
 # shellcheck source=tests/rdma/guest-env.sh
 . "$(dirname "$0")/guest-env.sh"
 sizes=("$@")
+if [ -n "${PREDUCE_RDMA_MTU:-}" ]; then
+    ip link set dev "$PREDUCE_RDMA_NETDEV" mtu "$PREDUCE_RDMA_MTU"
+fi
+mtu=$(ibv_devinfo -d "$dev" | awk '$1 == "active_mtu:" {print $2}')
+echo "rdma: $dev over $PREDUCE_RDMA_NETDEV, active MTU $mtu bytes"
 [ ${#sizes[@]} -gt 0 ] || sizes=(1 16)
 
 # ib_write_bw [-b]: its average MB/s at 1 MiB messages, one RC stream
