@@ -39,8 +39,11 @@ struct ureg {
 struct sctx {
     pr_send_cb cb;
     void *arg;
-    uint32_t left; /* writes not yet completed */
+    uint32_t left;   /* writes not yet completed */
+    uint32_t posted; /* of those, the ones on the send queue */
     int status;
+    /* On its queue pair's list while posted > 0 (see qp_abandon). */
+    struct sctx *inext, **iprev;
 };
 
 /* A write waiting for a credit. */
@@ -67,6 +70,7 @@ struct pr_rdma_qp {
     uint32_t rslot_bytes;
     struct pr_credit cr;
     struct pending *q, **qtail;
+    struct sctx *inflight;      /* sends with writes on the send queue */
     uint32_t sq_depth, sq_used; /* send work requests outstanding */
     uint32_t rq_posted;
     int started;
@@ -257,6 +261,27 @@ static void poll_closed(uv_handle_t *h)
 
 static void qp_free(struct pr_rdma_qp *q);
 static void handle(struct pr_rdma *r, const struct ibv_wc *wc);
+static void sctx_unpost(struct sctx *s, uint32_t n);
+
+/*
+ * The device never flushed q's send queue: its writes are given up as
+ * failed, so every sender still hears back once (the engine frees its
+ * groups) although no completion will come.
+ */
+static void qp_abandon(struct pr_rdma_qp *q)
+{
+    while (q->inflight) {
+        struct sctx *s = q->inflight;
+        uint32_t n = s->posted;
+        sctx_unpost(s, n);
+        s->status = -ECONNRESET;
+        s->left -= n;
+        if (s->left == 0) {
+            s->cb(s->arg, s->status);
+            free(s);
+        }
+    }
+}
 
 void pr_rdma_close(struct pr_rdma *r)
 {
@@ -289,6 +314,7 @@ void pr_rdma_close(struct pr_rdma *r)
         r->qps = q->next;
         pr_warn("rdma: peer node %u: completions not flushed at close",
                 q->node);
+        qp_abandon(q);
         qp_free(q);
     }
     uv_close((uv_handle_t *)&r->poll, poll_closed);
@@ -609,6 +635,13 @@ static int post_write(struct pr_rdma_qp *q, struct sctx *s,
         return -rc;
     }
     q->sq_used++;
+    if (s->posted++ == 0) {
+        s->inext = q->inflight;
+        if (q->inflight)
+            q->inflight->iprev = &s->inext;
+        s->iprev = &q->inflight;
+        q->inflight = s;
+    }
     r->st.writes++;
     r->st.bytes_sent += len;
     q->link.bytes_sent += len;
@@ -792,6 +825,17 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     send_credits(q, 0);
 }
 
+/* n of s's writes left the send queue; off the list when none is left. */
+static void sctx_unpost(struct sctx *s, uint32_t n)
+{
+    s->posted -= n;
+    if (s->posted > 0)
+        return;
+    *s->iprev = s->inext;
+    if (s->inext)
+        s->inext->iprev = s->iprev;
+}
+
 static void on_send_done(struct pr_rdma_qp *q, const struct ibv_wc *wc)
 {
     q->sq_used--;
@@ -800,6 +844,7 @@ static void on_send_done(struct pr_rdma_qp *q, const struct ibv_wc *wc)
         return; /* a credit message */
     if (wc->status != IBV_WC_SUCCESS)
         s->status = -ECONNRESET;
+    sctx_unpost(s, 1);
     if (--s->left == 0) {
         s->cb(s->arg, s->status);
         free(s);
