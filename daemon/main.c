@@ -35,6 +35,7 @@ struct daemon {
     const char *path;
     const char *sets[MAX_SETS];
     int nsets;
+    char role_set[64]; /* "role=ROLE" from --role, one of sets[] */
     struct pr_node *node;
     struct pr_sched *sched;
     struct pr_auth_key key; /* the cluster key, when have_key */
@@ -61,15 +62,33 @@ static void usage(FILE *f)
             DEFAULT_CONF);
 }
 
-static void print_err(const char *path, const struct pr_conf_err *e)
+/*
+ * A config error for people: "WHERE:LINE: KEY: MSG", leaving out what the
+ * error does not have (a syntax error has no key, a rule relating two keys
+ * no line). WHERE is the file, "--set" or "--role"; without it the line is
+ * written "line N: " (the reload message names the file itself).
+ */
+static void format_err(char *buf, size_t len, const char *where,
+                       const struct pr_conf_err *e)
 {
-    if (e->line > 0)
-        fprintf(stderr, "preduced: %s:%d: %s: %s\n", path, e->line, e->key,
-                e->msg);
-    else if (e->key[0])
-        fprintf(stderr, "preduced: %s: %s\n", e->key, e->msg);
-    else
-        fprintf(stderr, "preduced: %s: %s\n", path ? path : "config", e->msg);
+    int n = 0;
+    if (where && e->line > 0)
+        n = snprintf(buf, len, "%s:%d: ", where, e->line);
+    else if (where)
+        n = snprintf(buf, len, "%s: ", where);
+    else if (e->line > 0)
+        n = snprintf(buf, len, "line %d: ", e->line);
+    if (n < 0 || (size_t)n >= len)
+        return;
+    snprintf(buf + n, len - (size_t)n, "%s%s%s", e->key, e->key[0] ? ": " : "",
+             e->msg);
+}
+
+static void print_err(const char *where, const struct pr_conf_err *e)
+{
+    char buf[1024];
+    format_err(buf, sizeof(buf), where, e);
+    fprintf(stderr, "preduced: %s\n", buf);
 }
 
 static int load(struct daemon *d)
@@ -91,13 +110,19 @@ static int load(struct daemon *d)
     for (int i = 0; i < d->nsets; i++) {
         rc = pr_conf_set(&d->conf, d->sets[i], &err);
         if (rc < 0) {
-            print_err("--set", &err);
+            print_err(d->sets[i] == d->role_set ? "--role" : "--set", &err);
             return rc;
         }
     }
     rc = pr_conf_validate(&d->conf, &err);
     if (rc < 0) {
-        print_err(d->path, &err);
+        /* A rule relating keys: the file, --set or both broke it. */
+        char where[1024];
+        if (d->path && d->nsets)
+            snprintf(where, sizeof(where), "%s and --set", d->path);
+        else
+            snprintf(where, sizeof(where), "%s", d->path ? d->path : "--set");
+        print_err(where, &err);
         return rc;
     }
     if (d->conf.sec_key_file && d->conf.sec_key_file[0]) {
@@ -140,9 +165,10 @@ static void reload(struct daemon *d)
     int rc =
         pr_conf_reload(&d->conf, d->path, d->sets, d->nsets, &err, &changed);
     if (rc < 0) {
-        pr_err("reload of %s refused, old configuration kept: line %d: "
-               "%s: %s",
-               d->path, err.line, err.key, err.msg);
+        char why[1024];
+        format_err(why, sizeof(why), NULL, &err);
+        pr_err("reload of %s refused, old configuration kept: %s", d->path,
+               why);
     } else {
         pr_log_set_level((enum pr_log_level)d->conf.log_level);
         if (d->node)
@@ -176,7 +202,6 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     static struct daemon d;
-    static char role_set[64];
     int test = 0, dump = 0, c;
     while ((c = getopt_long(argc, argv, "c:tTr:s:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -190,16 +215,20 @@ int main(int argc, char **argv)
             dump = 1;
             break;
         case 'r':
-            snprintf(role_set, sizeof(role_set), "role=%s", optarg);
-            if (d.nsets < MAX_SETS)
-                d.sets[d.nsets++] = role_set;
-            break;
         case 's':
             if (d.nsets == MAX_SETS) {
-                fprintf(stderr, "preduced: more than %d --set\n", MAX_SETS);
+                fprintf(stderr,
+                        "preduced: more than %d --set and --role options\n",
+                        MAX_SETS);
                 return 2;
             }
-            d.sets[d.nsets++] = optarg;
+            if (c == 's') {
+                d.sets[d.nsets++] = optarg;
+                break;
+            }
+            /* A later --role rewrites the text the earlier ones point at. */
+            snprintf(d.role_set, sizeof(d.role_set), "role=%s", optarg);
+            d.sets[d.nsets++] = d.role_set;
             break;
         case 'h':
             usage(stdout);
