@@ -403,7 +403,11 @@ static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
     }
     const uint8_t *payload = b + PR_CHUNK_HDR_LEN;
     const float *data = (const float *)(const void *)payload;
-    if ((uintptr_t)payload % _Alignof(float) != 0) {
+    /*
+     * An empty chunk has nothing to copy (and abuf may still be NULL,
+     * which memcpy must not be given even for 0 bytes).
+     */
+    if (len > 0 && (uintptr_t)payload % _Alignof(float) != 0) {
         if (p->abuf_len < len) {
             float *nb = realloc(p->abuf, len);
             if (!nb)
