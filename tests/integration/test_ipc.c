@@ -82,7 +82,7 @@ static int logged(const char *who, const char *s)
 static void still_serving(void)
 {
     pid_t pids[4];
-    char names[4][16];
+    char names[4][24];
     for (int i = 0; i < 4; i++) {
         snprintf(names[i], sizeof(names[i]), "after%d", i);
         struct h_trainer_opts o = {.name = names[i],
@@ -660,7 +660,7 @@ START_TEST(test_ipc_unexpected_message)
     raw_open(&other, 1, "bystander");
     uint32_t t = raw_create(&other, 8, NULL);
     for (int i = 0; i < 2; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof(name), "rogue%d", i);
         struct raw a;
         raw_open(&a, 0, name);
