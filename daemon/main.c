@@ -175,7 +175,13 @@ static void reload(struct daemon *d)
             pr_node_reload(d->node);
         if (d->sched)
             rc = pr_sched_reload(d->sched);
-        pr_info("reloaded %s: %d keys changed", d->path, changed);
+        if (rc < 0)
+            pr_err("reloaded %s, but the scheduler kept its old parameters: "
+                   "%s",
+                   d->path, strerror(-rc));
+        else
+            pr_info("reloaded %s: %d key%s changed", d->path, changed,
+                    changed == 1 ? "" : "s");
     }
     sd_notify(0, "READY=1");
 }
@@ -252,7 +258,9 @@ int main(int argc, char **argv)
         return 1;
     if (test) {
         printf("preduced: configuration %s test is successful\n",
-               d.path ? d.path : "(defaults)");
+               d.path    ? d.path
+               : d.nsets ? "(defaults and --set)"
+                         : "(defaults)");
         pr_conf_fini(&d.conf);
         return 0;
     }

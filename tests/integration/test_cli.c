@@ -593,6 +593,11 @@ START_TEST(test_cli_default_path)
     ck_assert_str_eq(r.out,
                      "preduced: configuration (defaults) test is successful\n");
     ck_assert_str_eq(r.err, "");
+    /* --set alone: the defaults are not all that was tested. */
+    run(&r, "-t", "--set", "scheduler.group_size=3", NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out, "preduced: configuration (defaults and --set) "
+                            "test is successful\n");
 }
 END_TEST
 
@@ -685,7 +690,7 @@ START_TEST(test_cli_reload)
     /* A reloadable key takes effect; one that needs a restart does not. */
     sched_conf(port, "7", "heartbeat_ms = 2000\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
-    snprintf(want, sizeof(want), "reloaded %s: 1 keys changed\n", conf);
+    snprintf(want, sizeof(want), "reloaded %s: 1 key changed\n", conf);
     wait_log(want, 1);
     ck_assert_int_eq(log_count("conf: scheduler.window_ms: 5 -> 7\n"), 1);
     ck_assert_int_eq(
@@ -735,7 +740,7 @@ START_TEST(test_cli_reload)
     /* Back to info: this reload's own line shows again. */
     sched_conf(port, "7", "heartbeat_ms = 2000\n[log]\nlevel = info\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
-    snprintf(want, sizeof(want), "reloaded %s: 1 keys changed\n", conf);
+    snprintf(want, sizeof(want), "reloaded %s: 1 key changed\n", conf);
     wait_log(want, 2);
     ck_assert_int_eq(log_count(reloaded), 2);
     daemon_stop();
@@ -754,7 +759,7 @@ START_TEST(test_cli_reload_keeps_set)
     sched_conf(port, "7", "group_size = 4\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
     char want[400];
-    snprintf(want, sizeof(want), "reloaded %s: 1 keys changed\n", conf);
+    snprintf(want, sizeof(want), "reloaded %s: 1 key changed\n", conf);
     wait_log(want, 1);
     ck_assert_int_eq(log_count("conf: scheduler.group_size: 2 -> 4\n"), 1);
     ck_assert_int_eq(log_count("scheduler.window_ms"), 0);
