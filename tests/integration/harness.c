@@ -728,3 +728,29 @@ double h_metric(const char *text, const char *prefix)
     }
     return NAN;
 }
+
+int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms)
+{
+    char rx[128];
+    snprintf(
+        rx, sizeof(rx),
+        "preduce_node_bytes_total{transport=\"%s\",direction=\"received\"} ",
+        transport);
+    static const char running[] = "preduce_node_groups_running ";
+    static const char done[] = "preduce_node_reduces_total{status=\"ok\"} ";
+    double end = now_s() + 20.0;
+    while (now_s() < end) {
+        char *a = h_metrics_fetch(port);
+        sleep_ms(gap_ms);
+        char *b = h_metrics_fetch(port);
+        int hit = a && b && h_metric(a, running) == 1 &&
+                  h_metric(b, running) == 1 &&
+                  h_metric(b, rx) > h_metric(a, rx) &&
+                  h_metric(a, done) == h_metric(b, done);
+        free(a);
+        free(b);
+        if (hit)
+            return 0;
+    }
+    return -ETIMEDOUT;
+}

@@ -123,6 +123,67 @@ START_TEST(test_fault_node_killed)
 END_TEST
 
 /*
+ * A node daemon killed while a group with it moves data over TCP: the
+ * survivors' group fails with an error (their links to it drop; the
+ * scheduler, losing it, aborts its groups on the others), they go on with
+ * the next groups, and nothing hangs. Node 0's metrics say when a group
+ * is in flight, so the kill never falls between two groups.
+ */
+START_TEST(test_fault_node_killed_mid_transfer)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce",
+                                "scheduler.heartbeat_ms=100",
+                                "scheduler.node_timeout_ms=1000", NULL};
+    uint16_t mport = h_free_port();
+    char mset[64];
+    snprintf(mset, sizeof(mset), "metrics.listen=127.0.0.1:%u", mport);
+    const char *const node0_sets[] = {mset, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sets, node0_sets), 0);
+    c.nnodes = 3;
+    for (int i = 1; i < 3; i++)
+        ck_assert_int_eq(h_node_start(&c, i, NULL), 0);
+    const char *names[] = {"m0", "m1", "m2"};
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) {
+        /* 16 MiB, unchecked: the time goes into moving data. */
+        struct h_trainer_opts o = {.name = names[i],
+                                   .node = i,
+                                   .n = 4194304,
+                                   .no_check = 1,
+                                   .run_s = RUN_S,
+                                   .timeout_ms = 10000,
+                                   .tolerate_errors = 1};
+        pids[i] = h_trainer_spawn(&c, &o);
+    }
+    sleep_ms(1000);
+    ck_assert_int_eq(h_node_wait_transfer(mport, "tcp", 5), 0);
+    kill(c.node_pid[2], SIGKILL);
+    c.node_pid[2] = 0;
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    h_wait(pids[2], 30000);
+    long failed = 0;
+    for (int i = 0; i < 2; i++) {
+        long steps, errors, after;
+        double secs;
+        ck_assert_int_eq(
+            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
+        ck_assert_int_eq(h_trainer_after_error(&c, names[i], &after), 0);
+        printf("%s: %ld reduces, %ld failed, %ld after the failure, in "
+               "%.1f s\n",
+               names[i], steps, errors, after, secs);
+        failed += errors;
+        if (errors > 0)
+            ck_assert_int_gt(after, 0);
+    }
+    ck_assert_int_gt(failed, 0);
+    ck_assert(h_log_contains(&c, "sched", "node 3 (node2) lost"));
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+/*
  * The scheduler dies and comes back on the same port: the daemons
  * reconnect and register their trainers again (ranks may change), the
  * reduces in between fail with an error, and training goes on.
@@ -187,6 +248,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fault_trainer_killed);
     tcase_add_test(tc, test_fault_trainer_leaves);
     tcase_add_test(tc, test_fault_node_killed);
+    tcase_add_test(tc, test_fault_node_killed_mid_transfer);
     tcase_add_test(tc, test_fault_scheduler_restart);
     tcase_add_test(tc, test_fault_trainer_before_scheduler);
     suite_add_tcase(s, tc);

@@ -8,7 +8,6 @@
  * run directly. Without one they say they were skipped, and why.
  */
 #include <check.h>
-#include <errno.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
 #include <stdio.h>
@@ -128,37 +127,6 @@ START_TEST(test_rdma_in_place)
 END_TEST
 
 /*
- * Waits (up to 20 s) until node 0's metrics on `port` show one group
- * running that is still receiving RDMA data in two samples 20 ms apart
- * with no reduce finished in between: the kill that follows then lands
- * inside a transfer, not in the gap between groups (where the scheduler
- * would just leave the dead node out and nothing would fail).
- * 0, or -ETIMEDOUT.
- */
-static int wait_mid_transfer(uint16_t port)
-{
-    static const char rx[] = "preduce_node_bytes_total{transport=\"rdma\","
-                             "direction=\"received\"} ";
-    static const char running[] = "preduce_node_groups_running ";
-    static const char done[] = "preduce_node_reduces_total{status=\"ok\"} ";
-    for (int tries = 0; tries < 1000; tries++) {
-        char *a = h_metrics_fetch(port);
-        struct timespec ts = {0, 20000000L};
-        nanosleep(&ts, NULL);
-        char *b = h_metrics_fetch(port);
-        int hit = a && b && h_metric(a, running) == 1 &&
-                  h_metric(b, running) == 1 &&
-                  h_metric(b, rx) > h_metric(a, rx) &&
-                  h_metric(a, done) == h_metric(b, done);
-        free(a);
-        free(b);
-        if (hit)
-            return 0;
-    }
-    return -ETIMEDOUT;
-}
-
-/*
  * A peer daemon killed mid-transfer: the others fail that group with an
  * error and go on with the next groups; nothing hangs. The tensors are
  * large and the trainers skip their checks, so nearly all the time is
@@ -192,7 +160,7 @@ START_TEST(test_rdma_peer_killed)
     }
     struct timespec ts = {6, 0};
     nanosleep(&ts, NULL);
-    ck_assert_int_eq(wait_mid_transfer(mport), 0);
+    ck_assert_int_eq(h_node_wait_transfer(mport, "rdma", 20), 0);
     kill(c.node_pid[2], SIGKILL);
     c.node_pid[2] = 0;
     for (int i = 0; i < 2; i++)
