@@ -13,8 +13,16 @@
 #include "daemon/log.h"
 #include "daemon/rdma_flow.h"
 
-#define CQ_DEPTH     4096
-#define POLL_BATCH   32
+#define CQ_DEPTH   4096
+#define POLL_BATCH 32
+/*
+ * Work request ids: a data write's is its send context; these two are
+ * never an address. Error completions carry only wr_id, status and qp_num
+ * valid (ibv_poll_cq(3)), so the id alone says what completed.
+ */
+#define WRID_CREDIT 0 /* a credit message (a send) */
+#define WRID_RECV   1 /* a posted receive */
+
 #define CREDIT_BATCH 4 /* return credits in batches of this many ... */
 #define POOL_KEEP    8 /* registered buffers kept for reuse */
 
@@ -314,6 +322,9 @@ void pr_rdma_close(struct pr_rdma *r)
         r->qps = q->next;
         pr_warn("rdma: peer node %u: completions not flushed at close",
                 q->node);
+        /* The device lets go of the requests before their memory does. */
+        ibv_destroy_qp(q->qp);
+        q->qp = NULL;
         qp_abandon(q);
         qp_free(q);
     }
@@ -428,7 +439,7 @@ void pr_rdma_unreg(struct pr_rdma *r, void *p)
 static int post_recv(struct pr_rdma_qp *q)
 {
     /* A write-with-immediate consumes a receive request with no buffer. */
-    struct ibv_recv_wr wr = {.wr_id = 0, .sg_list = NULL, .num_sge = 0};
+    struct ibv_recv_wr wr = {.wr_id = WRID_RECV, .sg_list = NULL, .num_sge = 0};
     struct ibv_recv_wr *bad;
     int rc = ibv_post_recv(q->qp, &wr, &bad);
     if (rc != 0)
@@ -731,7 +742,7 @@ static void send_credits(struct pr_rdma_qp *q, int flush_all)
     if (n == 0)
         return;
     struct ibv_send_wr wr = {
-        .wr_id = 0,
+        .wr_id = WRID_CREDIT,
         .sg_list = NULL,
         .num_sge = 0,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -839,9 +850,9 @@ static void sctx_unpost(struct sctx *s, uint32_t n)
 static void on_send_done(struct pr_rdma_qp *q, const struct ibv_wc *wc)
 {
     q->sq_used--;
+    if (wc->wr_id == WRID_CREDIT)
+        return;
     struct sctx *s = (struct sctx *)(uintptr_t)wc->wr_id;
-    if (!s)
-        return; /* a credit message */
     if (wc->status != IBV_WC_SUCCESS)
         s->status = -ECONNRESET;
     sctx_unpost(s, 1);
@@ -858,7 +869,8 @@ static void handle(struct pr_rdma *r, const struct ibv_wc *wc)
     struct pr_rdma_qp *q = qp_by_num(r, wc->qp_num);
     if (!q)
         return;
-    int is_recv = wc->opcode & IBV_WC_RECV;
+    /* Not wc->opcode: it is undefined in an error completion. */
+    int is_recv = wc->wr_id == WRID_RECV;
     if (wc->status != IBV_WC_SUCCESS) {
         if (!q->dying)
             pr_warn("rdma: peer node %u: %s completion: %s", q->node,
@@ -932,6 +944,8 @@ static void maybe_reap(struct pr_rdma_qp *q)
         pp = &(*pp)->next;
     if (*pp)
         *pp = q->next;
+    /* Every posted write completed, so nothing is left here but in case. */
+    qp_abandon(q);
     qp_free(q);
 }
 
@@ -947,6 +961,7 @@ void pr_rdma_qp_destroy(struct pr_rdma_qp *q)
         while (q->q) {
             struct pending *p = q->q;
             q->q = p->next;
+            p->s->status = -ECONNRESET;
             if (--p->s->left == 0) {
                 p->s->cb(p->s->arg, -ECONNRESET);
                 free(p->s);

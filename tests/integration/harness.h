@@ -136,12 +136,12 @@ char *h_metrics_fetch(uint16_t port);
  */
 double h_metric(const char *text, const char *prefix);
 /*
- * Waits (up to 20 s) until the node whose metrics listen on `port` shows
- * one group running that is still receiving data over `transport` ("tcp",
- * "rdma") in two samples gap_ms apart, with no reduce finished in between:
- * a kill that follows lands inside a transfer, not in the gap between
- * groups (where the scheduler would just leave the dead node out and
- * nothing would fail). 0, or -ETIMEDOUT.
+ * Waits (up to 20 s) until the node whose metrics listen on `port` (polled
+ * every gap_ms) has just finished a reduce and then started receiving the
+ * next group's data over `transport` ("tcp", "rdma"): a kill that follows
+ * lands early inside a transfer, not in the gap between groups (where the
+ * scheduler would just leave the dead node out and nothing would fail) nor
+ * at its end. 0, or -ETIMEDOUT.
  */
 int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms);
 
