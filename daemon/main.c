@@ -91,6 +91,15 @@ static void print_err(const char *where, const struct pr_conf_err *e)
     fprintf(stderr, "preduced: %s\n", buf);
 }
 
+/* Whether a --set (not only --role) was given. */
+static int have_sets(const struct daemon *d)
+{
+    for (int i = 0; i < d->nsets; i++)
+        if (d->sets[i] != d->role_set)
+            return 1;
+    return 0;
+}
+
 static int load(struct daemon *d)
 {
     struct pr_conf_err err;
@@ -118,10 +127,13 @@ static int load(struct daemon *d)
     if (rc < 0) {
         /* A rule relating keys: the file, --set or both broke it. */
         char where[1024];
-        if (d->path && d->nsets)
+        if (d->path && have_sets(d))
             snprintf(where, sizeof(where), "%s and --set", d->path);
         else
-            snprintf(where, sizeof(where), "%s", d->path ? d->path : "--set");
+            snprintf(where, sizeof(where), "%s",
+                     d->path        ? d->path
+                     : have_sets(d) ? "--set"
+                                    : "the defaults");
         print_err(where, &err);
         return rc;
     }
@@ -258,9 +270,9 @@ int main(int argc, char **argv)
         return 1;
     if (test) {
         printf("preduced: configuration %s test is successful\n",
-               d.path    ? d.path
-               : d.nsets ? "(defaults and --set)"
-                         : "(defaults)");
+               d.path          ? d.path
+               : have_sets(&d) ? "(defaults and --set)"
+                               : "(defaults)");
         pr_conf_fini(&d.conf);
         return 0;
     }

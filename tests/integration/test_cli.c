@@ -598,6 +598,11 @@ START_TEST(test_cli_default_path)
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_str_eq(r.out, "preduced: configuration (defaults and --set) "
                             "test is successful\n");
+    /* --role alone is not a --set. */
+    run(&r, "-t", "--role", "scheduler", NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out,
+                     "preduced: configuration (defaults) test is successful\n");
 }
 END_TEST
 

@@ -12,6 +12,9 @@ set -euo pipefail
 . "$(dirname "$0")/guest-env.sh"
 sizes=("$@")
 if [ -n "${PREDUCE_RDMA_MTU:-}" ]; then
+    old_mtu=$(cat "/sys/class/net/$PREDUCE_RDMA_NETDEV/mtu")
+    # Whatever runs after this script in the guest gets the MTU it had.
+    trap 'ip link set dev "$PREDUCE_RDMA_NETDEV" mtu "$old_mtu"' EXIT
     ip link set dev "$PREDUCE_RDMA_NETDEV" mtu "$PREDUCE_RDMA_MTU"
 fi
 mtu=$(ibv_devinfo -d "$dev" | awk '$1 == "active_mtu:" {print $2}')
