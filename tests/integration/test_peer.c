@@ -528,9 +528,14 @@ START_TEST(test_peer_unaligned_chunks_taken)
     pr_msg_free(expect_msg(fd, PR__V1__MSG__BODY_CHALLENGE));
     uint8_t b[2048];
     size_t n = 0;
-    char name[8] = "";
+    /*
+     * An empty name is left out of the message, so names of 0, 1, 2, ...
+     * letters give lengths L, L+3, L+4, ...: up to 7 letters reach every
+     * residue whatever L is.
+     */
+    char name[9] = "";
     for (int pad = 0;; pad++) {
-        ck_assert_int_lt(pad, 4);
+        ck_assert_int_lt(pad, 8);
         name[pad] = '\0';
         n = hello_frame(b, sizeof(b), PR__V1__ROLE__ROLE_NODE, PHANTOM_ID,
                         name);
