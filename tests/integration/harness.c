@@ -783,3 +783,23 @@ int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms)
     }
     return -ETIMEDOUT;
 }
+
+int h_survivors(const struct h_cluster *c, const char *const *names, int n,
+                long *failed)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        long steps, errors, after;
+        double secs;
+        if (h_trainer_figures(c, names[i], &steps, &secs, &errors) < 0 ||
+            h_trainer_after_error(c, names[i], &after) < 0)
+            return -ENOENT;
+        printf("%s: %ld reduces, %ld failed, %ld after the failure, in "
+               "%.1f s\n",
+               names[i], steps, errors, after, secs);
+        *failed += errors;
+        if (errors > 0 && after == 0)
+            rc = -EPROTO;
+    }
+    return rc;
+}

@@ -144,5 +144,13 @@ double h_metric(const char *text, const char *prefix);
  * at its end. 0, or -ETIMEDOUT.
  */
 int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms);
+/*
+ * The trainers names[0..n) that outlived a killed node: prints each one's
+ * reduces and failures and adds its failed reduces to *failed. 0; -EPROTO
+ * when one that failed made no good reduce after it; -ENOENT when one's
+ * figures are missing.
+ */
+int h_survivors(const struct h_cluster *c, const char *const *names, int n,
+                long *failed);
 
 #endif
