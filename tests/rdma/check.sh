@@ -13,9 +13,9 @@ set -euo pipefail
 # shellcheck source=tests/rdma/guest-env.sh
 . "$(dirname "$0")/guest-env.sh"
 
-# The bandwidth round first, in the freshly booted guest: after the
-# integration tests the same round gave 0.66 of ib_write_bw in one CI run,
-# where a fresh guest gave 0.82 the same hour. One round at 16 MiB tensors
+# The bandwidth round first, in the freshly booted guest (after the
+# integration tests one CI run gave 0.66 of ib_write_bw; first, runs gave
+# 0.65 to 0.93: the host's load moves it more). One round at 16 MiB tensors
 # (1 MiB RDMA writes, the target's size) keeps `make check-rdma` bounded when the host is slow (the guest ran 470 of its
 # 540 s once); `make bench-rdma` runs three rounds at 1 and 16 MiB (the
 # figures in the README come from there).
