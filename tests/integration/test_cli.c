@@ -272,79 +272,56 @@ START_TEST(test_cli_test_good_file)
 }
 END_TEST
 
+/* A config file and the stderr line `-t` must fail with after its name. */
+struct bad_file {
+    const char *text, *want;
+};
+
+static void check_bad_files(const struct bad_file *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *conf = write_file("bad.conf", cases[i].text);
+        char want[400];
+        snprintf(want, sizeof(want), "preduced: %s%s", conf, cases[i].want);
+        struct result r;
+        run(&r, "-t", "-c", conf, NULL);
+        check_fails(&r, want);
+    }
+}
+
 START_TEST(test_cli_test_syntax_error)
 {
-    const char *conf = write_file("syntax.conf", "role = scheduler\n"
-                                                 "[scheduler]\n"
-                                                 "policy constant\n"
-                                                 "group_size = 3\n");
-    char want[400];
-    snprintf(want, sizeof(want),
-             "preduced: %s:3: expected 'name = value' or '[section]'\n", conf);
-    struct result r;
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
-
-    conf = write_file("indent.conf", "[scheduler]\n"
-                                     "policy = constant\n"
-                                     "  group_size = 3\n");
-    snprintf(want, sizeof(want),
-             "preduced: %s:3: scheduler.policy: indented line "
-             "(continuation lines are not supported)\n",
-             conf);
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
+    static const struct bad_file cases[] = {
+        {"role = scheduler\n[scheduler]\npolicy constant\ngroup_size = 3\n",
+         ":3: expected 'name = value' or '[section]'\n"},
+        {"[scheduler]\npolicy = constant\n  group_size = 3\n",
+         ":3: scheduler.policy: indented line (continuation lines are not "
+         "supported)\n"},
+    };
+    check_bad_files(cases, sizeof(cases) / sizeof(cases[0]));
 }
 END_TEST
 
 START_TEST(test_cli_test_unknown_key)
 {
-    const char *conf = write_file("key.conf", "[scheduler]\n"
-                                              "policy = dynamic\n"
-                                              "\n"
-                                              "windw_ms = 3\n");
-    char want[400];
-    snprintf(want, sizeof(want),
-             "preduced: %s:4: scheduler.windw_ms: unknown key\n", conf);
-    struct result r;
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
-
-    /* A key of another section gets a hint. */
-    conf = write_file("hint.conf", "[node]\n"
-                                   "policy = dynamic\n");
-    snprintf(want, sizeof(want),
-             "preduced: %s:2: node.policy: unknown key (did you mean "
-             "scheduler.policy?)\n",
-             conf);
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
-
-    conf = write_file("section.conf", "[schedular]\n"
-                                      "policy = dynamic\n");
-    snprintf(want, sizeof(want),
-             "preduced: %s:2: schedular.policy: unknown section "
-             "[schedular]\n",
-             conf);
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
-
-    conf = write_file("twice.conf", "[scheduler]\n"
-                                    "group_size = 3\n"
-                                    "group_size = 4\n");
-    snprintf(want, sizeof(want),
-             "preduced: %s:3: scheduler.group_size: already set on line 2\n",
-             conf);
-    run(&r, "-t", "-c", conf, NULL);
-    check_fails(&r, want);
+    static const struct bad_file cases[] = {
+        {"[scheduler]\npolicy = dynamic\n\nwindw_ms = 3\n",
+         ":4: scheduler.windw_ms: unknown key\n"},
+        /* A key of another section gets a hint. */
+        {"[node]\npolicy = dynamic\n",
+         ":2: node.policy: unknown key (did you mean scheduler.policy?)\n"},
+        {"[schedular]\npolicy = dynamic\n",
+         ":2: schedular.policy: unknown section [schedular]\n"},
+        {"[scheduler]\ngroup_size = 3\ngroup_size = 4\n",
+         ":3: scheduler.group_size: already set on line 2\n"},
+    };
+    check_bad_files(cases, sizeof(cases) / sizeof(cases[0]));
 }
 END_TEST
 
 START_TEST(test_cli_test_bad_value)
 {
-    struct {
-        const char *text, *want; /* want: after "preduced: FILE" */
-    } cases[] = {
+    static const struct bad_file cases[] = {
         {"[scheduler]\ngroup_size = 0\n",
          ":2: scheduler.group_size: 0 is out of range 1..65536\n"},
         {"[scheduler]\ngroup_size = 3x\n",
@@ -362,14 +339,7 @@ START_TEST(test_cli_test_bad_value)
         {"[scheduler]\ngroup_min = 5\ngroup_max = 3\n",
          ": scheduler.group_min: group_min 5 is above group_max 3\n"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *conf = write_file("value.conf", cases[i].text);
-        char want[400];
-        snprintf(want, sizeof(want), "preduced: %s%s", conf, cases[i].want);
-        struct result r;
-        run(&r, "-t", "-c", conf, NULL);
-        check_fails(&r, want);
-    }
+    check_bad_files(cases, sizeof(cases) / sizeof(cases[0]));
 }
 END_TEST
 
