@@ -172,6 +172,8 @@ static const struct entry keys[] = {
      0, "port number on the device"},
     {"transport", "gid_index", T_U32, OFF(xport_gid_index), "1", 0, 255, NULL,
      0, "GID table index (RoCE v2 is usually 1 or 3)"},
+    {"transport", "rdma_timeout", T_U32, OFF(xport_rdma_timeout), "18", 8, 24,
+     NULL, 0, "RDMA ack timeout exponent: 4.096 us * 2^n"},
 
     {"security", "key_file", T_STR, OFF(sec_key_file), "", 0, 0, NULL, 0,
      "cluster key file; empty = no authentication"},

@@ -81,6 +81,7 @@ struct pr_conf {
     char *xport_rdma_device; /* "" = first device */
     uint32_t xport_rdma_port;
     uint32_t xport_gid_index;
+    uint32_t xport_rdma_timeout; /* ack timeout: 4.096 us * 2^n */
 
     /* [security] */
     char *sec_key_file; /* "" = no authentication */

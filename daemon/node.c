@@ -531,6 +531,7 @@ static int open_rdma(struct pr_node *n)
         .device = c->xport_rdma_device,
         .port = (uint8_t)c->xport_rdma_port,
         .gid_index = (int)c->xport_gid_index,
+        .timeout = (uint8_t)c->xport_rdma_timeout,
         .slots = c->xport_inflight,
         .slot_payload = chunk_floats(c) * sizeof(float),
     };

@@ -95,6 +95,7 @@ struct pr_rdma {
     uv_poll_t poll;
     uint8_t port;
     int gid_index;
+    uint8_t timeout;
     union ibv_gid gid;
     uint16_t lid;
     enum ibv_mtu mtu;
@@ -159,6 +160,7 @@ int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
     r->octx = octx;
     r->port = conf->port;
     r->gid_index = conf->gid_index;
+    r->timeout = conf->timeout ? conf->timeout : 18;
     r->slots = conf->slots;
     r->slot_bytes = round_up(PR_CHUNK_HDR_LEN + conf->slot_payload, 64);
     snprintf(r->name, sizeof(r->name), "%s", ibv_get_device_name(dev));
@@ -583,7 +585,16 @@ int pr_rdma_qp_connect(struct pr_rdma_qp *q, const Pr__V1__RdmaInfo *p)
     }
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
+    /*
+     * The local ACK timeout: a write not acknowledged within 4.096 us *
+     * 2^timeout is sent again. Too short and a busy receiver (Soft-RoCE
+     * runs on the CPUs the daemons reduce on) triggers retransmissions of
+     * data that was never lost; a dead peer is found by its TCP control
+     * link first, so a long one costs nothing there. 18 (about 1 s) as
+     * NCCL_IB_TIMEOUT defaults to (20 in
+     * later NCCL versions).
+     */
+    a.timeout = r->timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.sq_psn = q->psn;

@@ -50,6 +50,7 @@ struct pr_rdma_conf {
     const char *device; /* NULL or "": the first device */
     uint8_t port;
     int gid_index;
+    uint8_t timeout;     /* queue pair ack timeout: 4.096 us * 2^timeout */
     uint32_t slots;      /* receive slots per peer */
     size_t slot_payload; /* bytes of float32 per slot */
 };

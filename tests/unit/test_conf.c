@@ -56,6 +56,7 @@ START_TEST(test_conf_defaults)
     ck_assert_str_eq(c.xport_rdma_device, "");
     ck_assert_uint_eq(c.xport_rdma_port, 1);
     ck_assert_uint_eq(c.xport_gid_index, 1);
+    ck_assert_uint_eq(c.xport_rdma_timeout, 18);
     ck_assert_str_eq(c.sec_key_file, "");
     ck_assert_str_eq(c.metrics_listen, "");
     ck_assert_int_eq(c.log_level, PR_LOG_INFO);

@@ -237,6 +237,7 @@ START_TEST(test_conf_dump_roundtrip)
         "transport.type=rdma",
         "transport.rdma_device=rxe0",
         "transport.gid_index=0",
+        "transport.rdma_timeout=24",
         "security.key_file=\"/etc/preduce/key\"",
         "metrics.listen=0.0.0.0:9100",
         "log.level=error",
