@@ -23,8 +23,7 @@
 #define WRID_CREDIT 0 /* a credit message (a send) */
 #define WRID_RECV   1 /* a posted receive */
 
-#define CREDIT_BATCH 4 /* return credits in batches of this many ... */
-#define POOL_KEEP    8 /* registered buffers kept for reuse */
+#define POOL_KEEP 8 /* registered buffers kept for reuse */
 
 /* A registered buffer of the pool. */
 struct pbuf {
@@ -109,6 +108,11 @@ struct pr_rdma {
     char name[64];
     struct pr_rdma_stats st;
     int closed; /* the poll handle is closed; free once the pool is idle */
+    /*
+     * A received chunk is with the engine: writes it posts wait until the
+     * call returns, when its slot is free and they can return its credit.
+     */
+    int delivering;
 };
 
 static const struct pr_link_ops rdma_link_ops;
@@ -628,6 +632,7 @@ static int post_write(struct pr_rdma_qp *q, struct sctx *s,
     uint32_t slot;
     if (q->sq_used + 1 >= q->sq_depth || pr_credit_take(&q->cr, &slot) < 0)
         return -EAGAIN;
+    uint32_t back = pr_credit_piggyback(&q->cr);
     uint8_t *hdr = q->hdrs + (size_t)(slot % 1024) * PR_CHUNK_HDR_LEN;
     pr_chunk_hdr_encode(hdr, h);
     struct ibv_sge sge[2] = {
@@ -644,16 +649,17 @@ static int post_write(struct pr_rdma_qp *q, struct sctx *s,
         .num_sge = len ? 2 : 1,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
         .send_flags = IBV_SEND_SIGNALED,
-        .imm_data = htonl(pr_imm_slot(slot)),
+        .imm_data = htonl(pr_imm_data(slot, back)),
         .wr.rdma = {.remote_addr = q->raddr + (uint64_t)slot * q->rslot_bytes,
                     .rkey = q->rkey},
     };
     struct ibv_send_wr *bad;
     int rc = ibv_post_send(q->qp, &wr, &bad);
     if (rc != 0) {
-        /* The credit was not used after all. */
+        /* The credit was not used after all, nor were those returned. */
         pr_credit_give(&q->cr, 1);
         q->cr.next_slot = slot;
+        q->cr.consumed += back;
         return -rc;
     }
     q->sq_used++;
@@ -673,7 +679,7 @@ static int post_write(struct pr_rdma_qp *q, struct sctx *s,
 /* Posts the queued writes while credits last. */
 static void flush(struct pr_rdma_qp *q)
 {
-    while (q->q && q->started && !q->dying) {
+    while (q->q && q->started && !q->dying && !q->r->delivering) {
         struct pending *p = q->q;
         int rc = post_write(q, p->s, &p->h, p->data);
         if (rc == -EAGAIN)
@@ -745,11 +751,12 @@ void pr_rdma_qp_start(struct pr_rdma_qp *q)
     flush(q);
 }
 
-static void send_credits(struct pr_rdma_qp *q, int flush_all)
+/* A credit message, when the credits held are too many to wait for data. */
+static void send_credits(struct pr_rdma_qp *q)
 {
     if (!q->started || q->dying || q->sq_used + 1 >= q->sq_depth)
         return;
-    uint32_t n = pr_credit_due(&q->cr, CREDIT_BATCH, flush_all);
+    uint32_t n = pr_credit_due(&q->cr, q->r->slots);
     if (n == 0)
         return;
     struct ibv_send_wr wr = {
@@ -810,21 +817,23 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     }
     if (q->dying)
         return;
-    uint32_t n;
-    int kind = pr_imm_decode(ntohl(wc->imm_data), r->slots, &n);
+    uint32_t n, back;
+    int kind = pr_imm_decode(ntohl(wc->imm_data), r->slots, &n, &back);
     if (kind < 0) {
         pr_warn("rdma: peer node %u: immediate 0x%x out of range", q->node,
                 ntohl(wc->imm_data));
         fail_qp(q, -EPROTO);
         return;
     }
+    if (kind == 1)
+        back = n;
+    if (back && pr_credit_give(&q->cr, back) < 0) {
+        pr_warn("rdma: peer node %u returned %u credits it never had",
+                q->node, back);
+        fail_qp(q, -EPROTO);
+        return;
+    }
     if (kind == 1) {
-        if (pr_credit_give(&q->cr, n) < 0) {
-            pr_warn("rdma: peer node %u returned %u credits it never had",
-                    q->node, n);
-            fail_qp(q, -EPROTO);
-            return;
-        }
         flush(q);
         return;
     }
@@ -841,10 +850,15 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     }
     r->st.bytes_recv += (size_t)h.nfloats * sizeof(float);
     q->link.bytes_recv += (size_t)h.nfloats * sizeof(float);
+    r->delivering = 1;
     r->ops->on_chunk(r->octx, q->node, &h,
                      (const float *)(const void *)(slot + PR_CHUNK_HDR_LEN));
+    r->delivering = 0;
     pr_credit_consumed(&q->cr);
-    send_credits(q, 0);
+    /* What the engine sent meanwhile goes now, the credit riding along. */
+    for (struct pr_rdma_qp *o = r->qps; o; o = o->next)
+        flush(o);
+    send_credits(q);
 }
 
 /* n of s's writes left the send queue; off the list when none is left. */
@@ -926,9 +940,9 @@ static void on_cq(uv_poll_t *h, int status, int events)
     while ((n = ibv_poll_cq(r->cq, POLL_BATCH, wc)) > 0)
         for (int i = 0; i < n; i++)
             handle(r, &wc[i]);
-    /* Return what this batch consumed, so the peers' windows stay open. */
+    /* Credits no data write took along, if they are many (rdma_flow.h). */
     for (struct pr_rdma_qp *q = r->qps; q; q = q->next)
-        send_credits(q, 1);
+        send_credits(q);
 }
 
 static void qp_free(struct pr_rdma_qp *q)

@@ -33,18 +33,27 @@ void pr_credit_consumed(struct pr_credit *c)
     c->consumed++;
 }
 
-uint32_t pr_credit_due(struct pr_credit *c, uint32_t batch, int flush)
+uint32_t pr_credit_due(struct pr_credit *c, uint32_t own_slots)
 {
-    if (c->consumed == 0 || (!flush && c->consumed < batch))
+    uint32_t hold = own_slots / 4 ? own_slots / 4 : 1;
+    if (c->consumed < hold)
         return 0;
     uint32_t n = c->consumed;
     c->consumed = 0;
     return n;
 }
 
-uint32_t pr_imm_slot(uint32_t slot)
+uint32_t pr_credit_piggyback(struct pr_credit *c)
 {
-    return slot & PR_IMM_MASK;
+    uint32_t n =
+        c->consumed < PR_IMM_PIGGY_MAX ? c->consumed : PR_IMM_PIGGY_MAX;
+    c->consumed -= n;
+    return n;
+}
+
+uint32_t pr_imm_data(uint32_t slot, uint32_t credits)
+{
+    return (slot & PR_IMM_SLOT_MASK) | (credits & PR_IMM_PIGGY_MAX) << 16;
 }
 
 uint32_t pr_imm_credit(uint32_t n)
@@ -52,11 +61,16 @@ uint32_t pr_imm_credit(uint32_t n)
     return PR_IMM_CREDIT | (n & PR_IMM_MASK);
 }
 
-int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n)
+int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n,
+                  uint32_t *credits)
 {
-    *n = imm & PR_IMM_MASK;
-    if (imm & PR_IMM_CREDIT)
+    if (imm & PR_IMM_CREDIT) {
+        *n = imm & PR_IMM_MASK;
+        *credits = 0;
         return *n == 0 ? -EPROTO : 1;
+    }
+    *n = imm & PR_IMM_SLOT_MASK;
+    *credits = imm >> 16 & PR_IMM_PIGGY_MAX;
     return *n < slots ? 0 : -EPROTO;
 }
 

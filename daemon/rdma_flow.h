@@ -7,9 +7,15 @@
  * advertises them once. The sender writes slot after slot, round robin,
  * spending one credit per write, and stops at zero. The receiver consumes
  * slots in order (an RC queue pair delivers in order) and returns the count
- * it consumed in a zero-length write-with-immediate flagged as a credit
- * message; the sender adds them back. So a slot is never overwritten
- * before the receiver is done with it.
+ * it consumed, and the sender adds them back, so a slot is never
+ * overwritten before the receiver is done with it. Returns ride in the
+ * immediate of the receiver's own next data write to that peer (in a ring
+ * of two daemons every chunk is answered by one going back, so no message
+ * is spent on credits); a zero-length write-with-immediate flagged as a
+ * credit message carries them only once a quarter of the slots is held
+ * (pr_credit_due), so the sender's window never shrinks by more than that.
+ * A sender out of credits has every slot written and unreturned; the
+ * receiver consumes them all and so passes the threshold: no deadlock.
  */
 #ifndef PR_RDMA_FLOW_H
 #define PR_RDMA_FLOW_H
@@ -19,9 +25,14 @@
 
 #include "daemon/xport.h"
 
-/* Immediate data: a slot index, or a credit return (flag | count). */
-#define PR_IMM_CREDIT 0x80000000u
-#define PR_IMM_MASK   0x7fffffffu
+/*
+ * Immediate data: a credit message (flag | count), or a data write: the
+ * slot in the low 16 bits, credits returned with it in bits 16..30.
+ */
+#define PR_IMM_CREDIT    0x80000000u
+#define PR_IMM_MASK      0x7fffffffu
+#define PR_IMM_SLOT_MASK 0xffffu
+#define PR_IMM_PIGGY_MAX 0x7fffu
 
 struct pr_credit {
     uint32_t slots;     /* the peer's receive slots */
@@ -38,16 +49,24 @@ int pr_credit_give(struct pr_credit *c, uint32_t n);
 /* This side consumed one of its own slots. */
 void pr_credit_consumed(struct pr_credit *c);
 /*
- * How many credits to return now (and forget them), or 0: at least
- * `batch`, or all when `flush` (the receiver drained its completions).
+ * How many credits a credit message should return now (and forgets them),
+ * or 0: all that are held once they reach a quarter of this side's
+ * `own_slots` (at least 1).
  */
-uint32_t pr_credit_due(struct pr_credit *c, uint32_t batch, int flush);
+uint32_t pr_credit_due(struct pr_credit *c, uint32_t own_slots);
+/* The credits a data write takes along: all that are held (forgotten). */
+uint32_t pr_credit_piggyback(struct pr_credit *c);
 
 /* Encodes and decodes the immediate (host order). */
-uint32_t pr_imm_slot(uint32_t slot);
+uint32_t pr_imm_data(uint32_t slot, uint32_t credits);
 uint32_t pr_imm_credit(uint32_t n);
-/* 1: credit return of *n; 0: data in slot *n; -EPROTO: out of range. */
-int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n);
+/*
+ * 1: a credit message returning *n; 0: data in slot *n returning
+ * *credits; -EPROTO: out of range (a slot beyond `slots`, a credit message
+ * returning none).
+ */
+int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n,
+                  uint32_t *credits);
 
 /*
  * Cuts chunk `h` into pieces that fit a peer slot of `slot_bytes` (a chunk

@@ -23,18 +23,20 @@ echo "rdma: $dev over $PREDUCE_RDMA_NETDEV, active MTU $mtu bytes"
 
 # ib_write_bw [-b]: its average MB/s at 1 MiB messages, one RC stream
 # (with -b, both directions at once: the all-reduce's traffic pattern, and
-# the figure is then the sum of both directions).
+# the figure is then the sum of both directions). Its queue pair gets the
+# daemons' ack timeout (-u; perftest's own default is 14, with which
+# Soft-RoCE here resends 100-200 times per run data that was not lost).
 ib_bw() {
     local port=18515
     timeout 60 ib_write_bw -d "$dev" -x "$gidx" -s 1048576 -n 200 -p $port \
-        -F "$@" >"$out/bw-server.log" 2>&1 &
+        -u "$ack_timeout" -F "$@" >"$out/bw-server.log" 2>&1 &
     local spid=$!
     for _ in $(seq 100); do
         ss -Hltn "sport = :$port" | grep -q . && break
         sleep 0.1
     done
     timeout 60 ib_write_bw -d "$dev" -x "$gidx" -s 1048576 -n 200 -p $port \
-        -F "$@" "$addr" >"$out/bw-client.log" 2>&1
+        -u "$ack_timeout" -F "$@" "$addr" >"$out/bw-client.log" 2>&1
     wait "$spid"
     awk '$1 == 1048576 && NF >= 5 {print $4}' "$out/bw-client.log" | tail -n 1
 }
@@ -45,11 +47,21 @@ ib_bw() {
 # medians of these per-run ratios over PREDUCE_BW_ROUNDS rounds
 # (PREDUCE_BW_RUN_S seconds per all-reduce run and mode).
 rounds=${PREDUCE_BW_ROUNDS:-3}
-# The chunk size the daemons run with (PREDUCE_RDMA_SETS may change it).
+# The chunk size and ack timeout the daemons run with (PREDUCE_RDMA_SETS
+# may change them).
 chunk_kb=1024
+ack_timeout=18
 for kv in ${PREDUCE_RDMA_SETS:-}; do
-    case $kv in transport.chunk_kb=*) chunk_kb=${kv#*=} ;; esac
+    case $kv in
+    transport.chunk_kb=*) chunk_kb=${kv#*=} ;;
+    transport.rdma_timeout=*) ack_timeout=${kv#*=} ;;
+    esac
 done
+# Soft-RoCE's count of writes it sent again (an ack came too late) and of
+# packets the receiver got twice: both waste CPU that the figures share.
+hwc=/sys/class/infiniband/$dev/ports/1/hw_counters
+resent() { cat "$hwc/completer_retry_err" "$hwc/duplicate_request" 2>/dev/null | paste -sd/; }
+resent0=$(resent)
 : >"$out/bw.txt"
 uni=$(ib_bw)
 for r in $(seq "$rounds"); do
@@ -110,3 +122,6 @@ awk 'function median(k, x,   n, i, j, t, v) {
                    kib == 1024 ? " (target >= 0.80 at 1 MiB writes)" : ""
         }
      }' chunk_kb="$chunk_kb" "$out/bw.txt"
+# Counters are per device (ib_write_bw's and the daemons' together).
+echo "$dev resends/duplicate packets over the whole run: $resent0 before," \
+    "$(resent) after"

@@ -46,33 +46,166 @@ START_TEST(test_rdma_flow_credit_overflow_refused)
 }
 END_TEST
 
-START_TEST(test_rdma_flow_credit_return_batches)
+START_TEST(test_rdma_flow_credit_return_threshold)
 {
     struct pr_credit c;
     pr_credit_init(&c, 8);
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 0), 0);
+    ck_assert_uint_eq(pr_credit_due(&c, 8), 0);
+    pr_credit_consumed(&c);
+    ck_assert_uint_eq(pr_credit_due(&c, 8), 0); /* 1 of 8 held: waits */
+    pr_credit_consumed(&c);
+    ck_assert_uint_eq(pr_credit_due(&c, 8), 2); /* a quarter: a message */
+    ck_assert_uint_eq(pr_credit_due(&c, 8), 0); /* forgotten once due */
+    /* With fewer than 4 slots of its own a side holds none back. */
+    pr_credit_consumed(&c);
+    ck_assert_uint_eq(pr_credit_due(&c, 3), 1);
+    pr_credit_consumed(&c);
+    ck_assert_uint_eq(pr_credit_due(&c, 1), 1);
+}
+END_TEST
+
+START_TEST(test_rdma_flow_credit_piggyback_takes_all)
+{
+    struct pr_credit c;
+    pr_credit_init(&c, 8);
+    ck_assert_uint_eq(pr_credit_piggyback(&c), 0);
     for (int i = 0; i < 3; i++)
         pr_credit_consumed(&c);
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 0), 0); /* below the batch */
-    pr_credit_consumed(&c);
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 0), 4);
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 0), 0); /* forgotten once due */
-    pr_credit_consumed(&c);
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 1), 1); /* a flush returns all */
-    ck_assert_uint_eq(pr_credit_due(&c, 4, 1), 0);
+    ck_assert_uint_eq(pr_credit_piggyback(&c), 3);
+    ck_assert_uint_eq(pr_credit_due(&c, 4), 0); /* none left to send */
+    /* More than an immediate can carry: the rest stays held. */
+    c.consumed = PR_IMM_PIGGY_MAX + 2;
+    ck_assert_uint_eq(pr_credit_piggyback(&c), PR_IMM_PIGGY_MAX);
+    ck_assert_uint_eq(c.consumed, 2);
 }
 END_TEST
 
 START_TEST(test_rdma_flow_imm_round_trip)
 {
-    uint32_t n;
-    ck_assert_int_eq(pr_imm_decode(pr_imm_slot(5), 8, &n), 0);
+    uint32_t n, back;
+    ck_assert_int_eq(pr_imm_decode(pr_imm_data(5, 0), 8, &n, &back), 0);
     ck_assert_uint_eq(n, 5);
-    ck_assert_int_eq(pr_imm_decode(pr_imm_credit(3), 8, &n), 1);
+    ck_assert_uint_eq(back, 0);
+    ck_assert_int_eq(pr_imm_decode(pr_imm_data(1023, 1024), 1024, &n, &back),
+                     0);
+    ck_assert_uint_eq(n, 1023);
+    ck_assert_uint_eq(back, 1024);
+    ck_assert_int_eq(pr_imm_decode(pr_imm_credit(3), 8, &n, &back), 1);
     ck_assert_uint_eq(n, 3);
-    /* A slot the receiver does not have, or a credit of zero. */
-    ck_assert_int_eq(pr_imm_decode(pr_imm_slot(8), 8, &n), -EPROTO);
-    ck_assert_int_eq(pr_imm_decode(PR_IMM_CREDIT, 8, &n), -EPROTO);
+    ck_assert_uint_eq(back, 0);
+    /* A slot the receiver does not have, or a credit message of none. */
+    ck_assert_int_eq(pr_imm_decode(pr_imm_data(8, 1), 8, &n, &back),
+                     -EPROTO);
+    ck_assert_int_eq(pr_imm_decode(PR_IMM_CREDIT, 8, &n, &back), -EPROTO);
+}
+END_TEST
+
+/*
+ * Two sides writing to each other over an in-order link, in random
+ * interleavings, with the transport's rules: a write takes a credit and
+ * the credits held along; after each chunk the receiver sends a credit
+ * message only when pr_credit_due says so. No slot is written while its
+ * chunk is unread, and every write gets through (no deadlock), also when
+ * one side never sends data that could carry its credits.
+ */
+#define SIM_MSGS 64
+struct sim_side {
+    struct pr_credit cr; /* sending to the other side */
+    uint32_t own_slots;
+    int busy[16]; /* own slots written, not yet consumed */
+    int to_send;
+    /* the link towards the other side: FIFO of (is_credit, slot, back) */
+    uint32_t q[SIM_MSGS * 2][3];
+    size_t qh, qt;
+};
+
+static uint64_t sim_rng = 0x2545f4914f6cdd1dULL;
+static uint32_t sim_rand(uint32_t n)
+{
+    sim_rng ^= sim_rng << 13;
+    sim_rng ^= sim_rng >> 7;
+    sim_rng ^= sim_rng << 17;
+    return (uint32_t)(sim_rng % n);
+}
+
+static void sim_push(struct sim_side *s, uint32_t credit, uint32_t a,
+                     uint32_t b)
+{
+    ck_assert_uint_lt(s->qt, SIM_MSGS * 2);
+    s->q[s->qt][0] = credit;
+    s->q[s->qt][1] = a;
+    s->q[s->qt][2] = b;
+    s->qt++;
+}
+
+/* Delivers the next message from `from` to `to`; 0 if there was none. */
+static int sim_deliver(struct sim_side *from, struct sim_side *to)
+{
+    if (from->qh == from->qt)
+        return 0;
+    const uint32_t *m = from->q[from->qh++];
+    uint32_t back = m[0] ? m[1] : m[2];
+    ck_assert_int_eq(pr_credit_give(&to->cr, back), 0);
+    if (m[0])
+        return 1;
+    ck_assert(to->busy[m[1]]);
+    to->busy[m[1]] = 0; /* the engine read it */
+    pr_credit_consumed(&to->cr);
+    uint32_t due = pr_credit_due(&to->cr, to->own_slots);
+    if (due)
+        sim_push(to, 1, due, 0);
+    return 1;
+}
+
+static int sim_write(struct sim_side *from, struct sim_side *to)
+{
+    uint32_t slot;
+    if (from->to_send == 0 || pr_credit_take(&from->cr, &slot) < 0)
+        return 0;
+    ck_assert(!to->busy[slot]); /* never overwritten unread */
+    to->busy[slot] = 1;
+    sim_push(from, 0, slot, pr_credit_piggyback(&from->cr));
+    from->to_send--;
+    return 1;
+}
+
+START_TEST(test_rdma_flow_credits_never_deadlock)
+{
+    static const uint32_t slots[][2] = {{8, 8}, {1, 1}, {3, 8}, {16, 2}};
+    static const int sends[][2] = {{SIM_MSGS / 2, SIM_MSGS / 2},
+                                   {SIM_MSGS / 2, 0},
+                                   {SIM_MSGS / 2, 3}};
+    for (size_t i = 0; i < 4; i++) {
+        for (size_t j = 0; j < 3; j++) {
+            for (int run = 0; run < 50; run++) {
+                struct sim_side a = {.own_slots = slots[i][0],
+                                     .to_send = sends[j][0]},
+                                b = {.own_slots = slots[i][1],
+                                     .to_send = sends[j][1]};
+                pr_credit_init(&a.cr, b.own_slots);
+                pr_credit_init(&b.cr, a.own_slots);
+                for (;;) {
+                    int (*const acts[4])(struct sim_side *,
+                                         struct sim_side *) = {
+                        sim_write, sim_write, sim_deliver, sim_deliver};
+                    struct sim_side *from[4] = {&a, &b, &a, &b};
+                    struct sim_side *to[4] = {&b, &a, &b, &a};
+                    uint32_t k = sim_rand(4);
+                    int moved = 0;
+                    for (uint32_t t = 0; t < 4 && !moved; t++)
+                        moved = acts[(k + t) % 4](from[(k + t) % 4],
+                                                  to[(k + t) % 4]);
+                    if (!moved)
+                        break;
+                }
+                ck_assert_msg(a.to_send == 0 && b.to_send == 0,
+                              "slots %u/%u sends %d/%d: stuck with %d/%d "
+                              "writes left",
+                              slots[i][0], slots[i][1], sends[j][0],
+                              sends[j][1], a.to_send, b.to_send);
+            }
+        }
+    }
 }
 END_TEST
 
@@ -130,8 +263,10 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_rdma_flow_credit_window);
     tcase_add_test(tc, test_rdma_flow_credit_overflow_refused);
-    tcase_add_test(tc, test_rdma_flow_credit_return_batches);
+    tcase_add_test(tc, test_rdma_flow_credit_return_threshold);
+    tcase_add_test(tc, test_rdma_flow_credit_piggyback_takes_all);
     tcase_add_test(tc, test_rdma_flow_imm_round_trip);
+    tcase_add_test(tc, test_rdma_flow_credits_never_deadlock);
     suite_add_tcase(s, tc);
     tc = tcase_create("pieces");
     tcase_set_timeout(tc, 10);
