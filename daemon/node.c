@@ -651,12 +651,15 @@ void pr_node_destroy(struct pr_node *n)
         if (n->rdma)
             pr_rdma_stats(n->rdma, &rs);
         pr_info("data sent: %llu bytes over tcp, %llu over rdma; received: "
-                "%llu over tcp, %llu over rdma (%llu rdma writes)",
+                "%llu over tcp, %llu over rdma (rdma: %llu data writes, "
+                "%llu credit messages, %llu completion events)",
                 (unsigned long long)ts.bytes_sent,
                 (unsigned long long)rs.bytes_sent,
                 (unsigned long long)ts.bytes_recv,
                 (unsigned long long)rs.bytes_recv,
-                (unsigned long long)rs.writes);
+                (unsigned long long)rs.writes,
+                (unsigned long long)rs.credit_msgs,
+                (unsigned long long)rs.cq_events);
     }
     /*
      * The transports stop first, so that no send reads a trainer's tensor

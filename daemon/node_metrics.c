@@ -106,6 +106,15 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
           ts.links_up);
     gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
           n->rdma != NULL);
+    counter2(b, "preduce_node_rdma_writes_total",
+             "RDMA writes posted to peer daemons: data (returned credits "
+             "ride along) and credit-only messages.",
+             "kind", "data", rs.writes, "credit", rs.credit_msgs);
+    pr_metrics_header(b, "preduce_node_rdma_cq_events_total", "counter",
+                      "Completion-channel events read (wake-ups for RDMA "
+                      "completions).");
+    pr_metrics_printf(b, "preduce_node_rdma_cq_events_total %llu\n",
+                      (unsigned long long)rs.cq_events);
 
     pr_metrics_header(b, "preduce_worker_version", "gauge",
                       "Model version of each local trainer after its last "

@@ -828,8 +828,8 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     if (kind == 1)
         back = n;
     if (back && pr_credit_give(&q->cr, back) < 0) {
-        pr_warn("rdma: peer node %u returned %u credits it never had",
-                q->node, back);
+        pr_warn("rdma: peer node %u returned %u credits it never had", q->node,
+                back);
         fail_qp(q, -EPROTO);
         return;
     }

@@ -61,8 +61,7 @@ uint32_t pr_imm_credit(uint32_t n)
     return PR_IMM_CREDIT | (n & PR_IMM_MASK);
 }
 
-int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n,
-                  uint32_t *credits)
+int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n, uint32_t *credits)
 {
     if (imm & PR_IMM_CREDIT) {
         *n = imm & PR_IMM_MASK;

@@ -65,8 +65,7 @@ uint32_t pr_imm_credit(uint32_t n);
  * *credits; -EPROTO: out of range (a slot beyond `slots`, a credit message
  * returning none).
  */
-int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n,
-                  uint32_t *credits);
+int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n, uint32_t *credits);
 
 /*
  * Cuts chunk `h` into pieces that fit a peer slot of `slot_bytes` (a chunk

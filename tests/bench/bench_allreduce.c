@@ -148,9 +148,10 @@ static int bench(double mib, double run_s, int in_place)
     double secs = 0;
     if (!bad)
         bad = h_trainer_figures(&c, "b0", &steps, &secs, &errors) < 0;
-    unsigned long long tcp = 0, rdma = 0;
+    unsigned long long tcp = 0, rdma = 0, verbs[3];
     h_node_stop(&c, 0);
     h_node_data_bytes(&c, 0, &tcp, &rdma);
+    int have_verbs = rdma > tcp && h_node_rdma_counts(&c, 0, verbs) == 0;
     h_cluster_stop(&c);
     if (bad || steps == 0) {
         fprintf(stderr, "bench_allreduce: %.0f MiB run failed\n", mib);
@@ -163,6 +164,14 @@ static int bench(double mib, double run_s, int in_place)
            1000.0 * secs / (double)steps, bytes * (double)steps / secs / 1e6,
            rdma > tcp ? "rdma" : "tcp");
     cpu_print(&c, &before, &after, steps);
+    /* Over the whole run, warm-up and start included: a rough per-op mix. */
+    if (have_verbs) {
+        double ops = (double)steps + 2; /* the warm-up steps */
+        printf("  node 0 per op: %.1f RDMA data writes, %.2f credit "
+               "messages, %.1f completion events\n",
+               (double)verbs[0] / ops, (double)verbs[1] / ops,
+               (double)verbs[2] / ops);
+    }
     return 0;
 }
 

@@ -668,6 +668,21 @@ int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
     return 0;
 }
 
+int h_node_rdma_counts(const struct h_cluster *c, int i,
+                       unsigned long long n[3])
+{
+    char l[2048];
+    const char *p;
+    if (node_log_last(c, i, "data sent: ", l, sizeof(l)) < 0 ||
+        !(p = strstr(l, "(rdma: ")) ||
+        sscanf(p,
+               "(rdma: %llu data writes, %llu credit messages, %llu "
+               "completion events)",
+               &n[0], &n[1], &n[2]) != 3)
+        return -ENOENT;
+    return 0;
+}
+
 int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
                   unsigned long long *in_place)
 {

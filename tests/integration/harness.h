@@ -106,6 +106,9 @@ int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
  */
 int h_node_data_bytes(const struct h_cluster *c, int i, unsigned long long *tcp,
                       unsigned long long *rdma);
+/* From the same line: RDMA data writes, credit messages, completion events. */
+int h_node_rdma_counts(const struct h_cluster *c, int i,
+                       unsigned long long n[3]);
 /*
  * Node i's groups that ended ok, and of those the ones written in place,
  * from its log's last lines (after h_node_stop).

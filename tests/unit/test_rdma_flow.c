@@ -94,8 +94,7 @@ START_TEST(test_rdma_flow_imm_round_trip)
     ck_assert_uint_eq(n, 3);
     ck_assert_uint_eq(back, 0);
     /* A slot the receiver does not have, or a credit message of none. */
-    ck_assert_int_eq(pr_imm_decode(pr_imm_data(8, 1), 8, &n, &back),
-                     -EPROTO);
+    ck_assert_int_eq(pr_imm_decode(pr_imm_data(8, 1), 8, &n, &back), -EPROTO);
     ck_assert_int_eq(pr_imm_decode(PR_IMM_CREDIT, 8, &n, &back), -EPROTO);
 }
 END_TEST
@@ -172,9 +171,8 @@ static int sim_write(struct sim_side *from, struct sim_side *to)
 START_TEST(test_rdma_flow_credits_never_deadlock)
 {
     static const uint32_t slots[][2] = {{8, 8}, {1, 1}, {3, 8}, {16, 2}};
-    static const int sends[][2] = {{SIM_MSGS / 2, SIM_MSGS / 2},
-                                   {SIM_MSGS / 2, 0},
-                                   {SIM_MSGS / 2, 3}};
+    static const int sends[][2] = {
+        {SIM_MSGS / 2, SIM_MSGS / 2}, {SIM_MSGS / 2, 0}, {SIM_MSGS / 2, 3}};
     for (size_t i = 0; i < 4; i++) {
         for (size_t j = 0; j < 3; j++) {
             for (int run = 0; run < 50; run++) {
