@@ -145,9 +145,10 @@ static int bench(double mib, double run_s, int in_place)
         bad |= h_wait(pids[i], (int)(run_s * 1000) + 180000) != 0;
     cpu_read(&c, NULL, 0, &after);
     long steps = 0, errors = 0;
-    double secs = 0;
+    double secs = 0, slowest = 0;
     if (!bad)
-        bad = h_trainer_figures(&c, "b0", &steps, &secs, &errors) < 0;
+        bad = h_trainer_figures(&c, "b0", &steps, &secs, &errors) < 0 ||
+              h_trainer_slowest(&c, "b0", &slowest) < 0;
     unsigned long long tcp = 0, rdma = 0, verbs[3];
     h_node_stop(&c, 0);
     h_node_data_bytes(&c, 0, &tcp, &rdma);
@@ -159,10 +160,11 @@ static int bench(double mib, double run_s, int in_place)
     }
     double bytes = (double)n * sizeof(float);
     printf("allreduce 2 daemons: %6.1f MiB tensor%s: %5ld ops in %5.2f s, "
-           "%7.2f ms/op, bus bandwidth %8.2f MB/s (data over %s)\n",
+           "%7.2f ms/op (slowest %.2f), bus bandwidth %8.2f MB/s (data "
+           "over %s)\n",
            mib, in_place ? " in place" : "", steps, secs,
-           1000.0 * secs / (double)steps, bytes * (double)steps / secs / 1e6,
-           rdma > tcp ? "rdma" : "tcp");
+           1000.0 * secs / (double)steps, 1000.0 * slowest,
+           bytes * (double)steps / secs / 1e6, rdma > tcp ? "rdma" : "tcp");
     cpu_print(&c, &before, &after, steps);
     /* Over the whole run, warm-up and start included: a rough per-op mix. */
     if (have_verbs) {

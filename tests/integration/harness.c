@@ -453,7 +453,8 @@ static int trainer_main(const struct h_cluster *c,
     uint64_t version = 0;
     double t0 = now_s(), worst = 0;
     long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
-    long mink = 0; /* the smallest group after the warm-up */
+    long mink = 0;      /* the smallest group after the warm-up */
+    double slowest = 0; /* the longest reduce after the warm-up, s */
     int status = 0;
     /* Warm-up: o->warmup steps, and until a group of o->join_k came. */
     int warm = o->warmup == 0 && o->join_k == 0, joined = o->join_k == 0;
@@ -469,6 +470,7 @@ static int trainer_main(const struct h_cluster *c,
             t0 = now_s();
             steps = errors = 0;
             mink = 0;
+            slowest = 0;
             s0 = s;
             warm = 1;
         }
@@ -485,8 +487,11 @@ static int trainer_main(const struct h_cluster *c,
             sleep_ms(o->slow_ms);
         if (!o->no_check || s == 0)
             fill(t, nparts, rank, version + 1);
+        double ts = now_s();
         rc = preduce_reduce(cl, t, (size_t)nparts,
                             o->timeout_ms ? o->timeout_ms : 20000);
+        if (warm && now_s() - ts > slowest)
+            slowest = now_s() - ts;
         if (rc < 0) {
             errors++;
             if (o->tolerate_errors)
@@ -532,8 +537,8 @@ static int trainer_main(const struct h_cluster *c,
     snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
     FILE *f = fopen(path, "w");
     if (f) {
-        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld %ld\n", steps, secs, errors,
-                worst, nonuniform, maxk, after_err, mink);
+        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld %ld %.6f\n", steps, secs,
+                errors, worst, nonuniform, maxk, after_err, mink, slowest);
         fclose(f);
     }
     preduce_close(cl);
@@ -577,6 +582,18 @@ int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
     int n = fscanf(f, "%ld %lf %ld", steps, secs, errors);
     fclose(f);
     return n == 3 ? 0 : -EINVAL;
+}
+
+int h_trainer_slowest(const struct h_cluster *c, const char *name, double *secs)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    int n = fscanf(f, "%*d %*f %*d %*f %*d %*d %*d %*d %lf", secs);
+    fclose(f);
+    return n == 1 ? 0 : -EINVAL;
 }
 
 int h_trainer_after_error(const struct h_cluster *c, const char *name,

@@ -118,6 +118,9 @@ int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
 /* Stops node i alone (SIGTERM); 0 when it exited 0. */
 int h_node_stop(struct h_cluster *c, int i);
 
+/* A trainer's longest single reduce after the warm-up, in seconds. */
+int h_trainer_slowest(const struct h_cluster *c, const char *name,
+                      double *secs);
 /* Successful reduces after the trainer's first failed one. */
 int h_trainer_after_error(const struct h_cluster *c, const char *name,
                           long *after);
