@@ -33,20 +33,52 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-uint16_t h_free_port(void)
+/* 0 when `port` (0: any) can be bound on 127.0.0.1 now; *got: which. */
+static int try_bind(uint16_t port, uint16_t *got)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
+    int rc = fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+                     getsockname(fd, (struct sockaddr *)&sa, &len) < 0
+                 ? -1
+                 : 0;
+    if (fd >= 0)
+        close(fd);
+    *got = ntohs(sa.sin_port);
+    return rc;
+}
+
+/*
+ * The port is only checked, and bound later by a daemon: one from the
+ * kernel's ephemeral range could meanwhile become the local port of some
+ * outgoing connection (the daemons make several). So a random port just
+ * below that range, where the kernel never picks one on its own; the
+ * ephemeral pick is the fallback.
+ */
+uint16_t h_free_port(void)
+{
+    static unsigned seed;
+    unsigned lo = 32768, hi;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%u %u", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
     }
-    close(fd);
-    return ntohs(sa.sin_port);
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)(now_s() * 1e6);
+    uint16_t got;
+    if (lo > 4096) {
+        unsigned span = lo - 2048 < 16384 ? lo - 2048 : 16384;
+        for (int i = 0; i < 64; i++) {
+            uint16_t p = (uint16_t)(lo - 1 - rand_r(&seed) % span);
+            if (try_bind(p, &got) == 0)
+                return p;
+        }
+    }
+    return try_bind(0, &got) == 0 ? got : 0;
 }
 
 static const char *preduced_path(void)

@@ -23,7 +23,10 @@ struct h_cluster {
     char sock[H_MAX_NODES][300];
 };
 
-/* A port that was free a moment ago on 127.0.0.1. */
+/*
+ * A port that was free a moment ago on 127.0.0.1, below the kernel's
+ * ephemeral range (so no outgoing connection takes it meanwhile).
+ */
 uint16_t h_free_port(void);
 
 /*
