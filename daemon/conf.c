@@ -781,14 +781,25 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out)
     return 0;
 }
 
+/* Exchanges entry e's field between a and b (strings move, not copied). */
+static void swap_field(struct pr_conf *a, struct pr_conf *b,
+                       const struct entry *e)
+{
+    unsigned char tmp[sizeof(double)]; /* the largest field */
+    memcpy(tmp, field(a, e), type_size[e->type]);
+    memcpy(field(a, e), field(b, e), type_size[e->type]);
+    memcpy(field(b, e), tmp, type_size[e->type]);
+}
+
 int pr_conf_reload(struct pr_conf *live, const char *path,
                    const char *const *overrides, int noverrides,
-                   struct pr_conf_err *err, int *changed)
+                   pr_conf_accept_fn accept, void *ctx, struct pr_conf_err *err,
+                   int *changed)
 {
     struct pr_conf_err dummy;
     struct pr_conf fresh;
     char was[STR_MAX + 8], now[STR_MAX + 8], key[sizeof(dummy.key)];
-    unsigned char tmp[sizeof(double)]; /* the largest field */
+    unsigned char swapped[NKEYS];
     int rc, n = 0;
 
     if (!err)
@@ -809,6 +820,12 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
         return rc;
     }
 
+    /*
+     * Swap the changed reloadable fields in (so that fini(&fresh) frees the
+     * strings *live gave up), then check the mix as a whole: on refusal
+     * the same swaps put every old value back.
+     */
+    memset(swapped, 0, sizeof(swapped));
     for (size_t i = 0; i < NKEYS; i++) {
         const struct entry *e = &keys[i];
         /* The text is exact: doubles print as the shortest round trip. */
@@ -821,14 +838,28 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
             pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
             continue;
         }
-        pr_info("conf: %s: %s -> %s", key, was, now);
-        /* Swap, so that fini(&fresh) frees the string *live gave up. */
-        memcpy(tmp, field(live, e), type_size[e->type]);
-        memcpy(field(live, e), field(&fresh, e), type_size[e->type]);
-        memcpy(field(&fresh, e), tmp, type_size[e->type]);
+        swap_field(live, &fresh, e);
+        swapped[i] = 1;
         n++;
     }
+    rc = pr_conf_validate(live, err);
+    if (!rc && accept)
+        rc = accept(live, ctx, err);
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (!swapped[i])
+            continue;
+        if (rc) {
+            swap_field(live, &fresh, &keys[i]);
+            continue;
+        }
+        keyname(key, sizeof(key), keys[i].section, keys[i].name);
+        format_value(&fresh, &keys[i], was, sizeof(was));
+        format_value(live, &keys[i], now, sizeof(now));
+        pr_info("conf: %s: %s -> %s", key, was, now);
+    }
     pr_conf_fini(&fresh);
+    if (rc)
+        return rc;
     if (changed)
         *changed = n;
     return 0;

@@ -119,13 +119,23 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
 int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err);
 
 /*
+ * Decides whether the configuration a reload would leave (`merged`: the
+ * live one with the new reloadable values) may be applied; 0, or a
+ * negative errno with *err filled (its key names what was refused).
+ */
+typedef int (*pr_conf_accept_fn)(const struct pr_conf *merged, void *ctx,
+                                 struct pr_conf_err *err);
+
+/*
  * Parses `path` into a new struct, applies the --set overrides given,
- * validates, then copies only reloadable keys into *live. On any error,
+ * validates, then copies only reloadable keys into *live, provided the
+ * result validates too and `accept` (if not NULL) takes it. On any error,
  * *live is untouched. 0 or negative errno; *changed counts keys changed.
  */
 int pr_conf_reload(struct pr_conf *live, const char *path,
                    const char *const *overrides, int noverrides,
-                   struct pr_conf_err *err, int *changed);
+                   pr_conf_accept_fn accept, void *ctx, struct pr_conf_err *err,
+                   int *changed);
 
 /* Writes every key and its current value as INI text (for -T). */
 int pr_conf_dump(const struct pr_conf *c, FILE *out);

@@ -164,6 +164,20 @@ static void stop(struct daemon *d)
         uv_close((uv_handle_t *)&d->sigs[i], NULL);
 }
 
+/* A reload's candidate must suit the scheduler before it is applied. */
+static int sched_accepts(const struct pr_conf *merged, void *ctx,
+                         struct pr_conf_err *err)
+{
+    (void)ctx;
+    int rc = pr_sched_check_conf(merged);
+    if (rc < 0) {
+        snprintf(err->key, sizeof(err->key), "scheduler");
+        snprintf(err->msg, sizeof(err->msg),
+                 "the scheduler does not take these parameters");
+    }
+    return rc;
+}
+
 static void reload(struct daemon *d)
 {
     if (!d->path) {
@@ -174,8 +188,8 @@ static void reload(struct daemon *d)
     struct pr_conf_err err;
     memset(&err, 0, sizeof(err));
     int changed = 0;
-    int rc =
-        pr_conf_reload(&d->conf, d->path, d->sets, d->nsets, &err, &changed);
+    int rc = pr_conf_reload(&d->conf, d->path, d->sets, d->nsets,
+                            d->sched ? sched_accepts : NULL, d, &err, &changed);
     if (rc < 0) {
         char why[1024];
         format_err(why, sizeof(why), NULL, &err);
@@ -185,6 +199,7 @@ static void reload(struct daemon *d)
         pr_log_set_level((enum pr_log_level)d->conf.log_level);
         if (d->node)
             pr_node_reload(d->node);
+        /* sched_accepts checked the same parameters: cannot fail now. */
         if (d->sched)
             rc = pr_sched_reload(d->sched);
         if (rc < 0)

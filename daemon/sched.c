@@ -790,6 +790,13 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
     return 0;
 }
 
+int pr_sched_check_conf(const struct pr_conf *conf)
+{
+    struct pr_sched_params p;
+    params_from_conf(conf, &p);
+    return pr_sched_core_check_params(&p);
+}
+
 int pr_sched_reload(struct pr_sched *s)
 {
     struct pr_sched_params p;

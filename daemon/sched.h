@@ -36,6 +36,11 @@ struct pr_sched;
  */
 int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
                     const struct pr_auth_key *key, struct pr_sched **out);
+/*
+ * 0 when the scheduler would run with conf's parameters, else -EINVAL (a
+ * reload checks its candidate with it before anything is changed).
+ */
+int pr_sched_check_conf(const struct pr_conf *conf);
 /* Applies reloadable keys from the (already swapped) conf. */
 int pr_sched_reload(struct pr_sched *s);
 void pr_sched_destroy(struct pr_sched *s);

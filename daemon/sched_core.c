@@ -134,6 +134,11 @@ void pr_sched_core_destroy(struct pr_sched_core *c)
     free(c);
 }
 
+int pr_sched_core_check_params(const struct pr_sched_params *p)
+{
+    return params_ok(p) ? 0 : -EINVAL;
+}
+
 int pr_sched_core_set_params(struct pr_sched_core *c,
                              const struct pr_sched_params *p)
 {

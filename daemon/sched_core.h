@@ -84,6 +84,8 @@ struct pr_sched_core;
 /* NULL on allocation failure or invalid params. */
 struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p);
 void pr_sched_core_destroy(struct pr_sched_core *c);
+/* 0 when set_params would take p, else -EINVAL. */
+int pr_sched_core_check_params(const struct pr_sched_params *p);
 /* Swap params (reload). -EINVAL if invalid; the old ones then stay. */
 int pr_sched_core_set_params(struct pr_sched_core *c,
                              const struct pr_sched_params *p);

@@ -146,10 +146,16 @@ START_TEST(test_fault_node_killed_mid_transfer)
     const char *names[] = {"m0", "m1", "m2"};
     pid_t pids[3];
     for (int i = 0; i < 3; i++) {
-        /* 16 MiB, unchecked: the time goes into moving data. */
+        /*
+         * 64 MiB, unchecked: the time goes into moving data, and a group
+         * lasts long enough (a few hundred ms) that the kill lands inside
+         * one even when a loaded machine delays it after the metrics said
+         * a transfer began (with 16 MiB, a run under make -j2
+         * check killed after the group once).
+         */
         struct h_trainer_opts o = {.name = names[i],
                                    .node = i,
-                                   .n = 4194304,
+                                   .n = 16777216,
                                    .no_check = 1,
                                    .run_s = 2 * RUN_S,
                                    .timeout_ms = 10000,

@@ -46,7 +46,7 @@ ib_bw() {
 # runs and is compared with the mean of those two; the figures are the
 # medians of these per-run ratios over PREDUCE_BW_ROUNDS rounds
 # (PREDUCE_BW_RUN_S seconds per all-reduce run and mode).
-rounds=${PREDUCE_BW_ROUNDS:-3}
+rounds=${PREDUCE_BW_ROUNDS:-5}
 # The chunk size and ack timeout the daemons run with (PREDUCE_RDMA_SETS
 # may change them).
 chunk_kb=1024

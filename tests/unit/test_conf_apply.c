@@ -123,7 +123,8 @@ START_TEST(test_conf_reload_swaps_reloadable)
 
     live_init(&live, base);
     live_init(&want, base);
-    int rc = pr_conf_reload(&live, next, overrides, 2, &err, &changed);
+    int rc =
+        pr_conf_reload(&live, next, overrides, 2, NULL, NULL, &err, &changed);
     ck_assert_msg(rc == 0, "%d: %s: %s", err.line, err.key, err.msg);
     ck_assert_int_eq(changed, 5);
     ck_assert_uint_eq(live.node_reduce_timeout_ms, 2000);
@@ -144,8 +145,9 @@ START_TEST(test_conf_reload_swaps_reloadable)
     assert_conf_eq(&live, &want);
 
     /* The same file again changes nothing. */
-    ck_assert_int_eq(pr_conf_reload(&live, next, overrides, 2, NULL, &changed),
-                     0);
+    ck_assert_int_eq(
+        pr_conf_reload(&live, next, overrides, 2, NULL, NULL, NULL, &changed),
+        0);
     ck_assert_int_eq(changed, 0);
     assert_conf_eq(&live, &want);
 
@@ -154,7 +156,8 @@ START_TEST(test_conf_reload_swaps_reloadable)
      * group_max, window_ms and level change back; the inflight override is
      * gone too, but that key waits for a restart.
      */
-    ck_assert_int_eq(pr_conf_reload(&live, base, NULL, 0, &err, &changed), 0);
+    ck_assert_int_eq(
+        pr_conf_reload(&live, base, NULL, 0, NULL, NULL, &err, &changed), 0);
     ck_assert_int_eq(changed, 5);
     ck_assert_uint_eq(live.xport_inflight, 16);
     ck_assert_int_eq(live.sched_policy, PR_POLICY_CONSTANT);
@@ -200,7 +203,7 @@ START_TEST(test_conf_reload_error_leaves_live)
         live_init(&live, base);
         live_init(&want, base);
         int rc = pr_conf_reload(&live, path, ov, cases[i].override ? 1 : 0,
-                                &err, &changed);
+                                NULL, NULL, &err, &changed);
         ck_assert_msg(rc == cases[i].rc, "case %zu: rc %d (%s)", i, rc,
                       err.msg);
         ck_assert_int_eq(err.line, cases[i].line);
@@ -212,6 +215,72 @@ START_TEST(test_conf_reload_error_leaves_live)
         rm_tmp(path);
     }
     rm_tmp(base);
+}
+END_TEST
+
+/* The accept hook: sees the mix, and its refusal leaves live untouched. */
+struct accept_probe {
+    int calls;
+    int rc;
+    uint32_t group_max;
+    uint32_t heartbeat_ms;
+};
+
+static int probe_accept(const struct pr_conf *merged, void *ctx,
+                        struct pr_conf_err *err)
+{
+    struct accept_probe *p = ctx;
+    p->calls++;
+    p->group_max = merged->sched_group_max;
+    p->heartbeat_ms = merged->sched_heartbeat_ms;
+    if (p->rc)
+        snprintf(err->msg, sizeof(err->msg), "refused by the probe");
+    return p->rc;
+}
+
+START_TEST(test_conf_reload_accept_decides)
+{
+    char *base = tmpconf(reload_base);
+    char *next = tmpconf("[node]\n"
+                         "name = n1\n"
+                         "reduce_timeout_ms = 1000\n"
+                         "[scheduler]\n"
+                         "group_size = 4\n"
+                         "policy = dynamic\n" /* reloadable */
+                         "group_max = 6\n"    /* reloadable */
+                         "heartbeat_ms = 50\n");
+    /* fixed */ /* fixed */
+    struct pr_conf live, want;
+    struct pr_conf_err err;
+    struct accept_probe probe = {.rc = -EINVAL};
+    int changed = -1;
+
+    live_init(&live, base);
+    live_init(&want, base);
+    ck_assert_int_eq(pr_conf_reload(&live, next, NULL, 0, probe_accept, &probe,
+                                    &err, &changed),
+                     -EINVAL);
+    ck_assert_int_eq(probe.calls, 1);
+    /* It saw the new reloadable value next to the live fixed one. */
+    ck_assert_uint_eq(probe.group_max, 6);
+    ck_assert_uint_eq(probe.heartbeat_ms, 1000);
+    ck_assert_str_eq(err.msg, "refused by the probe");
+    ck_assert_int_eq(changed, 0);
+    assert_conf_eq(&live, &want);
+
+    probe.rc = 0;
+    ck_assert_int_eq(pr_conf_reload(&live, next, NULL, 0, probe_accept, &probe,
+                                    &err, &changed),
+                     0);
+    ck_assert_int_eq(probe.calls, 2);
+    ck_assert_int_eq(changed, 2);
+    ck_assert_int_eq(live.sched_policy, PR_POLICY_DYNAMIC);
+    ck_assert_uint_eq(live.sched_group_max, 6);
+    ck_assert_uint_eq(live.sched_heartbeat_ms, 1000);
+    pr_conf_fini(&live);
+    pr_conf_fini(&want);
+    rm_tmp(base);
+    rm_tmp(next);
 }
 END_TEST
 
@@ -302,6 +371,7 @@ static Suite *conf_apply_suite(void)
     tcase_add_test(tc, test_conf_validate_cross_keys);
     tcase_add_test(tc, test_conf_reload_swaps_reloadable);
     tcase_add_test(tc, test_conf_reload_error_leaves_live);
+    tcase_add_test(tc, test_conf_reload_accept_decides);
     tcase_add_test(tc, test_conf_dump_roundtrip);
     suite_add_tcase(s, tc);
     return s;
