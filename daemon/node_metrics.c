@@ -19,11 +19,23 @@ static void counter2(struct pr_metrics_buf *b, const char *name,
                       (unsigned long long)x2);
 }
 
+static void one(struct pr_metrics_buf *b, const char *name, const char *type,
+                const char *help, uint64_t x)
+{
+    pr_metrics_header(b, name, type, help);
+    pr_metrics_printf(b, "%s %llu\n", name, (unsigned long long)x);
+}
+
 static void gauge(struct pr_metrics_buf *b, const char *name, const char *help,
                   uint64_t x)
 {
-    pr_metrics_header(b, name, "gauge", help);
-    pr_metrics_printf(b, "%s %llu\n", name, (unsigned long long)x);
+    one(b, name, "gauge", help, x);
+}
+
+static void counter(struct pr_metrics_buf *b, const char *name,
+                    const char *help, uint64_t x)
+{
+    one(b, name, "counter", help, x);
 }
 
 static void bytes(struct pr_metrics_buf *b, const char *transport,
@@ -81,12 +93,11 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
              "This node's parts of groups run by the reduce engine, by "
              "outcome.",
              "status", "ok", es.groups_ok, "failed", es.groups_failed);
-    pr_metrics_header(b, "preduce_node_groups_in_place_total", "counter",
-                      "Of the groups that ended ok, those whose results went "
-                      "straight into the tensor of a trainer that asked for "
-                      "it (preduce_set_in_place).");
-    pr_metrics_printf(b, "preduce_node_groups_in_place_total %llu\n",
-                      (unsigned long long)es.groups_in_place);
+    counter(b, "preduce_node_groups_in_place_total",
+            "Of the groups that ended ok, those whose results went straight "
+            "into the tensor of a trainer that asked for it "
+            "(preduce_set_in_place).",
+            es.groups_in_place);
     gauge(b, "preduce_node_groups_running", "Groups in the reduce engine now.",
           n->engine ? pr_engine_running(n->engine) : 0);
     counter2(b, "preduce_node_stash_chunks_total",
@@ -94,10 +105,9 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
              "dropped (stale, or the stash full).",
              "result", "stashed", es.chunks_stashed, "dropped",
              es.chunks_dropped);
-    pr_metrics_header(b, "preduce_node_reduced_bytes_total", "counter",
-                      "Result bytes written back into trainers' tensors.");
-    pr_metrics_printf(b, "preduce_node_reduced_bytes_total %llu\n",
-                      (unsigned long long)es.bytes_reduced);
+    counter(b, "preduce_node_reduced_bytes_total",
+            "Result bytes written back into trainers' tensors.",
+            es.bytes_reduced);
     pr_metrics_header(b, "preduce_node_bytes_total", "counter",
                       "Data bytes to and from peer daemons, by transport.");
     bytes(b, "tcp", ts.bytes_sent, ts.bytes_recv);
@@ -110,11 +120,9 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
              "RDMA writes posted to peer daemons: data (returned credits "
              "ride along) and credit-only messages.",
              "kind", "data", rs.writes, "credit", rs.credit_msgs);
-    pr_metrics_header(b, "preduce_node_rdma_cq_events_total", "counter",
-                      "Completion-channel events read (wake-ups for RDMA "
-                      "completions).");
-    pr_metrics_printf(b, "preduce_node_rdma_cq_events_total %llu\n",
-                      (unsigned long long)rs.cq_events);
+    counter(b, "preduce_node_rdma_cq_events_total",
+            "Completion-channel events read (wake-ups for RDMA completions).",
+            rs.cq_events);
 
     pr_metrics_header(b, "preduce_worker_version", "gauge",
                       "Model version of each local trainer after its last "

@@ -603,76 +603,78 @@ int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms)
     return -ETIMEDOUT;
 }
 
-int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
-                      double *secs, long *errors)
+/* What a trainer wrote at its end (see the fprintf in trainer_main). */
+struct trainer_out {
+    long steps, errors, nonuniform, maxk, after, mink;
+    double secs, worst, slowest;
+};
+
+static int read_out(const struct h_cluster *c, const char *name,
+                    struct trainer_out *o)
 {
     char path[400];
     snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
     FILE *f = fopen(path, "r");
     if (!f)
         return -ENOENT;
-    int n = fscanf(f, "%ld %lf %ld", steps, secs, errors);
+    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld %ld %ld %lf", &o->steps,
+                   &o->secs, &o->errors, &o->worst, &o->nonuniform, &o->maxk,
+                   &o->after, &o->mink, &o->slowest);
     fclose(f);
-    return n == 3 ? 0 : -EINVAL;
+    return n == 9 ? 0 : -EINVAL;
+}
+
+int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
+                      double *secs, long *errors)
+{
+    struct trainer_out o;
+    int rc = read_out(c, name, &o);
+    if (rc == 0) {
+        *steps = o.steps;
+        *secs = o.secs;
+        *errors = o.errors;
+    }
+    return rc;
 }
 
 int h_trainer_slowest(const struct h_cluster *c, const char *name, double *secs)
 {
-    char path[400];
-    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -ENOENT;
-    int n = fscanf(f, "%*d %*f %*d %*f %*d %*d %*d %*d %lf", secs);
-    fclose(f);
-    return n == 1 ? 0 : -EINVAL;
+    struct trainer_out o;
+    int rc = read_out(c, name, &o);
+    if (rc == 0)
+        *secs = o.slowest;
+    return rc;
 }
 
 int h_trainer_after_error(const struct h_cluster *c, const char *name,
                           long *after)
 {
-    char path[400];
-    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -ENOENT;
-    long s, e, nu, k;
-    double secs, worst;
-    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld %ld", &s, &secs, &e, &worst, &nu,
-                   &k, after);
-    fclose(f);
-    return n == 7 ? 0 : -EINVAL;
+    struct trainer_out o;
+    int rc = read_out(c, name, &o);
+    if (rc == 0)
+        *after = o.after;
+    return rc;
 }
 
 int h_trainer_groups(const struct h_cluster *c, const char *name,
                      long *nonuniform, long *maxk)
 {
-    char path[400];
-    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -ENOENT;
-    long s, e;
-    double secs, worst;
-    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld", &s, &secs, &e, &worst,
-                   nonuniform, maxk);
-    fclose(f);
-    return n == 6 ? 0 : -EINVAL;
+    struct trainer_out o;
+    int rc = read_out(c, name, &o);
+    if (rc == 0) {
+        *nonuniform = o.nonuniform;
+        *maxk = o.maxk;
+    }
+    return rc;
 }
 
 int h_trainer_min_k(const struct h_cluster *c, const char *name, long *mink)
 {
-    char path[400];
-    snprintf(path, sizeof(path), "%s/%s.out", c->dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -ENOENT;
-    long s, e, nu, k, after;
-    double secs, worst;
-    int n = fscanf(f, "%ld %lf %ld %lf %ld %ld %ld %ld", &s, &secs, &e, &worst,
-                   &nu, &k, &after, mink);
-    fclose(f);
-    return n == 8 ? 0 : -EINVAL;
+    struct trainer_out o;
+    int rc = read_out(c, name, &o);
+    if (rc == 0)
+        *mink = o.mink;
+    return rc;
 }
 
 int h_node_stop(struct h_cluster *c, int i)
