@@ -24,12 +24,25 @@
 #define WRID_RECV   1 /* a posted receive */
 
 #define POOL_KEEP 8 /* registered buffers kept for reuse */
+/*
+ * Pool buffers start this far into their mapping, a different distance
+ * each (1 to 15 steps): a scratch vector mapped next to a trainer's tensor
+ * of the same size would otherwise sit at the same address modulo every
+ * power of two up to that size, and the reduce and write-back passes,
+ * which walk both in step, would contend for the same cache sets (and in
+ * QEMU's direct-mapped software TLB, for the same entries: measured in the
+ * Soft-RoCE guest, a 16 MiB copy 2x and the 3-stream reduce 2.4x slower).
+ */
+#define COLOUR_STEP 4160 /* a page and a cache line */
+#define COLOUR_MAX  (15 * COLOUR_STEP)
 
 /* A registered buffer of the pool. */
 struct pbuf {
     struct pbuf *next;
-    uint8_t *p;
-    size_t cap;
+    uint8_t *p; /* what pr_rdma_alloc() hands out: base + colour */
+    size_t cap; /* bytes usable at p */
+    uint8_t *base;
+    size_t maplen;
     struct ibv_mr *mr;
     int used;
 };
@@ -101,6 +114,7 @@ struct pr_rdma {
     uint32_t slots;
     size_t slot_bytes;
     struct pbuf *pool;
+    unsigned pool_seq; /* buffers made so far: picks each one's colour */
     struct ureg *regs;
     struct pr_rdma_qp *qps;
     const struct pr_rdma_ops *ops;
@@ -232,7 +246,7 @@ const char *pr_rdma_device(const struct pr_rdma *r)
 static void free_pbuf(struct pbuf *b)
 {
     ibv_dereg_mr(b->mr);
-    munmap(b->p, b->cap);
+    munmap(b->base, b->maplen);
     free(b);
 }
 
@@ -357,16 +371,18 @@ void *pr_rdma_alloc(void *rv, size_t bytes)
     if (!b)
         return NULL;
     b->cap = round_up(bytes ? bytes : 1, 1 << 16);
-    b->p = mmap(NULL, b->cap, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (b->p == MAP_FAILED) {
+    b->maplen = b->cap + COLOUR_MAX;
+    b->base = mmap(NULL, b->maplen, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b->base == MAP_FAILED) {
         free(b);
         return NULL;
     }
+    b->p = b->base + (1 + r->pool_seq++ % 15) * COLOUR_STEP;
     b->mr = ibv_reg_mr(r->pd, b->p, b->cap, IBV_ACCESS_LOCAL_WRITE);
     if (!b->mr) {
         pr_err("rdma: ibv_reg_mr(%zu bytes): %s", b->cap, strerror(errno));
-        munmap(b->p, b->cap);
+        munmap(b->base, b->maplen);
         free(b);
         return NULL;
     }
