@@ -88,6 +88,7 @@ struct pr_rdma_qp {
     uint64_t raddr;
     uint32_t rkey;
     uint32_t rslot_bytes;
+    int piggyback; /* the peer reads credits in data immediates */
     struct pr_credit cr;
     struct pending *q, **qtail;
     struct sctx *inflight;      /* sends with writes on the send queue */
@@ -562,6 +563,7 @@ void pr_rdma_qp_info(struct pr_rdma_qp *q, Pr__V1__RdmaInfo *info)
     info->slots = r->slots;
     info->slot_bytes = (uint32_t)r->slot_bytes;
     info->device = r->name;
+    info->credit_imm = 1;
 }
 
 int pr_rdma_qp_connect(struct pr_rdma_qp *q, const Pr__V1__RdmaInfo *p)
@@ -576,6 +578,7 @@ int pr_rdma_qp_connect(struct pr_rdma_qp *q, const Pr__V1__RdmaInfo *p)
     q->raddr = p->addr;
     q->rkey = p->rkey;
     q->rslot_bytes = p->slot_bytes;
+    q->piggyback = p->credit_imm >= 1;
     pr_credit_init(&q->cr, p->slots);
     struct ibv_qp_attr a = {
         .qp_state = IBV_QPS_RTR,
@@ -648,7 +651,7 @@ static int post_write(struct pr_rdma_qp *q, struct sctx *s,
     uint32_t slot;
     if (q->sq_used + 1 >= q->sq_depth || pr_credit_take(&q->cr, &slot) < 0)
         return -EAGAIN;
-    uint32_t back = pr_credit_piggyback(&q->cr);
+    uint32_t back = q->piggyback ? pr_credit_piggyback(&q->cr) : 0;
     uint8_t *hdr = q->hdrs + (size_t)(slot % 1024) * PR_CHUNK_HDR_LEN;
     pr_chunk_hdr_encode(hdr, h);
     struct ibv_sge sge[2] = {
@@ -761,10 +764,14 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
 
 static const struct pr_link_ops rdma_link_ops = {.send = link_send};
 
+static void send_credits(struct pr_rdma_qp *q);
+
 void pr_rdma_qp_start(struct pr_rdma_qp *q)
 {
     q->started = 1;
     flush(q);
+    /* Chunks may have come before: their credits were held until now. */
+    send_credits(q);
 }
 
 /* A credit message, when the credits held are too many to wait for data. */

@@ -16,6 +16,8 @@
  * (pr_credit_due), so the sender's window never shrinks by more than that.
  * A sender out of credits has every slot written and unreturned; the
  * receiver consumes them all and so passes the threshold: no deadlock.
+ * Returns ride only to a peer that said it reads them (RdmaInfo.credit_imm);
+ * an older peer's data immediates (the slot alone) decode the same here.
  */
 #ifndef PR_RDMA_FLOW_H
 #define PR_RDMA_FLOW_H

@@ -90,6 +90,10 @@ START_TEST(test_rdma_flow_imm_round_trip)
                      0);
     ck_assert_uint_eq(n, 1023);
     ck_assert_uint_eq(back, 1024);
+    /* A data write from a daemon that returns no credits in it. */
+    ck_assert_int_eq(pr_imm_decode(7, 8, &n, &back), 0);
+    ck_assert_uint_eq(n, 7);
+    ck_assert_uint_eq(back, 0);
     ck_assert_int_eq(pr_imm_decode(pr_imm_credit(3), 8, &n, &back), 1);
     ck_assert_uint_eq(n, 3);
     ck_assert_uint_eq(back, 0);
