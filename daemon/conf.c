@@ -799,6 +799,8 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
     struct pr_conf_err dummy;
     struct pr_conf fresh;
     char was[STR_MAX + 8], now[STR_MAX + 8], key[sizeof(dummy.key)];
+    /* Per key: 0 the same, SWAPPED, or RESTART (differs, not reloadable). */
+    enum { SWAPPED = 1, RESTART = 2 };
     unsigned char swapped[NKEYS];
     int rc, n = 0;
 
@@ -833,28 +835,37 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
         format_value(&fresh, e, now, sizeof(now));
         if (strcmp(was, now) == 0)
             continue;
-        keyname(key, sizeof(key), e->section, e->name);
         if (!(e->flags & F_RELOAD)) {
-            pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
+            swapped[i] = RESTART;
             continue;
         }
         swap_field(live, &fresh, e);
-        swapped[i] = 1;
+        swapped[i] = SWAPPED;
         n++;
     }
     rc = pr_conf_validate(live, err);
     if (!rc && accept)
         rc = accept(live, ctx, err);
+    /* Logged only for a reload that happens: a refused one changes none. */
     for (size_t i = 0; i < NKEYS; i++) {
+        const struct entry *e = &keys[i];
         if (!swapped[i])
             continue;
         if (rc) {
-            swap_field(live, &fresh, &keys[i]);
+            if (swapped[i] == SWAPPED)
+                swap_field(live, &fresh, e);
             continue;
         }
-        keyname(key, sizeof(key), keys[i].section, keys[i].name);
-        format_value(&fresh, &keys[i], was, sizeof(was));
-        format_value(live, &keys[i], now, sizeof(now));
+        keyname(key, sizeof(key), e->section, e->name);
+        if (swapped[i] == RESTART) {
+            format_value(live, e, was, sizeof(was));
+            format_value(&fresh, e, now, sizeof(now));
+            pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
+            continue;
+        }
+        /* Swapped: the old value is in fresh now. */
+        format_value(&fresh, e, was, sizeof(was));
+        format_value(live, e, now, sizeof(now));
         pr_info("conf: %s: %s -> %s", key, was, now);
     }
     pr_conf_fini(&fresh);
