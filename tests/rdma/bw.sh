@@ -47,16 +47,19 @@ ib_bw() {
 # medians of these per-run ratios over PREDUCE_BW_ROUNDS rounds
 # (PREDUCE_BW_RUN_S seconds per all-reduce run and mode).
 rounds=${PREDUCE_BW_ROUNDS:-5}
-# The chunk size and ack timeout the daemons run with (PREDUCE_RDMA_SETS
-# may change them).
-chunk_kb=1024
-ack_timeout=18
-for kv in ${PREDUCE_RDMA_SETS:-}; do
-    case $kv in
-    transport.chunk_kb=*) chunk_kb=${kv#*=} ;;
-    transport.rdma_timeout=*) ack_timeout=${kv#*=} ;;
-    esac
-done
+# The chunk size and ack timeout the daemons run with, as preduced itself
+# resolves them (its defaults and the tests' --set values, so that
+# PREDUCE_RDMA_SETS may change them and no default is written twice).
+sets=()
+for kv in $PREDUCE_TEST_NODE_SETS; do sets+=(--set "$kv"); done
+conf=$("$PREDUCED" -T --role node "${sets[@]}")
+setting() { awk -v k="$1" '$1 == k && $2 == "=" {print $3}' <<<"$conf"; }
+chunk_kb=$(setting chunk_kb)
+ack_timeout=$(setting rdma_timeout)
+[ -n "$chunk_kb" ] && [ -n "$ack_timeout" ] || {
+    echo "bw.sh: preduced -T gave no chunk_kb or rdma_timeout" >&2
+    exit 1
+}
 # Soft-RoCE's count of writes it sent again (an ack came too late) and of
 # packets the receiver got twice: both waste CPU that the figures share.
 hwc=/sys/class/infiniband/$dev/ports/1/hw_counters
