@@ -1,106 +1,15 @@
 #include "daemon/engine.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "daemon/reduce.h"
 
 /* How often deadlines and the stash are swept. */
 #define SWEEP_MS 50
-
-enum gstate {
-    G_RUNNING,  /* receiving and forwarding chunks */
-    G_DRAINING, /* done() has run; waiting for posted sends to complete */
-};
-
-/* A stretch [lo, hi) of a segment's floats that has arrived. */
-struct span {
-    size_t lo, hi;
-};
-
-/*
- * Per ring step: how much of its segment has arrived, and which floats (a
- * sorted list of disjoint spans, merged as they touch: one span when chunks
- * come in order), so a chunk repeated or overlapping another is refused,
- * whatever order the links deliver in.
- */
-struct step {
-    size_t got;    /* floats received */
-    size_t chunks; /* chunks received */
-    struct span *spans;
-    size_t nspans, cap;
-};
-
-struct group {
-    struct group *next;
-    struct pr_engine *e;
-    uint64_t id;
-    size_t total;
-    uint32_t k, m, pos;
-    int personal;
-    /*
-     * Uniform weights (1/k each, no personal results): members are summed
-     * unscaled and each daemon divides only the segment it completes, once,
-     * before the all-gather: a third fewer float passes than weighting every
-     * member up front, and the same mean on every member.
-     */
-    float mean_scale; /* 1/k when uniform, else 0 */
-    /* Final values go straight into the lone local member's tensors. */
-    int in_place;
-    /*
-     * Some send posted from the member's memory (a direct send, or any in
-     * place): done() waits until every send completed, since the trainer
-     * may change or free its tensors once it has its answer.
-     */
-    int reads_member;
-    int reset_sent; /* the right link was reset: sends stalled too long */
-    uint32_t *ring;
-    uint32_t left, right;
-    struct pr_engine_member *local;
-    size_t nlocal;
-    float *scratch;
-    struct step *steps;  /* 2m - 2 entries */
-    uint32_t steps_left; /* steps not yet complete */
-    size_t sends_posted, sends_done;
-    enum gstate state;
-    int status; /* set when done() is due */
-    int reported;
-    uint64_t deadline_ms;
-    pr_engine_done_cb done;
-    void *arg;
-};
-
-/* A chunk that came before its group. */
-struct stashed {
-    struct stashed *next;
-    uint32_t from;
-    struct pr_chunk_hdr h;
-    uint64_t expires_ms;
-    float data[];
-};
-
-struct pr_engine {
-    uv_loop_t *loop;
-    uv_timer_t sweep;
-    uv_timer_t kick; /* delivers done() outside of the caller's stack */
-    size_t chunk_floats;
-    size_t stash_max;
-    size_t stash_bytes;
-    pr_engine_resolve_fn resolve;
-    void *ctx;
-    struct group *groups;
-    struct stashed *stash, **stash_tail;
-    uint64_t max_started;
-    struct pr_engine_stats st;
-    int closing;
-    int direct; /* members' memory may be posted as it is */
-    void *(*mem_alloc)(void *ctx, size_t bytes);
-    void (*mem_free)(void *ctx, void *p);
-    void *mem_ctx;
-};
 
 static void finish(struct group *g, int status);
 static void sweep_cb(uv_timer_t *t);
@@ -298,125 +207,6 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
 }
 
 /*
- * scratch[a, b) = this daemon's weighted local sum over [a, b), plus
- * in[0, b - a) when `in` is not NULL: the reduce-scatter folds the local
- * members into the chunk from the left in one pass, so their floats are
- * read once, when needed. Uniform groups add unscaled and multiply by
- * `scale` (not 0) once the sum is complete: in the same pass when there is
- * one local member.
- */
-static void local_sum(struct group *g, size_t a, size_t b, const float *in,
-                      float scale)
-{
-    int uniform = g->mean_scale != 0;
-    int fused = scale != 0 && in && g->nlocal == 1;
-    for (size_t i = 0; i < g->nlocal; i++) {
-        const struct pr_engine_member *mb = &g->local[i];
-        float w = (float)mb->weight;
-        size_t off = 0;
-        for (size_t p = 0; p < mb->nparts && off < b; p++) {
-            size_t len = mb->parts[p].len;
-            size_t lo = a > off ? a : off;
-            size_t hi = b < off + len ? b : off + len;
-            off += len;
-            if (lo >= hi)
-                continue;
-            const float *x = mb->parts[p].data + (lo - (off - len));
-            float *dst = g->scratch + lo;
-            size_t n = hi - lo;
-            if (i > 0 && uniform)
-                pr_reduce_add(dst, x, n);
-            else if (i > 0)
-                pr_reduce_axpy(dst, x, w, n);
-            else if (fused)
-                pr_reduce_sum2_scale(dst, x, in + (lo - a), scale, n);
-            else if (in && uniform)
-                pr_reduce_sum2(dst, x, in + (lo - a), n);
-            else if (in)
-                pr_reduce_axpb(dst, x, w, in + (lo - a), n);
-            else if (uniform)
-                memcpy(dst, x, n * sizeof(float));
-            else
-                pr_reduce_scale(dst, x, w, n);
-        }
-    }
-    if (scale != 0 && !fused)
-        pr_reduce_scale(g->scratch + a, g->scratch + a, scale, b - a);
-}
-
-/*
- * For each stretch of floats [off, off + n) as it lies in the lone local
- * member's parts: fn(g, its memory, the index of its first float).
- */
-static int each_piece(struct group *g, size_t off, size_t n,
-                      int (*fn)(struct group *g, float *x, size_t at,
-                                size_t len, const float *in, void *arg),
-                      const float *in, void *arg)
-{
-    const struct pr_engine_member *mb = &g->local[0];
-    size_t base = 0, end = off + n;
-    for (size_t p = 0; p < mb->nparts && base < end; p++) {
-        size_t len = mb->parts[p].len;
-        size_t lo = off > base ? off : base;
-        size_t hi = end < base + len ? end : base + len;
-        if (lo < hi) {
-            int rc = fn(g, mb->parts[p].data + (lo - base), lo, hi - lo,
-                        in ? in + (lo - off) : NULL, arg);
-            if (rc < 0)
-                return rc;
-        }
-        base += len;
-    }
-    return 0;
-}
-
-/* The last reduce-scatter step, in place: x = own contribution + in. */
-static int final_in_place(struct group *g, float *x, size_t at, size_t len,
-                          const float *in, void *arg)
-{
-    (void)at;
-    (void)arg;
-    if (g->mean_scale != 0)
-        pr_reduce_sum2_scale(x, x, in, g->mean_scale, len);
-    else
-        pr_reduce_axpb_inplace(x, x, (float)g->local[0].weight, in, len);
-    return 0;
-}
-
-/* An all-gather chunk, in place: the final floats themselves. */
-static int copy_in_place(struct group *g, float *x, size_t at, size_t len,
-                         const float *in, void *arg)
-{
-    (void)g;
-    (void)at;
-    (void)arg;
-    memcpy(x, in, len * sizeof(float));
-    return 0;
-}
-
-/*
- * The floats [at, ...) of the only local member's memory, when that memory
- * can go to the wire as it is (one member, counted unscaled), and how many
- * follow in the same part; NULL otherwise.
- */
-static const float *direct_src(const struct group *g, size_t at, size_t *n)
-{
-    if (!g->e->direct || g->nlocal != 1 ||
-        (g->mean_scale == 0 && g->local[0].weight != 1.0))
-        return NULL;
-    const struct pr_engine_member *mb = &g->local[0];
-    size_t off = 0;
-    for (size_t p = 0; p < mb->nparts; p++) {
-        if (at < off + mb->parts[p].len) {
-            *n = off + mb->parts[p].len - at;
-            return mb->parts[p].data + (at - off);
-        }
-        off += mb->parts[p].len;
-    }
-    return NULL;
-}
-
-/*
  * Step 0: this daemon's own segment, cut into chunks of its chunk size. A
  * lone local member's memory goes to the wire as it is (its region of the
  * scratch vector is only ever written by the all-gather); otherwise each
@@ -432,35 +222,17 @@ static int sum_and_post_own_segment(struct group *g)
         return post(g, 0, g->pos, start, 0);
     for (size_t off = 0; off < len;) {
         size_t n = len - off < c ? len - off : c, in_part;
-        const float *src = direct_src(g, start + off, &in_part);
+        const float *src = pr_engine_direct_src(g, start + off, &in_part);
         if (src && in_part < n)
             n = in_part; /* a chunk never spans two tensors */
         if (!src)
-            local_sum(g, start + off, start + off + n, NULL, 0);
+            pr_engine_local_sum(g, start + off, start + off + n, NULL, 0);
         int rc = post_from(g, 0, g->pos, start + off, n, src);
         if (rc < 0)
             return rc;
         off += n;
     }
     return 0;
-}
-
-static void write_results(struct group *g)
-{
-    for (size_t i = 0; i < g->nlocal; i++) {
-        const struct pr_engine_member *mb = &g->local[i];
-        size_t off = 0;
-        for (size_t p = 0; p < mb->nparts; p++) {
-            const struct pr_engine_part *pt = &mb->parts[p];
-            if (g->personal)
-                pr_reduce_personal(pt->data, pt->data, g->scratch + off,
-                                   mb->weight, g->k, pt->len);
-            else
-                memcpy(pt->data, g->scratch + off, pt->len * sizeof(float));
-            off += pt->len;
-        }
-        g->e->st.bytes_reduced += g->total * sizeof(float);
-    }
 }
 
 /*
@@ -479,7 +251,7 @@ static void finish(struct group *g, int status)
         g->e->st.groups_ok++;
         g->e->st.groups_in_place++;
     } else if (status == 0) {
-        write_results(g);
+        pr_engine_write_results(g);
         g->e->st.groups_ok++;
     } else {
         g->e->st.groups_failed++;
@@ -623,12 +395,13 @@ static void apply_chunk(struct group *g, uint32_t from,
     /* From the last reduce-scatter step on, the floats are final. */
     int final = h->step >= m - 2;
     if (final && g->in_place)
-        each_piece(g, h->off, h->nfloats,
-                   h->step == m - 2 ? final_in_place : copy_in_place, data,
-                   NULL);
+        pr_engine_each_piece(g, h->off, h->nfloats,
+                             h->step == m - 2 ? pr_engine_final_in_place
+                                              : pr_engine_copy_in_place,
+                             data, NULL);
     else if (h->step < m - 1)
-        local_sum(g, h->off, h->off + h->nfloats, data,
-                  h->step == m - 2 ? g->mean_scale : 0);
+        pr_engine_local_sum(g, h->off, h->off + h->nfloats, data,
+                            h->step == m - 2 ? g->mean_scale : 0);
     else
         memcpy(g->scratch + h->off, data, h->nfloats * sizeof(float));
 
@@ -645,7 +418,8 @@ static void apply_chunk(struct group *g, uint32_t from,
         struct fwd f = {h->step + 1, h->seg};
         /* (An empty segment's chunk has no piece: it goes as it came.) */
         int rc = final && g->in_place && h->nfloats > 0
-                     ? each_piece(g, h->off, h->nfloats, post_piece, NULL, &f)
+                     ? pr_engine_each_piece(g, h->off, h->nfloats, post_piece,
+                                            NULL, &f)
                      : post(g, h->step + 1, h->seg, h->off, h->nfloats);
         if (rc < 0) {
             finish(g, rc);
@@ -682,18 +456,6 @@ static void replay(struct pr_engine *e, struct group *g)
     }
 }
 
-/* 1/k when every member weighs exactly 1/k and results are not personal. */
-static float uniform_scale(const struct pr_engine_group *spec)
-{
-    if (spec->personal || spec->k <= 1)
-        return 0;
-    double u = 1.0 / (double)spec->k;
-    for (size_t i = 0; i < spec->nlocal; i++)
-        if (fabs(spec->local[i].weight - u) > 1e-12)
-            return 0;
-    return (float)u;
-}
-
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 {
     if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
@@ -725,7 +487,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->m = m;
     g->pos = spec->pos;
     g->personal = spec->personal;
-    g->mean_scale = uniform_scale(spec);
+    g->mean_scale = pr_engine_uniform_scale(spec);
     /* Forwarding from the member's memory needs direct sends. */
     g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
                   !spec->personal && e->direct;
@@ -757,7 +519,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 
     /* 1. The weighted local sum, straight from the members' memory. */
     if (m == 1) {
-        local_sum(g, 0, g->total, NULL, 0);
+        pr_engine_local_sum(g, 0, g->total, NULL, 0);
         if (g->mean_scale != 0)
             pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
         finish(g, 0);
