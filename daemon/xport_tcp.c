@@ -11,82 +11,10 @@
 #include "daemon/engine.h"
 #include "daemon/log.h"
 #include "daemon/rdma.h"
-
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 2000
-#define HELLO_MAX      4096
-#define SWEEP_MS       250
-
-enum pstate {
-    P_DOWN,
-    P_CONNECTING, /* TCP connect in progress (outgoing) */
-    P_CHALLENGE,  /* connected; waiting for the peer's challenge */
-    P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
-    P_RDMA_WAIT,  /* welcome sent with RDMA; waiting for RdmaReady */
-    P_UP,
-};
-
-/* A send posted while the link was not up. */
-struct pending {
-    struct pending *next;
-    struct pr_chunk_hdr h;
-    const float *data;
-    pr_send_cb cb;
-    void *arg;
-};
-
-struct tpeer {
-    struct pr_link base;
-    struct pr_tcp_xport *x;
-    struct tpeer *next;
-    char addr[128];
-    struct pr_conn *conn;
-    enum pstate state;
-    int outgoing; /* this side connects (self > node_id) */
-    int listed;
-    struct pending *q, **qtail;
-    uv_timer_t retry;
-    uint32_t backoff_ms;
-    float *abuf; /* aligned copy for a payload at an odd address */
-    size_t abuf_len;
-    struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
-    uint64_t since_ms;     /* when the current state (or queueing) began */
-    uint8_t nc[PR_AUTH_NONCE_LEN]; /* outgoing: our nonce */
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's challenge */
-};
-
-/* An incoming connection that has not said hello yet. */
-struct stranger {
-    struct stranger *next;
-    struct pr_conn *conn;
-    uint64_t expires_ms;
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
-};
-
-struct pr_tcp_xport {
-    uv_loop_t *loop;
-    uint32_t self;
-    size_t max_frame;
-    uint32_t connect_timeout_ms;
-    uv_tcp_t listener;
-    int listening;
-    struct pr_engine *engine;
-    struct tpeer *peers;
-    int closing;
-    int handles; /* open handles that still reference x */
-    uint64_t bytes_sent, bytes_recv;
-    struct pr_rdma *rdma; /* NULL: TCP only */
-    int rdma_required;    /* transport = rdma: refuse peers without it */
-    struct stranger *strangers;
-    const struct pr_auth_key *key; /* NULL: no cluster key */
-    uv_timer_t sweep;              /* hello and link-setup deadlines */
-};
+#include "daemon/xport_tcp_int.h"
 
 static const struct pr_link_ops tcp_link_ops;
-static const struct pr_conn_ops peer_ops;
-static const struct pr_conn_ops stranger_ops;
 static void start_connect(struct tpeer *p);
-static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id);
 static int on_challenge(struct tpeer *p, struct pr_conn *c,
                         const Pr__V1__Challenge *ch);
 
@@ -126,7 +54,7 @@ static void rdma_on_chunk(void *ctx, uint32_t node,
 static void rdma_on_error(void *ctx, uint32_t node, int status)
 {
     struct pr_tcp_xport *x = ctx;
-    struct tpeer *p = find_peer(x, node);
+    struct tpeer *p = pr_tcp_peer_find(x, node);
     if (p && p->conn)
         pr_conn_close(p->conn, status);
 }
@@ -158,7 +86,7 @@ void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
     x->self = self;
 }
 
-static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id)
+struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id)
 {
     for (struct tpeer *p = x->peers; p; p = p->next)
         if (p->base.node_id == id)
@@ -168,11 +96,11 @@ static struct tpeer *find_peer(struct pr_tcp_xport *x, uint32_t id)
 
 struct pr_link *pr_tcp_xport_link(struct pr_tcp_xport *x, uint32_t node_id)
 {
-    struct tpeer *p = find_peer(x, node_id);
+    struct tpeer *p = pr_tcp_peer_find(x, node_id);
     return p && p->listed ? &p->base : NULL;
 }
 
-static void fail_pending(struct tpeer *p, int status)
+void pr_tcp_peer_fail_pending(struct tpeer *p, int status)
 {
     while (p->q) {
         struct pending *s = p->q;
@@ -231,7 +159,7 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
 
 /*
  * Closing the connection fails the pending queue, the libuv writes and the
- * queue pair (link_down), and the peer notices the close.
+ * queue pair (pr_tcp_peer_link_down), and the peer notices the close.
  */
 static void link_reset(struct pr_link *l, int status)
 {
@@ -261,7 +189,7 @@ static void retry_cb(uv_timer_t *t)
         start_connect(p);
 }
 
-static void drop_qp(struct tpeer *p)
+void pr_tcp_peer_drop_qp(struct tpeer *p)
 {
     if (p->qp) {
         pr_rdma_qp_destroy(p->qp);
@@ -269,15 +197,15 @@ static void drop_qp(struct tpeer *p)
     }
 }
 
-static void link_down(struct tpeer *p, int status)
+void pr_tcp_peer_link_down(struct tpeer *p, int status)
 {
     p->conn = NULL;
     p->state = P_DOWN;
-    drop_qp(p);
+    pr_tcp_peer_drop_qp(p);
     if (p->x->engine)
         pr_engine_link_down(p->x->engine, p->base.node_id,
                             status ? status : -ECONNRESET);
-    fail_pending(p, status ? status : -ECONNRESET);
+    pr_tcp_peer_fail_pending(p, status ? status : -ECONNRESET);
     if (p->outgoing && p->listed && !p->x->closing) {
         uv_timer_start(&p->retry, retry_cb, p->backoff_ms, 0);
         p->backoff_ms *= 2;
@@ -294,10 +222,10 @@ static void peer_on_close(struct pr_conn *c, int status)
     if (p->state == P_UP)
         pr_warn("peer node %u (%s): link down: %s", p->base.node_id, p->addr,
                 status ? strerror(-status) : "closed");
-    link_down(p, status);
+    pr_tcp_peer_link_down(p, status);
 }
 
-static void up(struct tpeer *p)
+void pr_tcp_peer_up(struct tpeer *p)
 {
     p->state = P_UP;
     p->backoff_ms = BACKOFF_MIN_MS;
@@ -319,14 +247,14 @@ static void up(struct tpeer *p)
 static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
 {
     if (!ri || !p->qp) {
-        drop_qp(p);
+        pr_tcp_peer_drop_qp(p);
         if (p->x->rdma_required) {
             pr_err("peer node %u (%s) offers no RDMA and transport = rdma: "
                    "closing",
                    p->base.node_id, p->addr);
             return -EPROTONOSUPPORT;
         }
-        up(p);
+        pr_tcp_peer_up(p);
         return 0;
     }
     int rc = pr_rdma_qp_connect(p->qp, ri);
@@ -340,7 +268,7 @@ static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
     if (rc < 0)
         return rc;
     pr_rdma_qp_start(p->qp);
-    up(p);
+    pr_tcp_peer_up(p);
     return 0;
 }
 
@@ -370,7 +298,7 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     if (p->state == P_RDMA_WAIT &&
         m->body_case == PR__V1__MSG__BODY_RDMA_READY) {
         pr_rdma_qp_start(p->qp);
-        up(p);
+        pr_tcp_peer_up(p);
         return 0;
     }
     if (m->body_case == PR__V1__MSG__BODY_ERROR) {
@@ -425,7 +353,7 @@ static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
     return 0;
 }
 
-static const struct pr_conn_ops peer_ops = {
+const struct pr_conn_ops pr_tcp_peer_ops = {
     .on_msg = peer_on_msg,
     .on_data = peer_on_data,
     .on_close = peer_on_close,
@@ -466,7 +394,7 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
     Pr__V1__RdmaInfo ri;
-    drop_qp(p);
+    pr_tcp_peer_drop_qp(p);
     if (p->x->rdma &&
         pr_rdma_qp_create(p->x->rdma, p->base.node_id, &p->qp) == 0) {
         pr_rdma_qp_info(p->qp, &ri);
@@ -492,7 +420,7 @@ static void start_connect(struct tpeer *p)
         return;
     }
     struct pr_conn *c =
-        pr_conn_create_tcp(p->x->loop, p->x->max_frame, &peer_ops, p);
+        pr_conn_create_tcp(p->x->loop, p->x->max_frame, &pr_tcp_peer_ops, p);
     if (!c)
         return;
     p->conn = c;
@@ -507,7 +435,7 @@ static void start_connect(struct tpeer *p)
     uv_timer_start(&p->retry, retry_cb, p->x->connect_timeout_ms, 0);
 }
 
-static struct tpeer *add_peer(struct pr_tcp_xport *x, uint32_t id,
+struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
                               const char *addr)
 {
     struct tpeer *p = calloc(1, sizeof(*p));
@@ -560,10 +488,10 @@ static void remove_peer(struct tpeer *p)
         p->conn = NULL;
         pr_conn_detach_close(c);
     }
-    drop_qp(p);
+    pr_tcp_peer_drop_qp(p);
     if (p->x->engine)
         pr_engine_link_down(p->x->engine, p->base.node_id, -ECONNRESET);
-    fail_pending(p, -ECONNRESET);
+    pr_tcp_peer_fail_pending(p, -ECONNRESET);
     uv_close((uv_handle_t *)&p->retry, peer_closed_cb);
 }
 
@@ -575,8 +503,8 @@ int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
     for (size_t i = 0; i < n; i++) {
         if (peers[i].node_id == x->self)
             continue;
-        struct tpeer *p = find_peer(x, peers[i].node_id);
-        if (!p && !(p = add_peer(x, peers[i].node_id, peers[i].addr)))
+        struct tpeer *p = pr_tcp_peer_find(x, peers[i].node_id);
+        if (!p && !(p = pr_tcp_peer_add(x, peers[i].node_id, peers[i].addr)))
             return -ENOMEM;
         snprintf(p->addr, sizeof(p->addr), "%s", peers[i].addr);
         p->listed = 1;
@@ -594,264 +522,6 @@ int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
         }
         p = next;
     }
-    return 0;
-}
-
-/*
- * The accepting side of the RDMA offer in a hello: a queue pair brought to
- * RTS against the peer's, whose info then goes back in the welcome.
- */
-static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
-                       const Pr__V1__RdmaInfo *offer, Pr__V1__RdmaInfo *ri)
-{
-    drop_qp(p);
-    if (!offer || !x->rdma) {
-        if (x->rdma_required) {
-            pr_err("peer node %u offers no RDMA and transport = rdma",
-                   p->base.node_id);
-            return -EPROTONOSUPPORT;
-        }
-        return 0;
-    }
-    int rc = pr_rdma_qp_create(x->rdma, p->base.node_id, &p->qp);
-    if (rc == 0)
-        rc = pr_rdma_qp_connect(p->qp, offer);
-    if (rc < 0) {
-        drop_qp(p);
-        return x->rdma_required ? rc : 0;
-    }
-    pr_rdma_qp_info(p->qp, ri);
-    return 0;
-}
-
-static const struct stranger *find_stranger(struct pr_tcp_xport *x,
-                                            const struct pr_conn *c)
-{
-    for (const struct stranger *st = x->strangers; st; st = st->next)
-        if (st->conn == c)
-            return st;
-    return NULL;
-}
-
-static void unlist_stranger(struct pr_tcp_xport *x, struct pr_conn *c)
-{
-    for (struct stranger **pp = &x->strangers; *pp; pp = &(*pp)->next) {
-        if ((*pp)->conn == c) {
-            struct stranger *st = *pp;
-            *pp = st->next;
-            free(st);
-            return;
-        }
-    }
-}
-
-/*
- * Deadlines no single callback enforces: a hello that never comes, a
- * queued send whose link never comes up, an RDMA handshake that stalls.
- */
-static void sweep_cb(uv_timer_t *t)
-{
-    struct pr_tcp_xport *x = t->data;
-    uint64_t now = uv_now(x->loop);
-    struct stranger *st = x->strangers;
-    while (st) {
-        struct stranger *next = st->next;
-        if (now >= st->expires_ms) {
-            pr_warn("%s: no hello within %u ms: closing", st->conn->name,
-                    x->connect_timeout_ms);
-            pr_conn_close(st->conn, -ETIMEDOUT);
-        }
-        st = next;
-    }
-    for (struct tpeer *p = x->peers; p; p = p->next) {
-        if (p->state == P_UP || now - p->since_ms < x->connect_timeout_ms)
-            continue;
-        if (p->q) {
-            pr_warn("peer node %u: link not up within %u ms: failing its "
-                    "queued sends",
-                    p->base.node_id, x->connect_timeout_ms);
-            fail_pending(p, -ETIMEDOUT);
-        }
-        if (p->state == P_RDMA_WAIT && p->conn) {
-            pr_warn("peer node %u: no rdma_ready within %u ms: closing",
-                    p->base.node_id, x->connect_timeout_ms);
-            pr_conn_close(p->conn, -ETIMEDOUT);
-        }
-    }
-}
-
-/* An incoming connection before its hello: its owner is the transport. */
-static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
-{
-    struct pr_tcp_xport *x = c->owner;
-    if (m->body_case != PR__V1__MSG__BODY_HELLO) {
-        pr_warn("%s: %s message before hello: closing", c->name,
-                pr_msg_name(m));
-        return -EPROTO;
-    }
-    const Pr__V1__Hello *h = m->hello;
-    if (h->version != PR_PROTO_VERSION) {
-        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
-                c->name, h->version, PR_PROTO_VERSION);
-        pr_conn_fail(c, -EPROTO, "protocol version mismatch");
-        return 0;
-    }
-    if (h->role != PR__V1__ROLE__ROLE_NODE || h->node_id == x->self ||
-        h->node_id < x->self) {
-        pr_warn("%s: hello from role %d node %u is not a peer that connects "
-                "to node %u: closing",
-                c->name, (int)h->role, h->node_id, x->self);
-        pr_conn_fail(c, -EPROTO, "not a peer of this node");
-        return 0;
-    }
-    const struct stranger *st = find_stranger(x, c);
-    uint8_t proof[PR_AUTH_PROOF_LEN];
-    size_t plen;
-    const char *why;
-    if (!st ||
-        pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
-        pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
-                h->node_id, st ? why : "no challenge on record");
-        pr_conn_fail(c, -EACCES, "authentication failed");
-        return 0;
-    }
-    struct tpeer *p = find_peer(x, h->node_id);
-    if (!p) {
-        /* The scheduler's peer list has not reached us yet. */
-        p = add_peer(x, h->node_id, "");
-        if (!p)
-            return -ENOMEM;
-        p->listed = 1;
-    }
-    if (p->conn) {
-        pr_info("peer node %u: new connection replaces the old one",
-                p->base.node_id);
-        struct pr_conn *old = p->conn;
-        p->conn = NULL;
-        pr_conn_close(old, -ECONNRESET);
-        link_down(p, -ECONNRESET);
-    }
-    Pr__V1__Msg r = PR_MSG_INIT;
-    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
-    w.version = PR_PROTO_VERSION;
-    w.id = x->self;
-    w.auth.data = proof;
-    w.auth.len = plen;
-    Pr__V1__RdmaInfo ri;
-    int rc = accept_rdma(x, p, h->rdma, &ri);
-    if (rc < 0) {
-        pr_conn_fail(c, rc,
-                     rc == -EPROTONOSUPPORT ? "this node requires RDMA"
-                                            : "RDMA setup failed");
-        return 0;
-    }
-    if (p->qp)
-        w.rdma = &ri;
-    r.body_case = PR__V1__MSG__BODY_WELCOME;
-    r.welcome = &w;
-    rc = pr_conn_send(c, &r);
-    if (rc < 0) {
-        drop_qp(p);
-        return rc;
-    }
-    c->ops = &peer_ops;
-    c->owner = p;
-    snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
-    p->conn = c;
-    /* With RDMA, writes wait until the peer's queue pair is ready. */
-    if (p->qp) {
-        p->state = P_RDMA_WAIT;
-        p->since_ms = uv_now(x->loop);
-    } else {
-        up(p);
-    }
-    unlist_stranger(x, c);
-    c->rd.max_len = x->max_frame;
-    return 0;
-}
-
-static void stranger_on_close(struct pr_conn *c, int status)
-{
-    (void)status;
-    if (c->owner)
-        unlist_stranger(c->owner, c);
-}
-
-static const struct pr_conn_ops stranger_ops = {
-    .on_msg = stranger_on_msg,
-    .on_data = NULL,
-    .on_close = stranger_on_close,
-};
-
-static void on_connection(uv_stream_t *server, int status)
-{
-    struct pr_tcp_xport *x = server->data;
-    if (status < 0) {
-        pr_warn("peer listener: %s", uv_strerror(status));
-        return;
-    }
-    /* Until its hello says who it is, a connection gets small frames. */
-    struct pr_conn *c =
-        pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, x);
-    struct stranger *st = calloc(1, sizeof(*st));
-    if (!c || !st) {
-        free(st);
-        if (c)
-            pr_conn_close(c, -ENOMEM);
-        return;
-    }
-    st->conn = c;
-    st->expires_ms = uv_now(x->loop) + x->connect_timeout_ms;
-    st->next = x->strangers;
-    x->strangers = st;
-    if (uv_accept(server, &c->h.stream) < 0) {
-        pr_conn_close(c, -ECONNABORTED);
-        return;
-    }
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[64] = "?";
-    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET)
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-        else
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-    }
-    snprintf(c->name, sizeof(c->name), "peer link from %s", ip);
-    uv_tcp_nodelay(&c->h.tcp, 1);
-    if (pr_conn_start(c) < 0) {
-        pr_conn_close(c, -EIO);
-        return;
-    }
-    Pr__V1__Challenge ch;
-    pr_auth_challenge(x->key, st->ns, &ch);
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
-    m.challenge = &ch;
-    if (pr_conn_send(c, &m) < 0)
-        pr_conn_close(c, -EIO);
-}
-
-int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
-                        uint16_t *bound)
-{
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
-        return -EINVAL;
-    int rc = uv_tcp_bind(&x->listener, (struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&x->listener, 64, on_connection);
-    if (rc < 0)
-        return rc;
-    x->listening = 1;
-    uv_timer_start(&x->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
-    int len = sizeof(ss);
-    uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
-    if (bound)
-        *bound = ntohs(ss.ss_family == AF_INET
-                           ? ((struct sockaddr_in *)&ss)->sin_port
-                           : ((struct sockaddr_in6 *)&ss)->sin6_port);
     return 0;
 }
 
