@@ -303,12 +303,10 @@ static int post_piece(struct group *g, float *x, size_t at, size_t len,
     return post_from(g, f->step, f->seg, at, len, x);
 }
 
-static int chunk_ok(const struct group *g, uint32_t from,
-                    const struct pr_chunk_hdr *h, const char **why)
+static int chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
+                    const char **why)
 {
     size_t start, len;
-    if (from != g->left)
-        return *why = "chunk from a node that is not the left neighbour", 0;
     if (h->total != g->total)
         return *why = "vector length differs from this node's", 0;
     if (h->step >= 2 * (g->m - 1))
@@ -329,8 +327,16 @@ static int chunk_ok(const struct group *g, uint32_t from,
 }
 
 /*
+ * Spans of one step kept apart at most: links deliver in order, so a step
+ * has one span unless a peer scatters its chunks, and each insert moves
+ * the spans after it: past this, the group fails instead of the loop
+ * stalling on a peer that sends a segment one float at a time backwards.
+ */
+#define MAX_SPANS 1024
+
+/*
  * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
- * them had arrived already, -ENOMEM.
+ * them had arrived already, -E2BIG past MAX_SPANS, -ENOMEM.
  */
 static int step_claim(struct step *s, size_t lo, size_t hi)
 {
@@ -353,6 +359,8 @@ static int step_claim(struct step *s, size_t lo, size_t hi)
     } else if (succ && succ->lo == hi) {
         succ->lo = lo;
     } else {
+        if (s->nspans == MAX_SPANS)
+            return -E2BIG;
         if (s->nspans == s->cap) {
             size_t cap = s->cap ? 2 * s->cap : 4;
             struct span *n = realloc(s->spans, cap * sizeof(*n));
@@ -374,10 +382,24 @@ static void apply_chunk(struct group *g, uint32_t from,
 {
     const char *why = NULL;
     int claimed = 0;
-    if (chunk_ok(g, from, h, &why)) {
+    /*
+     * Only the left neighbour sends into this group: a chunk from another
+     * node (a stray of an older session with the same id, or a node that
+     * is not in the group) is dropped, so it cannot fail the group.
+     */
+    if (from != g->left) {
+        g->e->st.chunks_dropped++;
+        pr_warn("group %llu: chunk from node %u, which is not the left "
+                "neighbour (node %u): dropped",
+                (unsigned long long)g->id, from, g->left);
+        return;
+    }
+    if (chunk_ok(g, h, &why)) {
         claimed = step_claim(&g->steps[h->step], h->off, h->off + h->nfloats);
         if (claimed == -EPROTO)
             why = "floats that had arrived already";
+        else if (claimed == -E2BIG)
+            why = "chunks scattered over too many pieces";
     }
     if (claimed == -ENOMEM) {
         finish(g, -ENOMEM);
@@ -506,6 +528,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     }
     memcpy(g->ring, spec->ring, m * sizeof(*g->ring));
     memcpy(g->local, spec->local, spec->nlocal * sizeof(*g->local));
+    for (size_t i = 0; i < g->nlocal; i++)
+        g->local[i].detached = 0;
     g->left = g->ring[(g->pos + m - 1) % m];
     g->right = g->ring[(g->pos + 1) % m];
     g->steps_left = m > 1 ? 2 * (m - 1) : 0;
@@ -618,6 +642,25 @@ int pr_engine_abort(struct pr_engine *e, uint64_t id, int status)
         return -ENOENT;
     finish(g, status);
     return 0;
+}
+
+int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank)
+{
+    struct group *g = find(e, id);
+    if (!g || g->state != G_RUNNING)
+        return -ENOENT;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        if (g->local[i].rank == rank) {
+            /*
+             * In place, final floats keep going into its tensors (they are
+             * what is forwarded), within that contract: each float as it
+             * was or at its final value.
+             */
+            g->local[i].detached = 1;
+            return 0;
+        }
+    }
+    return -ENOENT;
 }
 
 static void sweep_cb(uv_timer_t *t)

@@ -49,6 +49,11 @@ struct pr_engine_member {
      * was or at its final value.
      */
     int in_place;
+    /*
+     * Engine-owned (0 on start): set by pr_engine_detach() when the
+     * member's trainer left; its tensors are then never written.
+     */
+    int detached;
 };
 
 typedef void (*pr_engine_done_cb)(void *arg, uint64_t group_id, int status);
@@ -131,6 +136,15 @@ void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status);
 void pr_engine_new_session(struct pr_engine *e, uint64_t id_base);
 /* Fails group `id` with `status`; -ENOENT when not running. */
 int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
+/*
+ * The trainer of local member `rank` of group `id` is gone (its answer
+ * can no longer be delivered, and it was told the reduce failed): the
+ * group goes on for the others, its floats still count, but its tensors
+ * get no write-back, so a trainer that saw the failure finds them
+ * unchanged (in place, its contract holds: each float as it was or at its
+ * final value). -ENOENT when there is no such running group or member.
+ */
+int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank);
 void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);
 size_t pr_engine_running(const struct pr_engine *e);
 

@@ -134,6 +134,8 @@ void pr_engine_write_results(struct group *g)
 {
     for (size_t i = 0; i < g->nlocal; i++) {
         const struct pr_engine_member *mb = &g->local[i];
+        if (mb->detached)
+            continue;
         size_t off = 0;
         for (size_t p = 0; p < mb->nparts; p++) {
             const struct pr_engine_part *pt = &mb->parts[p];

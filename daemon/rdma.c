@@ -86,6 +86,7 @@ int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
     what = "ibv_create_cq";
     if (!(r->cq = ibv_create_cq(r->ctx, CQ_DEPTH, r, r->ch, 0)))
         goto fail;
+    r->cq_cap = (uint32_t)r->cq->cqe;
     what = "ibv_req_notify_cq";
     if ((rc = ibv_req_notify_cq(r->cq, 0)) != 0)
         goto fail_rc;

@@ -96,3 +96,19 @@ void pr_rdma_piece(const struct pr_chunk_hdr *h, uint32_t per, size_t i,
     size_t left = h->nfloats > first ? h->nfloats - first : 0;
     out->nfloats = (uint32_t)(left < per ? left : per);
 }
+
+int pr_rdma_slots_ok(uint32_t slots, uint32_t slot_bytes)
+{
+    if (slots == 0 || slots > PR_RDMA_SLOTS_MAX ||
+        slot_bytes < PR_RDMA_SLOT_MIN || slot_bytes > PR_RDMA_SLOT_MAX)
+        return -EPROTO;
+    return 0;
+}
+
+int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes, uint32_t nfloats)
+{
+    if (byte_len > slot_bytes || byte_len < PR_CHUNK_HDR_LEN ||
+        byte_len - PR_CHUNK_HDR_LEN != (uint64_t)nfloats * sizeof(float))
+        return -EPROTO;
+    return 0;
+}

@@ -81,4 +81,22 @@ size_t pr_rdma_pieces(const struct pr_chunk_hdr *h, size_t slot_bytes,
 void pr_rdma_piece(const struct pr_chunk_hdr *h, uint32_t per, size_t i,
                    struct pr_chunk_hdr *out);
 
+/*
+ * The smallest and largest receive slot a peer may advertise: a chunk
+ * header plus 4 KiB to 64 MiB (transport.chunk_kb's bounds). Smaller
+ * slots would cut every chunk into thousands of writes.
+ */
+#define PR_RDMA_SLOT_MIN  (PR_CHUNK_HDR_LEN + 4096u)
+#define PR_RDMA_SLOT_MAX  (PR_CHUNK_HDR_LEN + (64u << 20) + 64u)
+#define PR_RDMA_SLOTS_MAX 1024u
+/* 0 when a peer's advertised slots are within those bounds, else -EPROTO. */
+int pr_rdma_slots_ok(uint32_t slots, uint32_t slot_bytes);
+/*
+ * A data write that landed in one of this side's slots of `slot_bytes`:
+ * 0 when its length fits the slot and matches the chunk header written
+ * with it (`nfloats` floats after the header), else -EPROTO. The length
+ * must be checked against the slot: the peer may write across slots.
+ */
+int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes, uint32_t nfloats);
+
 #endif

@@ -82,6 +82,13 @@ struct pr_rdma_qp {
     uint32_t rq_posted;
     int started;
     int dying;
+    /*
+     * Until pr_rdma_qp_destroy(): the transport holds q, so a queue pair
+     * that failed on its own (fail_qp) stays allocated, dying, until its
+     * owner lets go; only then may the last completion free it.
+     */
+    int owned;
+    uint32_t cq_share; /* CQ entries reserved for it (pr_rdma.cq_used) */
     uint8_t gid[16];
 };
 
@@ -100,6 +107,12 @@ struct pr_rdma {
     enum ibv_mtu mtu;
     uint32_t slots;
     size_t slot_bytes;
+    /*
+     * Every posted request may complete at once (a flush): the CQ holds
+     * cq_cap entries, and queue pairs are created only while the sum of
+     * their send and receive queue depths (cq_used) fits.
+     */
+    uint32_t cq_cap, cq_used;
     struct pbuf *pool;
     unsigned pool_seq; /* buffers made so far: picks each one's colour */
     struct ureg *regs;

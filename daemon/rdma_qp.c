@@ -52,6 +52,30 @@ static int post_recv(struct pr_rdma_qp *q)
     return 0;
 }
 
+/*
+ * Reserves `n` completion queue entries for q, growing the CQ when the
+ * queue pairs' depths would pass it: a flush completes every posted
+ * request at once, and an overrun CQ loses completions (sends whose
+ * callbacks never run). 0, or a positive errno as verbs calls give.
+ */
+static int cq_reserve(struct pr_rdma *r, struct pr_rdma_qp *q, uint32_t n)
+{
+    if (r->cq_used + n > r->cq_cap) {
+        uint32_t want = r->cq_used + n;
+        if (want < 2 * r->cq_cap)
+            want = 2 * r->cq_cap;
+        int rc = ibv_resize_cq(r->cq, (int)want);
+        if (rc != 0)
+            return rc;
+        r->cq_cap = (uint32_t)r->cq->cqe;
+        if (r->cq_used + n > r->cq_cap)
+            return ENOBUFS;
+    }
+    r->cq_used += n;
+    q->cq_share = n;
+    return 0;
+}
+
 int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node, struct pr_rdma_qp **out)
 {
     struct pr_rdma_qp *q = calloc(1, sizeof(*q));
@@ -64,8 +88,12 @@ int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node, struct pr_rdma_qp **out)
     q->link.kind = "rdma";
     q->qtail = &q->q;
     q->sq_depth = 2 * r->slots + 16;
-    const char *what = "mmap";
-    int rc = 0;
+    q->owned = 1;
+    const char *what = "ibv_resize_cq";
+    int rc = cq_reserve(r, q, q->sq_depth + 2 * r->slots + 16);
+    if (rc != 0)
+        goto fail_rc;
+    what = "mmap";
     size_t sbytes = r->slots * r->slot_bytes;
     q->slots = mmap(NULL, sbytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -150,9 +178,8 @@ void pr_rdma_qp_info(struct pr_rdma_qp *q, Pr__V1__RdmaInfo *info)
 int pr_rdma_qp_connect(struct pr_rdma_qp *q, const Pr__V1__RdmaInfo *p)
 {
     struct pr_rdma *r = q->r;
-    if (p->gid.len != 16 || p->slots == 0 || p->slots > 1024 ||
-        p->slot_bytes < PR_CHUNK_HDR_LEN + sizeof(float) || p->psn > 0xffffff ||
-        p->mtu < IBV_MTU_256 || p->mtu > IBV_MTU_4096) {
+    if (p->gid.len != 16 || pr_rdma_slots_ok(p->slots, p->slot_bytes) < 0 ||
+        p->psn > 0xffffff || p->mtu < IBV_MTU_256 || p->mtu > IBV_MTU_4096) {
         pr_warn("rdma: peer node %u: queue pair info out of range", q->node);
         return -EPROTO;
     }
@@ -442,11 +469,10 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     const uint8_t *slot = q->slots + (size_t)n * r->slot_bytes;
     struct pr_chunk_hdr h;
     pr_chunk_hdr_decode(slot, &h);
-    if (wc->byte_len < PR_CHUNK_HDR_LEN ||
-        wc->byte_len - PR_CHUNK_HDR_LEN != (size_t)h.nfloats * sizeof(float)) {
-        pr_warn("rdma: peer node %u: write of %u bytes for a chunk of %u "
-                "floats",
-                q->node, wc->byte_len, h.nfloats);
+    if (pr_rdma_write_ok(wc->byte_len, r->slot_bytes, h.nfloats) < 0) {
+        pr_warn("rdma: peer node %u: write of %u bytes (slots of %zu) for "
+                "a chunk of %u floats",
+                q->node, wc->byte_len, r->slot_bytes, h.nfloats);
         fail_qp(q, -EPROTO);
         return;
     }
@@ -522,6 +548,7 @@ void pr_rdma_qp_complete(struct pr_rdma *r, const struct ibv_wc *wc)
 
 static void qp_free(struct pr_rdma_qp *q)
 {
+    q->r->cq_used -= q->cq_share;
     if (q->qp)
         ibv_destroy_qp(q->qp);
     if (q->hdrs_mr)
@@ -537,7 +564,7 @@ static void qp_free(struct pr_rdma_qp *q)
 /* A dying queue pair goes once every posted request has flushed. */
 static void maybe_reap(struct pr_rdma_qp *q)
 {
-    if (!q->dying || q->sq_used || q->rq_posted)
+    if (q->owned || !q->dying || q->sq_used || q->rq_posted)
         return;
     struct pr_rdma_qp **pp = &q->r->qps;
     while (*pp && *pp != q)
@@ -563,6 +590,7 @@ void pr_rdma_qp_destroy(struct pr_rdma_qp *q)
 {
     if (!q)
         return;
+    q->owned = 0;
     if (!q->dying) {
         q->dying = 1;
         struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};

@@ -148,7 +148,12 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                 p->base.node_id);
         struct pr_conn *old = p->conn;
         p->conn = NULL;
-        pr_conn_close(old, -ECONNRESET);
+        /*
+         * Detached: its close callback may run after p is gone (the peer
+         * dropped from the list in this loop turn); link_down does what
+         * that callback would.
+         */
+        pr_conn_detach_close(old);
         pr_tcp_peer_link_down(p, -ECONNRESET);
     }
     Pr__V1__Msg r = PR_MSG_INIT;
@@ -178,6 +183,12 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     c->owner = p;
     snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
     p->conn = c;
+    unlist_stranger(x, c);
+    /*
+     * A peer's frames may be chunk-sized now; before up(), which sends the
+     * chunks queued for this peer over c with this limit.
+     */
+    c->rd.max_len = x->max_frame;
     /* With RDMA, writes wait until the peer's queue pair is ready. */
     if (p->qp) {
         p->state = P_RDMA_WAIT;
@@ -185,8 +196,6 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     } else {
         pr_tcp_peer_up(p);
     }
-    unlist_stranger(x, c);
-    c->rd.max_len = x->max_frame;
     return 0;
 }
 

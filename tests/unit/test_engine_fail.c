@@ -233,6 +233,44 @@ START_TEST(test_engine_destroy_reports_finished_group)
 }
 END_TEST
 
+/*
+ * A member whose trainer left mid-group (pr_engine_detach): the group
+ * completes for everyone else with its floats counted, and its tensors are
+ * never written. In place, the final floats still land (its contract).
+ */
+START_TEST(test_engine_detached_member_not_written)
+{
+    static const size_t nlocal[2] = {1, 2};
+    static const int ring[2] = {0, 1};
+    int in_place = _i;
+    direct_sends = in_place; /* in place needs direct sends */
+    struct net *net = net_new(2, 64);
+    struct tgroup *tg = tg_new(1, 1000, 2, ring, nlocal, 0, 90);
+    if (in_place)
+        tg_set_in_place(tg, 0, 1);
+    net_hold_all(net, 1);
+    tg_start_all(net, tg);
+    /* Node 0's lone member leaves; node 1's two members stay. */
+    uint32_t gone = tg->spec[0][0].rank;
+    ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone), 0);
+    ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone + 1000), -ENOENT);
+    ck_assert_int_eq(pr_engine_detach(E(net, 0), 2, gone), -ENOENT);
+    net_hold_all(net, 0);
+    run_until(net, tg_all_done, tg);
+    tg_check_done(tg, 0);
+    /* The others hold the mean of all three inputs. */
+    tg_check_mean_at(tg, 1);
+    if (in_place)
+        tg_check_mean_at(tg, 0);
+    else
+        tg_check_unchanged(tg, 0);
+    /* Not running any more: nothing to detach. */
+    ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone), -ENOENT);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Bad chunks                                                           */
 
@@ -259,8 +297,6 @@ static const struct bad_case bad_cases[] = {
     {"wrong segment", 0, {{0}}, H(4, 4, 0, 1), 100},
     {"step out of range", 0, {{0}}, H(0, 4, 4, 0), 100},
     {"step huge", 0, {{0}}, H(0, 4, UINT32_MAX, 0), 100},
-    {"from the right neighbour", 0, {{0}}, H(0, 4, 0, 0), 102},
-    {"from a stranger", 0, {{0}}, H(0, 4, 0, 0), 7},
     {"more than the segment", 0, {{0}}, H(0, 5, 0, 0), 100},
     {"past the segment end", 0, {{0}}, H(1, 4, 0, 0), 100},
     {"before the segment", 0, {{0}}, H(7, 2, 1, 2), 100},
@@ -325,9 +361,83 @@ static const struct {
     enum field f;
     uint64_t value;
 } corruptions[] = {
-    {F_TOTAL, 1001}, {F_OFF, 999}, {F_STEP, 2}, {F_SEG, 1}, {F_FROM, 103},
+    {F_TOTAL, 1001},
+    {F_OFF, 999},
+    {F_STEP, 2},
+    {F_SEG, 1},
 };
 #define NCORRUPT (int)(sizeof(corruptions) / sizeof(corruptions[0]))
+
+/*
+ * A chunk from a node that is not the left neighbour (the right one, or one
+ * outside the group: a stray of an older session with the same group id)
+ * is dropped and counted; the group goes on and its tensors are untouched.
+ */
+static const uint32_t stray_from[] = {102, 7};
+
+START_TEST(test_engine_stray_chunk_dropped)
+{
+    static const int ring[3] = {0, 1, 2};
+    static const size_t nlocal[3] = {0, 2, 0};
+    struct net *net = net_new(3, 64);
+    struct tgroup *tg = tg_new(1, 12, 3, ring, nlocal, 0, 60 + (uint64_t)_i);
+    net->links[1][2].drop = 1;
+    ck_assert_int_eq(tg_start_timeout(net, tg, 1, 2000), 0);
+    run_quiet(net);
+    float data[4] = {1, 1, 1, 1};
+    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0}; /* step 0, segment 0 */
+    pr_engine_on_chunk(E(net, 1), stray_from[_i], &h, data);
+    run_quiet(net);
+    ck_assert_int_eq(tg->done[1].calls, 0);
+    ck_assert_uint_eq(stats(net, 1).chunks_dropped, 1);
+    ck_assert_uint_eq(pr_engine_running(E(net, 1)), 1);
+    /* The left neighbour's own chunk for that step is still taken. */
+    pr_engine_on_chunk(E(net, 1), 100, &h, data);
+    run_quiet(net);
+    ck_assert_int_eq(tg->done[1].calls, 0);
+    ck_assert_int_eq(pr_engine_abort(E(net, 1), 1, -ECANCELED), 0);
+    run_until(net, pos_done, &tg->done[1]);
+    ck_assert_int_eq(tg->done[1].status, -ECANCELED);
+    ck_assert_uint_eq(stats(net, 1).chunks_dropped, 1);
+    tg_check_unchanged(tg, 1);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
+/*
+ * The left neighbour sends a segment one float at a time, every other
+ * float, backwards: each chunk is a new span before the others. Past the
+ * span limit the group fails (-EPROTO) instead of the loop spending
+ * quadratic time on the peer's chunks.
+ */
+START_TEST(test_engine_scattered_chunks_fail)
+{
+    static const int ring[2] = {0, 1};
+    static const size_t nlocal[2] = {0, 1};
+    const size_t total = 8192; /* segments of 4096 */
+    struct net *net = net_new(2, 64);
+    struct tgroup *tg = tg_new(1, total, 2, ring, nlocal, 0, 70);
+    net->links[1][0].drop = 1;
+    ck_assert_int_eq(tg_start_timeout(net, tg, 1, 5000), 0);
+    run_quiet(net);
+    float one = 1.0f;
+    size_t sent = 0;
+    for (size_t off = 4094; tg->done[1].calls == 0 && off > 0; off -= 2) {
+        struct pr_chunk_hdr h = {1, total, off, 1, 0, 0};
+        pr_engine_on_chunk(E(net, 1), 100, &h, &one);
+        sent++;
+        run_turns(net);
+    }
+    run_until(net, pos_done, &tg->done[1]);
+    ck_assert_int_eq(tg->done[1].status, -EPROTO);
+    /* 1024 spans kept apart, the next one refused. */
+    ck_assert_uint_eq(sent, 1025);
+    tg_check_unchanged(tg, 1);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
 
 START_TEST(test_engine_corrupt_header)
 {
@@ -460,12 +570,16 @@ static Suite *engine_fail_suite(void)
     tcase_add_test(tc, test_engine_destroy_cancels_running);
     tcase_add_test(tc, test_engine_destroy_with_sends_posted);
     tcase_add_test(tc, test_engine_destroy_reports_finished_group);
+    tcase_add_loop_test(tc, test_engine_detached_member_not_written, 0, 2);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("bad_chunks");
     tcase_set_timeout(tc, 10);
     tcase_add_loop_test(tc, test_engine_bad_chunk, 0, NBAD);
     tcase_add_loop_test(tc, test_engine_corrupt_header, 0, NCORRUPT);
+    tcase_add_loop_test(tc, test_engine_stray_chunk_dropped, 0,
+                        (int)(sizeof(stray_from) / sizeof(stray_from[0])));
+    tcase_add_test(tc, test_engine_scattered_chunks_fail);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("start");

@@ -258,6 +258,56 @@ START_TEST(test_rdma_flow_pieces_edge_cases)
 }
 END_TEST
 
+/*
+ * A peer writes where its rkey lets it: across several of our slots at
+ * once. A write longer than one slot is refused even when the header in
+ * the named slot claims exactly that many floats, or the engine would read
+ * past the slots' mapping.
+ */
+START_TEST(test_rdma_flow_write_checked_against_slot)
+{
+    const size_t slot = 4160;
+    const uint32_t hdr = PR_CHUNK_HDR_LEN;
+    uint32_t fit = (uint32_t)((slot - hdr) / sizeof(float));
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + fit * 4, slot, fit), 0);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr, slot, 0), 0);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 4, slot, 1), 0);
+    /* Two slots' worth, header and length agreeing. */
+    uint32_t two = (uint32_t)((2 * slot - hdr) / sizeof(float));
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + two * 4, slot, two), -EPROTO);
+    ck_assert_int_eq(pr_rdma_write_ok((uint32_t)slot + 4, slot, fit + 1),
+                     -EPROTO);
+    /* Length and header disagree, or no header at all. */
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 8, slot, 1), -EPROTO);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 4, slot, 2), -EPROTO);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr - 1, slot, 0), -EPROTO);
+    ck_assert_int_eq(pr_rdma_write_ok(0, slot, 0), -EPROTO);
+    /* nfloats * 4 must not wrap to match a short write. */
+    ck_assert_int_eq(pr_rdma_write_ok(hdr, slot, 0x40000000u), -EPROTO);
+}
+END_TEST
+
+/* What a peer may advertise: no slots so small a chunk becomes thousands
+ * of writes, none beyond the largest chunk, at most 1024 of them. */
+START_TEST(test_rdma_flow_peer_slots_bounded)
+{
+    ck_assert_int_eq(pr_rdma_slots_ok(8, PR_RDMA_SLOT_MIN), 0);
+    ck_assert_int_eq(pr_rdma_slots_ok(1024, PR_RDMA_SLOT_MAX), 0);
+    ck_assert_int_eq(pr_rdma_slots_ok(8, PR_CHUNK_HDR_LEN + 4), -EPROTO);
+    ck_assert_int_eq(pr_rdma_slots_ok(8, PR_RDMA_SLOT_MIN - 1), -EPROTO);
+    ck_assert_int_eq(pr_rdma_slots_ok(8, PR_RDMA_SLOT_MAX + 1), -EPROTO);
+    ck_assert_int_eq(pr_rdma_slots_ok(0, PR_RDMA_SLOT_MIN), -EPROTO);
+    ck_assert_int_eq(pr_rdma_slots_ok(1025, PR_RDMA_SLOT_MIN), -EPROTO);
+    /* This daemon's own slots at transport.chunk_kb's bounds (4, 65536
+     * KiB; rounded up to 64 bytes as rdma.c does) pass a peer's check. */
+    ck_assert_int_eq(
+        pr_rdma_slots_ok(1, (PR_CHUNK_HDR_LEN + 4096 + 63) / 64 * 64), 0);
+    ck_assert_int_eq(
+        pr_rdma_slots_ok(1, (PR_CHUNK_HDR_LEN + (64u << 20) + 63) / 64 * 64),
+        0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rdma_flow");
@@ -274,6 +324,11 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_rdma_flow_pieces_cover_chunk);
     tcase_add_test(tc, test_rdma_flow_pieces_edge_cases);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("peer_input");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_rdma_flow_write_checked_against_slot);
+    tcase_add_test(tc, test_rdma_flow_peer_slots_bounded);
     suite_add_tcase(s, tc);
     return s;
 }
