@@ -190,8 +190,8 @@ asan:
 
 # Line coverage of the daemon and client library by make check's suites
 # (gcov, in build/cov): a file per line, least covered first, to find the
-# branches no test takes. The RDMA paths run only in the guest, so rdma.c
-# shows near 0 here. About 2 minutes.
+# branches no test takes. The RDMA paths run only in the guest, so rdma*.c
+# show near 0 here. About 2 minutes.
 COV_SRCS := $(wildcard daemon/*.c daemon/ctl/*.c client/*.c)
 coverage:
 	mkdir -p build/cov && find build/cov -name '*.gcda' -delete
