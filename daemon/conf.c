@@ -1,10 +1,10 @@
 /*
  * preduced configuration, table-driven (see conf.h).
  *
- * Every key is one row of `keys` below: where it lives in struct pr_conf,
- * its type, its default as text, its bounds and whether SIGHUP may change
- * it. Defaults go through the same setters as file values, so a bad default
- * in the table fails pr_conf_init() instead of slipping through.
+ * Every key is one row of `pr_conf_keys` (conf_table.c): where it lives in
+ * struct pr_conf, its type, its default as text, its bounds and whether SIGHUP
+ * may change it. Defaults go through the same setters as file values, so a bad
+ * default in the table fails pr_conf_init() instead of slipping through.
  *
  * Value syntax, for files and --set alike: whole numbers are decimal digits
  * only (no sign, no hex, no junk after them); reals are decimal with an
@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/conf_int.h"
 #include "daemon/log.h"
 
 /*
@@ -35,157 +36,6 @@
 #define STR_MAX 160
 
 #define SYNTAX_MSG "expected 'name = value' or '[section]'"
-
-enum type { T_STR, T_ENUM, T_U32, T_DBL };
-
-enum {
-    F_RELOAD = 1, /* SIGHUP may change it */
-    F_ADDR = 2,   /* T_STR holding host:port, checked by pr_conf_validate() */
-    F_EMPTY = 4,  /* F_ADDR: "" is allowed (off, or "same as") */
-    F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
-};
-
-struct enum_name {
-    const char *name;
-    int value;
-};
-
-struct entry {
-    const char *section; /* "" for the global keys */
-    const char *name;
-    enum type type;
-    size_t off;                    /* offsetof(struct pr_conf, field) */
-    const char *def;               /* default, parsed like a file value */
-    double lo, hi;                 /* T_U32 and T_DBL bounds, inclusive */
-    const struct enum_name *names; /* T_ENUM, ended by a NULL name */
-    int flags;                     /* F_* */
-    const char *doc;               /* one line, written by pr_conf_dump() */
-};
-
-static const struct enum_name roles[] = {
-    {"node", PR_ROLE_NODE}, {"scheduler", PR_ROLE_SCHEDULER}, {NULL, 0}};
-
-static const struct enum_name policies[] = {{"allreduce", PR_POLICY_ALLREDUCE},
-                                            {"constant", PR_POLICY_CONSTANT},
-                                            {"dynamic", PR_POLICY_DYNAMIC},
-                                            {NULL, 0}};
-
-static const struct enum_name weightings[] = {
-    {"uniform", PR_WEIGHT_UNIFORM},
-    {"staleness", PR_WEIGHT_STALENESS},
-    {NULL, 0}};
-
-static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
-                                          {"rdma", PR_XPORT_RDMA},
-                                          {"tcp", PR_XPORT_TCP},
-                                          {NULL, 0}};
-
-static const struct enum_name levels[] = {{"error", PR_LOG_ERROR},
-                                          {"warn", PR_LOG_WARN},
-                                          {"info", PR_LOG_INFO},
-                                          {"debug", PR_LOG_DEBUG},
-                                          {NULL, 0}};
-
-#define OFF(field) offsetof(struct pr_conf, field)
-
-/*
- * Grouped by section in file order: pr_conf_dump() relies on it. Columns:
- * section, name, type, field, default, lo, hi, enum names, flags, doc.
- */
-static const struct entry keys[] = {
-    {"", "role", T_ENUM, OFF(role), "node", 0, 0, roles, 0,
-     "node or scheduler"},
-    {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, 0,
-     "job name; a job's daemons share one scheduler"},
-
-    {"node", "name", T_STR, OFF(node_name), "", 0, 0, NULL, 0,
-     "this node's name; empty = host name"},
-    {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
-     0, NULL, 0, "Unix socket the local trainers connect to"},
-    {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
-     NULL, F_ADDR, "host:port of the job's scheduler"},
-    {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
-     0, NULL, F_ADDR | F_PORT0,
-     "host:port peer daemons connect to; port 0 = any free port"},
-    {"node", "data_advertise", T_STR, OFF(node_data_advertise), "", 0, 0, NULL,
-     F_ADDR | F_EMPTY, "host:port given to peers; empty = data_listen"},
-    {"node", "max_clients", T_U32, OFF(node_max_clients), "64", 1, 4096, NULL,
-     0, "trainers served at once"},
-    {"node", "max_tensor_mb", T_U32, OFF(node_max_tensor_mb), "1024", 1, 65536,
-     NULL, 0, "largest tensor, MiB"},
-    {"node", "reduce_timeout_ms", T_U32, OFF(node_reduce_timeout_ms), "30000",
-     100, 3600000, NULL, F_RELOAD, "a reduce not done after this fails, ms"},
-    {"node", "connect_timeout_ms", T_U32, OFF(node_connect_timeout_ms), "5000",
-     100, 600000, NULL, F_RELOAD,
-     "give up connecting to scheduler or peer after, ms"},
-
-    {"scheduler", "listen", T_STR, OFF(sched_listen), "127.0.0.1:7070", 0, 0,
-     NULL, F_ADDR | F_PORT0,
-     "host:port daemons connect to; port 0 = any free port"},
-    {"scheduler", "policy", T_ENUM, OFF(sched_policy), "allreduce", 0, 0,
-     policies, F_RELOAD, "allreduce, constant or dynamic"},
-    {"scheduler", "group_size", T_U32, OFF(sched_group_size), "2", 1, 65536,
-     NULL, F_RELOAD, "constant: members per group (P)"},
-    {"scheduler", "min_workers", T_U32, OFF(sched_min_workers), "0", 0, 65536,
-     NULL, F_RELOAD,
-     "no group forms before this many workers joined; 0 = at once"},
-    {"scheduler", "group_min", T_U32, OFF(sched_group_min), "2", 1, 65536, NULL,
-     F_RELOAD, "dynamic: the window grows after a group smaller than this"},
-    {"scheduler", "group_max", T_U32, OFF(sched_group_max), "0", 0, 65536, NULL,
-     F_RELOAD, "dynamic: a group closes at this size; 0 = all live workers"},
-    {"scheduler", "window_ms", T_DBL, OFF(sched_window_ms), "5", 0.001, 10000,
-     NULL, F_RELOAD, "dynamic: initial window, ms"},
-    {"scheduler", "window_min_ms", T_DBL, OFF(sched_window_min_ms), "0.01",
-     0.001, 10000, NULL, F_RELOAD, "dynamic: smallest window, ms"},
-    {"scheduler", "window_max_ms", T_DBL, OFF(sched_window_max_ms), "10", 0.001,
-     10000, NULL, F_RELOAD, "dynamic: largest window, ms"},
-    {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
-     weightings, F_RELOAD, "uniform or staleness"},
-    {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
-     0, 1, NULL, F_RELOAD,
-     "staleness: decay per version behind, strictly in (0, 1)"},
-    {"scheduler", "isolation_bound", T_U32, OFF(sched_isolation_bound), "10", 0,
-     1000000, NULL, F_RELOAD,
-     "B: connect all workers every B x N updates; 0 = off"},
-    {"scheduler", "generator_hold_ms", T_DBL, OFF(sched_gen_hold_ms), "0", 0,
-     600000, NULL, F_RELOAD,
-     "generator: fixed hold for another component, ms; 0 = adaptive"},
-    {"scheduler", "generator_hold_max_ms", T_DBL, OFF(sched_gen_hold_max_ms),
-     "5000", 1, 3600000, NULL, F_RELOAD, "generator: the longest hold, ms"},
-    {"scheduler", "heartbeat_ms", T_U32, OFF(sched_heartbeat_ms), "1000", 10,
-     600000, NULL, 0, "heartbeat period, ms"},
-    {"scheduler", "node_timeout_ms", T_U32, OFF(sched_node_timeout_ms), "5000",
-     50, 3600000, NULL, 0, "a silent daemon is declared dead after, ms"},
-    {"scheduler", "group_timeout_ms", T_U32, OFF(sched_group_timeout_ms),
-     "30000", 100, 3600000, NULL, F_RELOAD,
-     "a group not done after this is aborted, ms"},
-
-    {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
-     "auto, rdma or tcp"},
-    {"transport", "chunk_kb", T_U32, OFF(xport_chunk_kb), "1024", 4, 65536,
-     NULL, 0, "ring all-reduce chunk, KiB"},
-    {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
-     "chunks in flight per link"},
-    {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,
-     0, "verbs device name; empty = the first device"},
-    {"transport", "rdma_port", T_U32, OFF(xport_rdma_port), "1", 1, 255, NULL,
-     0, "port number on the device"},
-    {"transport", "gid_index", T_U32, OFF(xport_gid_index), "1", 0, 255, NULL,
-     0, "GID table index (RoCE v2 is usually 1 or 3)"},
-    {"transport", "rdma_timeout", T_U32, OFF(xport_rdma_timeout), "18", 8, 24,
-     NULL, 0, "RDMA ack timeout exponent: 4.096 us * 2^n"},
-
-    {"security", "key_file", T_STR, OFF(sec_key_file), "", 0, 0, NULL, 0,
-     "cluster key file; empty = no authentication"},
-
-    {"metrics", "listen", T_STR, OFF(metrics_listen), "", 0, 0, NULL,
-     F_ADDR | F_EMPTY, "host:port of the Prometheus endpoint; empty = off"},
-
-    {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, levels, F_RELOAD,
-     "error, warn, info or debug"},
-};
-
-#define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
 static const void *cfield(const struct pr_conf *c, const struct entry *e)
 {
@@ -235,8 +85,8 @@ static const struct entry *lookup(const char *section, const char *name,
     const struct entry *other = NULL;
     int section_known = !*section;
 
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct entry *e = &keys[i];
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        const struct entry *e = &pr_conf_keys[i];
         if (strcmp(e->section, section) == 0) {
             section_known = 1;
             if (strcmp(e->name, name) == 0)
@@ -394,8 +244,8 @@ int pr_conf_init(struct pr_conf *c)
     int rc;
 
     memset(c, 0, sizeof(*c));
-    for (size_t i = 0; i < NKEYS; i++) {
-        rc = set_value(c, &keys[i], keys[i].def, &err);
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        rc = set_value(c, &pr_conf_keys[i], pr_conf_keys[i].def, &err);
         if (rc) {
             pr_conf_fini(c);
             return rc;
@@ -409,9 +259,9 @@ int pr_conf_init(struct pr_conf *c)
 
 void pr_conf_fini(struct pr_conf *c)
 {
-    for (size_t i = 0; i < NKEYS; i++) {
-        if (keys[i].type == T_STR) {
-            char **s = field(c, &keys[i]);
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        if (pr_conf_keys[i].type == T_STR) {
+            char **s = field(c, &pr_conf_keys[i]);
             free(*s);
             *s = NULL;
         }
@@ -428,10 +278,10 @@ struct parse {
     FILE *f;
     struct pr_conf_err *err;
     int lineno;
-    int indented;    /* the current line starts with white space */
-    int rc;          /* first error, 0 while none */
-    int err_line;    /* its line */
-    int seen[NKEYS]; /* line that set each key, to catch duplicates */
+    int indented;            /* the current line starts with white space */
+    int rc;                  /* first error, 0 while none */
+    int err_line;            /* its line */
+    int seen[PR_CONF_NKEYS]; /* line that set each key, to catch duplicates */
 };
 
 static char *read_line(char *str, int num, void *stream)
@@ -487,11 +337,11 @@ static int on_key(void *user, const char *section, const char *name,
                     "indented line (continuation lines are not supported)");
     } else if (!(e = lookup(section, name, p->err))) {
         rc = -EINVAL;
-    } else if (p->seen[e - keys]) {
+    } else if (p->seen[e - pr_conf_keys]) {
         rc = seterr(p->err, -EINVAL, section, name, "already set on line %d",
-                    p->seen[e - keys]);
+                    p->seen[e - pr_conf_keys]);
     } else {
-        p->seen[e - keys] = p->lineno;
+        p->seen[e - pr_conf_keys] = p->lineno;
         rc = set_value(p->c, e, value, p->err);
     }
     if (!rc)
@@ -685,8 +535,8 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
     if (!err)
         err = &dummy;
     memset(err, 0, sizeof(*err));
-    for (size_t i = 0; i < NKEYS; i++) {
-        rc = check_entry(c, &keys[i], err);
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        rc = check_entry(c, &pr_conf_keys[i], err);
         if (rc)
             return rc;
     }
@@ -765,8 +615,8 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out)
     const char *section = NULL;
     char val[STR_MAX + 8];
 
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct entry *e = &keys[i];
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        const struct entry *e = &pr_conf_keys[i];
         if (!section || strcmp(section, e->section) != 0) {
             if (*e->section)
                 fprintf(out, "%s[%s]\n", section ? "\n" : "", e->section);
@@ -801,7 +651,7 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
     char was[STR_MAX + 8], now[STR_MAX + 8], key[sizeof(dummy.key)];
     /* Per key: 0 the same, SWAPPED, or RESTART (differs, not reloadable). */
     enum { SWAPPED = 1, RESTART = 2 };
-    unsigned char swapped[NKEYS];
+    unsigned char swapped[PR_CONF_NKEYS];
     int rc, n = 0;
 
     if (!err)
@@ -828,8 +678,8 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
      * the same swaps put every old value back.
      */
     memset(swapped, 0, sizeof(swapped));
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct entry *e = &keys[i];
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        const struct entry *e = &pr_conf_keys[i];
         /* The text is exact: doubles print as the shortest round trip. */
         format_value(live, e, was, sizeof(was));
         format_value(&fresh, e, now, sizeof(now));
@@ -847,8 +697,8 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
     if (!rc && accept)
         rc = accept(live, ctx, err);
     /* Logged only for a reload that happens: a refused one changes none. */
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct entry *e = &keys[i];
+    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+        const struct entry *e = &pr_conf_keys[i];
         if (!swapped[i])
             continue;
         if (rc) {
