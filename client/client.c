@@ -9,17 +9,26 @@
  *    The daemon answers welcome{id = the worker's rank} once the scheduler
  *    registered the worker, or error{code, reason} and closes.
  * 2. tensor_create{nfloats} -> tensor_created{tensor_id, nfloats}, with the
- *    memfd attached to that frame (SCM_RIGHTS); the client maps it shared.
- *    Descriptors are queued as they arrive; a tensor_created takes the
- *    oldest one.
- * 3. tensor_destroy{tensor_id}: no answer; the client unmaps and closes.
+ *    memfd attached to that frame (SCM_RIGHTS); the client maps it shared
+ *    and closes the memfd. Descriptors are queued as they arrive; a
+ *    tensor_created takes the oldest one. A descriptor the kernel could
+ *    not install (MSG_CTRUNC: this process is out of descriptors) fails
+ *    only that create, with -EMFILE, and the client sends tensor_destroy
+ *    for the tensor it could not map. The daemon may instead refuse the
+ *    tensor with error{code} (too large, out of memory): creates are
+ *    answered in order, so an error that comes while a create is pending
+ *    is the answer to the oldest one, and the connection stays.
+ * 3. tensor_destroy{tensor_id}: no answer; the client unmaps.
  * 4. reduce{seq = 1, 2, ..., version = local version + 1, tensor_ids,
  *    timeout_ms} -> reduce_done{seq, status, group, members, ...}. The
  *    daemon enforces timeout_ms and always answers; the client waits
  *    PR_CLIENT_GRACE_MS longer and then gives the connection up, because
  *    the tensors' state is unknown. On success the local version becomes
  *    reduce_done.version.
- * 5. error{code} at any time breaks the connection; later calls return it.
+ * 5. error{code} when no create is pending breaks the connection: the call
+ *    that reads it returns code, later calls -ENOTCONN. (A fatal error
+ *    that comes while a create is pending is that create's answer, and
+ *    the close that follows it breaks the connection for the next call.)
  *
  * Frames interleave: a reduce_done may arrive while a call waits for a
  * tensor_created. Every frame read is dispatched at once, whatever call
@@ -103,7 +112,7 @@ void pr_client_unnotify(struct preduce_client *c)
 
 int pr_client_err(const struct preduce_client *c)
 {
-    return c->daemon_err ? c->daemon_err : c->err;
+    return c->err;
 }
 
 int pr_client_fail(struct preduce_client *c, int rc)
@@ -111,14 +120,22 @@ int pr_client_fail(struct preduce_client *c, int rc)
     if (!c->err) {
         c->err = -ENOTCONN;
         shutdown(c->fd, SHUT_RDWR);
-        c->inflight = false;
-        c->done_ready = false;
-        pr_client_result_fini(&c->done);
-        pr_client_tensors_unbusy(c);
+        /*
+         * A reduce_done that came before the break is the reduce's
+         * outcome: the daemon has already written the tensors (or left
+         * them alone). It stays for the next wait to deliver. A reduce
+         * still unanswered is abandoned.
+         */
+        if (!c->done_ready) {
+            c->inflight = false;
+            pr_client_result_fini(&c->done);
+            pr_client_tensors_unbusy(c);
+        }
         if (c->created_fd >= 0)
             close(c->created_fd);
         c->created_fd = -1;
         c->created_ready = false;
+        c->created_err = 0;
         /* A poll()ing trainer must call in to learn about it. */
         notify(c);
     }
@@ -179,10 +196,24 @@ int pr_client_send(struct preduce_client *c, const Pr__V1__Msg *m,
     return send_msg(c, m, deadline, true);
 }
 
+/* Appends fd (or PR_CLIENT_FD_LOST) to the FIFO. 0, or -EPROTO if full. */
+static int push_fd(struct preduce_client *c, int fd)
+{
+    if (c->fd_count == PR_CLIENT_MAX_FDS) {
+        if (fd >= 0)
+            close(fd);
+        return -EPROTO;
+    }
+    c->fds[(c->fd_head + c->fd_count) % PR_CLIENT_MAX_FDS] = fd;
+    c->fd_count++;
+    return 0;
+}
+
 /* Moves the descriptors of one recvmsg() into the FIFO. 0 or -EPROTO. */
 static int take_fds(struct preduce_client *c, struct msghdr *mh)
 {
     int rc = 0;
+    size_t got = 0;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
             continue;
@@ -190,18 +221,25 @@ static int take_fds(struct preduce_client *c, struct msghdr *mh)
         for (size_t i = 0; i < nfd; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-            if (c->fd_count == PR_CLIENT_MAX_FDS) {
-                close(fd);
+            got++;
+            if (push_fd(c, fd) < 0)
                 rc = -EPROTO;
-                continue;
-            }
-            c->fds[(c->fd_head + c->fd_count) % PR_CLIENT_MAX_FDS] = fd;
-            c->fd_count++;
         }
     }
-    /* The kernel dropped descriptors that did not fit. */
-    if (mh->msg_flags & MSG_CTRUNC)
-        rc = -EPROTO;
+    if (mh->msg_flags & MSG_CTRUNC) {
+        /*
+         * The kernel dropped a descriptor it could not install here: with
+         * room for CMSG_FDS of them, this process is at its limit
+         * (RLIMIT_NOFILE). The daemon passes one descriptor per frame and
+         * one recvmsg() takes those of one sendmsg() at most, so exactly
+         * one was lost: the marker takes its place for the tensor_created
+         * it came with. If some came through, the peer sent several with
+         * one frame, which is not this protocol.
+         */
+        if (got > 0)
+            return -EPROTO;
+        rc = push_fd(c, PR_CLIENT_FD_LOST);
+    }
     return rc;
 }
 
@@ -218,7 +256,22 @@ static int pop_fd(struct preduce_client *c)
 static int on_error(struct preduce_client *c, const Pr__V1__Error *e)
 {
     /* Only a negative errno is a code a caller can act on. */
-    c->daemon_err = e->code < 0 && e->code >= -4095 ? e->code : -EPROTO;
+    if (e->code >= 0 || e->code < -4095) {
+        c->daemon_err = -EPROTO;
+        return c->daemon_err;
+    }
+    if (c->creates_pending > 0 && !c->created_ready) {
+        /* The daemon refused the oldest create still pending. */
+        c->creates_pending--;
+        if (c->creates_orphaned > 0) {
+            c->creates_orphaned--;
+            return 0;
+        }
+        c->created_ready = true;
+        c->created_err = e->code;
+        return 0;
+    }
+    c->daemon_err = e->code;
     return c->daemon_err;
 }
 
@@ -239,16 +292,26 @@ static int on_tensor_created(struct preduce_client *c,
     if (c->creates_pending == 0 || c->created_ready)
         return -EPROTO;
     int fd = pop_fd(c);
-    if (fd < 0)
-        return -EPROTO;
+    if (fd == -1)
+        return -EPROTO; /* no descriptor came with it */
     c->creates_pending--;
-    if (c->creates_orphaned > 0) {
-        /* The call that asked for it gave up: hand it straight back. */
-        c->creates_orphaned--;
-        close(fd);
+    if (c->creates_orphaned > 0 || fd == PR_CLIENT_FD_LOST) {
+        /*
+         * The call that asked for it gave up, or its memory cannot be
+         * mapped here: hand it straight back, and fail only that call.
+         */
+        if (c->creates_orphaned > 0) {
+            c->creates_orphaned--;
+        } else {
+            c->created_ready = true;
+            c->created_err = -EMFILE;
+        }
+        if (fd >= 0)
+            close(fd);
         return send_destroy(c, t->tensor_id, false);
     }
     c->created_ready = true;
+    c->created_err = 0;
     c->created_id = t->tensor_id;
     c->created_nfloats = t->nfloats;
     c->created_fd = fd;
@@ -527,8 +590,11 @@ int preduce_close(preduce_client_t *c)
     if (!c)
         return 0;
     pr_client_tensors_free(c);
-    while (c->fd_count > 0)
-        close(pop_fd(c));
+    while (c->fd_count > 0) {
+        int fd = pop_fd(c);
+        if (fd >= 0)
+            close(fd);
+    }
     if (c->created_fd >= 0)
         close(c->created_fd);
     pr_client_result_fini(&c->done);
@@ -546,7 +612,9 @@ int preduce_close(preduce_client_t *c)
 
 int preduce_rank(const preduce_client_t *c)
 {
-    return c ? (int)c->rank : -EINVAL;
+    if (!c)
+        return -EINVAL;
+    return c->err ? pr_client_err(c) : (int)c->rank;
 }
 
 int preduce_fd(const preduce_client_t *c)

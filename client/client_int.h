@@ -29,6 +29,8 @@
 #define PR_CLIENT_NAME_MAX 63
 /* Received descriptors not yet claimed by a tensor_created. */
 #define PR_CLIENT_MAX_FDS 16
+/* In the descriptor FIFO: one the kernel dropped in transit (MSG_CTRUNC). */
+#define PR_CLIENT_FD_LOST (-2)
 /* Bound for sends that belong to no call with a timeout (destroy, pong). */
 #define PR_CLIENT_SEND_MS 2000
 
@@ -48,7 +50,9 @@ struct preduce_result {
 
 /*
  * One shared tensor: `data` maps the daemon's memfd (MAP_SHARED), so the
- * trainer and the daemon work on the same pages. Owned by its client, which
+ * trainer and the daemon work on the same pages. The mapping keeps the
+ * memory alive, so the memfd itself is closed once mapped: a trainer with
+ * many tensors holds no descriptor for them. Owned by its client, which
  * keeps every live tensor on a doubly linked list.
  */
 struct preduce_tensor {
@@ -56,7 +60,6 @@ struct preduce_tensor {
     struct preduce_tensor *prev;
     struct preduce_tensor *next;
     uint32_t id; /* the daemon's tensor_id */
-    int fd;      /* the memfd */
     float *data;
     size_t nfloats;
     uint64_t mark; /* duplicate check: the client's mark_gen when last seen */
@@ -71,27 +74,37 @@ struct preduce_client {
     bool welcomed;
 
     /*
-     * A broken connection: err is what later calls return (-ENOTCONN, or
-     * the code of the daemon's Msg.error, kept in daemon_err). The socket
-     * is then shut down, and nothing is in flight any more.
+     * A broken connection: err is -ENOTCONN, what later calls return. The
+     * call that broke it returned the reason (the code of the daemon's
+     * Msg.error, kept in daemon_err, or what failed). The socket is then
+     * shut down; only a reduce_done that had already come (done_ready)
+     * is still handed over, by the next wait.
      */
     int err;
     int daemon_err;
 
     struct pr_frame_reader rd;
-    int fds[PR_CLIENT_MAX_FDS]; /* FIFO of descriptors from SCM_RIGHTS */
+    /*
+     * FIFO of descriptors from SCM_RIGHTS, in the order their frames come.
+     * PR_CLIENT_FD_LOST stands for one the kernel could not install here
+     * (this process at RLIMIT_NOFILE): its tensor_created fails -EMFILE.
+     */
+    int fds[PR_CLIENT_MAX_FDS];
     unsigned fd_head;
     unsigned fd_count;
 
     /*
      * tensor_create requests sent and not answered yet, and of those how
-     * many belong to calls that timed out (answered in order; the answer
-     * of an orphan is destroyed at once). The answer of the current call
-     * waits in created_*.
+     * many belong to calls that timed out. The daemon answers them in
+     * order, each with tensor_created or with an error (a refused tensor:
+     * the connection stays); the answer of an orphan is destroyed or
+     * dropped at once. The answer of the current call waits in created_*:
+     * created_err < 0 for a refusal, else the tensor.
      */
     unsigned creates_pending;
     unsigned creates_orphaned;
     bool created_ready;
+    int created_err;
     uint32_t created_id;
     uint64_t created_nfloats;
     int created_fd;
@@ -116,11 +129,12 @@ PR_CLIENT_HIDDEN int64_t pr_client_now(void);
 /* The deadline `timeout_ms` (>= 0) from now. */
 PR_CLIENT_HIDDEN int64_t pr_client_deadline(int timeout_ms);
 
-/* What a call on a broken client returns; 0 while it is usable. */
+/* What a call on a broken client returns (-ENOTCONN); 0 while usable. */
 PR_CLIENT_HIDDEN int pr_client_err(const struct preduce_client *c);
 /*
  * Breaks the connection (once): shuts the socket down and abandons what was
- * in flight. Returns the daemon's error code if it sent one, else rc.
+ * in flight, except a reduce_done already received, which the next wait
+ * delivers. Returns the daemon's error code if it sent one, else rc.
  */
 PR_CLIENT_HIDDEN int pr_client_fail(struct preduce_client *c, int rc);
 

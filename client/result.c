@@ -100,9 +100,13 @@ static int finish(struct preduce_client *c)
 /*
  * Waits until `deadline` for the answer: -EAGAIN when that comes first,
  * -ETIMEDOUT (and a broken connection) when the reduce's own deadline does.
+ * An answer that came is delivered even if the connection broke since (or
+ * right after it, in the same read): it says what the tensors hold.
  */
 static int wait_until(struct preduce_client *c, int64_t deadline)
 {
+    if (c->inflight && c->done_ready)
+        return finish(c);
     if (c->err)
         return pr_client_err(c);
     if (!c->inflight)
@@ -110,11 +114,11 @@ static int wait_until(struct preduce_client *c, int64_t deadline)
     bool final = deadline >= c->reduce_deadline;
     int rc = pr_client_pump(c, &c->done_ready,
                             final ? c->reduce_deadline : deadline);
+    if (c->done_ready)
+        return finish(c);
     if (rc == -ETIMEDOUT)
         return final ? pr_client_fail(c, -ETIMEDOUT) : -EAGAIN;
-    if (rc < 0)
-        return rc;
-    return finish(c);
+    return rc; /* the error that broke the connection */
 }
 
 int preduce_reduce_wait(preduce_client_t *c, int timeout_ms)
@@ -227,11 +231,12 @@ static const struct {
     {-EINVAL, "invalid argument, or tensor length differs from the job's"},
     {-EBUSY, "busy: a reduce is in flight"},
     {-ECONNRESET, "a group member died mid-reduce; retry (see preduce_reduce)"},
-    {-ENOTCONN, "not connected: the daemon has no scheduler, or the "
-                "connection was lost"},
+    {-ENOTCONN, "not connected: the connection to the daemon was lost "
+                "(close and connect again), or the daemon has no scheduler"},
     {-EPIPE, "the daemon closed the connection"},
     {-EAGAIN, "the reduce has not finished yet"},
     {-ENOMEM, "out of memory"},
+    {-EMFILE, "out of file descriptors in this process (RLIMIT_NOFILE)"},
 };
 
 const char *preduce_strerror(int err)

@@ -3,9 +3,14 @@
  *
  * The daemon creates each tensor as a memfd and passes it with the
  * tensor_created answer; the client maps it MAP_SHARED, so the pointer the
- * trainer gets is the very memory the daemon reduces in place. A tensor is
- * owned by its client (on its list) and freed by preduce_tensor_destroy()
- * or preduce_close().
+ * trainer gets is the very memory the daemon reduces in place. The mapping
+ * holds the memory, so the memfd is closed right after mmap(): tensors cost
+ * the trainer no descriptors. A tensor is owned by its client (on its list)
+ * and freed by preduce_tensor_destroy() or preduce_close().
+ *
+ * A create the daemon refuses (too large, out of memory) or whose memfd
+ * never reached this process (out of descriptors) fails alone: the
+ * connection and the other tensors stay usable.
  */
 #include "preduce.h"
 #include "client/client_int.h"
@@ -27,11 +32,10 @@ static void release(struct preduce_tensor *t)
     if (t->next)
         t->next->prev = t->prev;
     munmap(t->data, t->nfloats * sizeof(float));
-    close(t->fd);
     free(t);
 }
 
-/* Maps the memfd of the answer `c` holds; takes the descriptor. */
+/* Maps the memfd of the answer `c` holds, then closes the descriptor. */
 static int map_created(struct preduce_client *c, size_t nfloats,
                        struct preduce_tensor *t)
 {
@@ -60,16 +64,16 @@ static int map_created(struct preduce_client *c, size_t nfloats,
     }
     void *p = mmap(NULL, nfloats * sizeof(float), PROT_READ | PROT_WRITE,
                    MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        rc = -errno;
-        close(fd);
+    rc = p == MAP_FAILED ? -errno : 0;
+    /* Nothing needs the descriptor once mapped: the mapping holds the file. */
+    close(fd);
+    if (rc < 0) {
         /* The daemon's side of it would otherwise live until close. */
         (void)pr_client_send_destroy(c, id);
         return rc;
     }
     t->c = c;
     t->id = id;
-    t->fd = fd;
     t->data = p;
     t->nfloats = nfloats;
     t->next = c->tensors;
@@ -106,6 +110,12 @@ int preduce_tensor_create(preduce_client_t *c, size_t nfloats, int timeout_ms,
         /* The answer may still come: it will be destroyed on arrival. */
         if (rc == -ETIMEDOUT)
             c->creates_orphaned++;
+    }
+    if (rc == 0 && c->created_err < 0) {
+        /* Refused by the daemon, or its memfd was lost on the way. */
+        rc = c->created_err;
+        c->created_err = 0;
+        c->created_ready = false;
     }
     if (rc == 0)
         rc = map_created(c, nfloats, t);

@@ -56,6 +56,34 @@ int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
     return rc;
 }
 
+int pr_node_fail_status(int64_t status)
+{
+    return status < 0 && status >= -4095 ? (int)status : -EPROTO;
+}
+
+void pr_node_group_detach(struct pr_node *n, struct nclient *c)
+{
+    for (struct ngroup *g = n->groups; g; g = g->next) {
+        if (g->id != c->group_id)
+            continue;
+        for (size_t i = 0; i < g->nlocal; i++) {
+            if (g->clients[i] != c)
+                continue;
+            /* The engine knows the member by the rank the group used. */
+            int rc = pr_engine_detach(n->engine, g->id, g->local_rank[i]);
+            if (rc == 0)
+                pr_info("group %llu: worker %u left: its tensors will not "
+                        "be written",
+                        (unsigned long long)g->id, g->local_rank[i]);
+            else
+                pr_warn("group %llu: pr_engine_detach(worker %u): %s",
+                        (unsigned long long)g->id, g->local_rank[i],
+                        strerror(-rc));
+            return;
+        }
+    }
+}
+
 static void ngroup_free(struct ngroup *g)
 {
     free(g->clients);
@@ -282,7 +310,7 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
     if (r->status != -ETIMEDOUT)
         pr_warn("worker %u: reduce %llu refused by the scheduler: %s", r->rank,
                 (unsigned long long)r->seq, r->reason ? r->reason : "");
-    pr_node_reduce_fail(c, r->status < 0 ? r->status : -EPROTO);
+    pr_node_reduce_fail(c, pr_node_fail_status(r->status));
 }
 
 static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)

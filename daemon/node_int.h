@@ -81,6 +81,14 @@ struct pr_node {
     char data_addr[128];
     uv_pipe_t ipc;
     int ipc_open;
+    /*
+     * Accepts a trainer that cannot be served, only to close it (node_ipc.c
+     * refuse()): busy while it closes; pending while a connection waits
+     * for it.
+     */
+    uv_pipe_t refused;
+    int refused_busy;
+    int refused_pending;
     struct nclient *clients;
     uint32_t nclients;
     uint32_t next_cookie;
@@ -110,6 +118,17 @@ struct pr_node {
 /* node.c */
 int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
 int pr_node_sched_up(const struct pr_node *n);
+/*
+ * A failure status from the scheduler, the engine or a peer as a trainer
+ * may see it: a negative errno in -4095..-1 as it is, anything else
+ * (0, positive, out of range) -EPROTO.
+ */
+int pr_node_fail_status(int64_t status);
+/*
+ * Trainer c left while its reduce is R_GROUPED: its group runs on without
+ * writing c's tensors (pr_engine_detach).
+ */
+void pr_node_group_detach(struct pr_node *n, struct nclient *c);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;

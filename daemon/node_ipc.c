@@ -5,16 +5,26 @@
  * Protocol with a trainer, in order:
  *  1. trainer -> Hello{version, role CLIENT, name}; the daemon registers the
  *     worker with the scheduler and answers Welcome{id = rank} or Error.
+ *     A name is 1..63 bytes without control characters (it goes into log
+ *     lines and metrics), as libpreduce requires too.
  *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
  *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
  *     seals the memfd's size first, so a trainer cannot truncate it under
- *     the daemon's mapping (which would SIGBUS the daemon).
+ *     the daemon's mapping (which would SIGBUS the daemon). A tensor the
+ *     daemon cannot make (over max_tensor_mb: -EINVAL; memfd, mmap or RDMA
+ *     registration failed: their errno) is answered with Error{code,
+ *     reason} instead, and the connection stays: creates are answered in
+ *     order, which is how the trainer knows which create an Error answers.
  *  3. Reduce{seq, version, tensor_ids, timeout_ms} -> READY to the
  *     scheduler; then ReduceDone{seq, status, group, ...} when the group
- *     ran, the scheduler refused, or the deadline passed.
+ *     ran, the scheduler refused, or the deadline passed. A status is 0 or
+ *     a negative errno from -4095 to -1 (anything else becomes -EPROTO).
  *  4. TensorDestroy{id}: no answer.
+ * Any other failure is answered with Error, and the connection closes.
  * A trainer that hangs up mid-reduce leaves its tensors mapped here until
- * its group (if one comes) has finished: the group never waits on it.
+ * its group (if one comes) has finished: the group never waits on it, and
+ * (in the default mode) no longer writes its result into them, since the
+ * trainer may still hold them and was never told the reduce succeeded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -125,8 +135,12 @@ void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
         client_free(c);
         return;
     }
-    if (d->status == 0) {
-        c->version = d->version;
+    /* No status the client library would take for a protocol error. */
+    Pr__V1__ReduceDone out = *d;
+    if (out.status != 0)
+        out.status = pr_node_fail_status(out.status);
+    if (out.status == 0) {
+        c->version = out.version;
         c->node->reduces_ok++;
         c->node->reduce_us_sum += uv_hrtime() / 1000 - c->reduce_start_us;
         c->node->reduce_us_count++;
@@ -135,7 +149,7 @@ void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
     }
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
-    m.reduce_done = (Pr__V1__ReduceDone *)d;
+    m.reduce_done = &out;
     send_to(c, &m);
 }
 
@@ -162,6 +176,17 @@ static void reply_error(struct nclient *c, int code, const char *reason)
 
 static int send_join(struct nclient *c);
 
+/* A worker name must not carry control characters into log lines. */
+static int has_control_chars(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return 1;
+    }
+    return 0;
+}
+
 static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
@@ -177,6 +202,14 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
         pr_warn("%s: hello with role %d and a name of %zu bytes: closing",
                 c->conn->name, (int)h->role, len);
         pr_conn_fail(c->conn, -EINVAL, "expected a client hello with a name");
+        return 0;
+    }
+    if (has_control_chars(h->name, len)) {
+        pr_warn("%s: hello with a name of %zu bytes that has control "
+                "characters: closing",
+                c->conn->name, len);
+        pr_conn_fail(c->conn, -EINVAL,
+                     "a worker name may not contain control characters");
         return 0;
     }
     memcpy(c->name, h->name, len + 1);
@@ -215,8 +248,8 @@ static int send_join(struct nclient *c)
 
 void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
 {
-    if (status > 0)
-        status = -EPROTO; /* the scheduler speaks negative errnos only */
+    if (status != 0)
+        status = pr_node_fail_status(status);
     if (status == 0)
         c->rank = rank;
     if (!c->conn) {
@@ -535,8 +568,16 @@ static void client_on_close(struct pr_conn *conn, int status)
         /* A group may already be on its way: withdraw, then free. */
         send_cancel(c);
         return;
-    case R_CANCELLING:
     case R_GROUPED:
+        /*
+         * The group goes on for the others, but the trainer will never
+         * hear how it ended (a library client whose connection broke has
+         * reported a failure already) and may still hold its tensors: they
+         * must keep their inputs.
+         */
+        pr_node_group_detach(c->node, c);
+        return; /* freed when the reduce ends */
+    case R_CANCELLING:
         return; /* freed when the reduce ends */
     case R_NONE:
         break;
@@ -552,6 +593,50 @@ static const struct pr_conn_ops client_ops = {
     .on_close = client_on_close,
 };
 
+static void on_connection(uv_stream_t *server, int status);
+
+static void refused_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    int again = n->refused_pending && !n->stopping;
+    n->refused_busy = 0;
+    n->refused_pending = 0;
+    if (--n->handles == 0) {
+        free(n);
+        return;
+    }
+    /* libuv holds the connection that waited, and accepts no other. */
+    if (again)
+        on_connection((uv_stream_t *)&n->ipc, 0);
+}
+
+/*
+ * A trainer this daemon cannot take on (no memory for it): accept it into
+ * the spare handle and close it, so that the trainer sees the connection
+ * end. Left unaccepted, it would stop libuv from accepting on this socket
+ * for good. While the spare is still closing, the connection waits (and
+ * libuv with it) until refused_closed_cb tries it again.
+ */
+static void refuse(struct pr_node *n, uv_stream_t *server)
+{
+    if (n->refused_busy) {
+        n->refused_pending = 1;
+        return;
+    }
+    int rc = uv_pipe_init(n->loop, &n->refused, 0);
+    if (rc < 0) {
+        pr_err("trainer socket: uv_pipe_init: %s", uv_strerror(rc));
+        return;
+    }
+    n->refused.data = n;
+    n->refused_busy = 1;
+    n->handles++;
+    rc = uv_accept(server, (uv_stream_t *)&n->refused);
+    if (rc < 0)
+        pr_warn("trainer socket: accept: %s", uv_strerror(rc));
+    uv_close((uv_handle_t *)&n->refused, refused_closed_cb);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct pr_node *n = server->data;
@@ -560,11 +645,14 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     struct nclient *c = calloc(1, sizeof(*c));
-    if (!c)
-        return;
-    c->conn = pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &client_ops, c);
-    if (!c->conn) {
+    if (c) {
+        c->conn =
+            pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &client_ops, c);
+    }
+    if (!c || !c->conn) {
+        pr_err("trainer socket: out of memory for a trainer: refusing it");
         free(c);
+        refuse(n, server);
         return;
     }
     c->node = n;

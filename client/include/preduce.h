@@ -24,8 +24,10 @@
  * errno, honours its timeout, and never prints or exits. A client handle is
  * not thread-safe: use it from one thread at a time. After a protocol error,
  * a lost daemon, an error message from the daemon or a reduce the daemon
- * never answered, the connection is broken: later calls return -ENOTCONN
- * (or the daemon's error code); close it and connect again.
+ * never answered, the connection is broken: the call that found out
+ * returns the reason, later calls -ENOTCONN; close it and connect again.
+ * (A reduce the daemon had answered before the break is still delivered
+ * by preduce_reduce_wait.) A tensor the daemon refuses breaks nothing.
  */
 #ifndef PREDUCE_H
 #define PREDUCE_H
@@ -66,7 +68,10 @@ PREDUCE_API int preduce_connect(const char *socket_path, const char *name,
  */
 PREDUCE_API int preduce_close(preduce_client_t *c);
 
-/* The worker's rank in the job (>= 0), or a negative errno. */
+/*
+ * The worker's rank in the job (>= 0), or a negative errno: -ENOTCONN once
+ * the connection is broken.
+ */
 PREDUCE_API int preduce_rank(const preduce_client_t *c);
 
 /*
@@ -76,8 +81,13 @@ PREDUCE_API int preduce_rank(const preduce_client_t *c);
 PREDUCE_API int preduce_fd(const preduce_client_t *c);
 
 /*
- * Creates a shared tensor of `nfloats` float32, zero-filled.
- * -EINVAL: nfloats is 0 or over the daemon's limit (max_tensor_mb).
+ * Creates a shared tensor of `nfloats` float32, zero-filled. The tensor
+ * costs this process no file descriptor once created. Errors that fail
+ * this call alone (the connection and other tensors stay usable):
+ * -EINVAL: nfloats is 0 or over the daemon's limit (max_tensor_mb);
+ * -ENOMEM (or another negative errno): the daemon could not allocate or
+ * register the memory; -EMFILE: this process had no free descriptor to
+ * receive it; -ETIMEDOUT.
  */
 PREDUCE_API int preduce_tensor_create(preduce_client_t *c, size_t nfloats,
                                       int timeout_ms, preduce_tensor_t **out);

@@ -4,9 +4,10 @@
  * destroyed while unknown, idle or busy in a reduce; reduces the daemon
  * refuses (one already in flight, no or too many tensors, an unknown or
  * repeated tensor id, a length the job does not reduce); a tensor over
- * max_tensor_mb; messages out of turn; and a trainer that hangs up while
- * its reduce is queued at the scheduler. Each test checks what the daemon
- * answers or logs, and then that the cluster still serves real trainers.
+ * max_tensor_mb; messages out of turn; a name with control characters;
+ * and a trainer that hangs up while its reduce is queued at the scheduler
+ * or running in its group. Each test checks what the daemon answers or
+ * logs, and then that the cluster still serves real trainers.
  *
  * Whether the daemon really freed a tensor is read from its
  * /proc/<pid>/maps: each tensor is a memfd named preduce:<trainer>:<id>.
@@ -15,6 +16,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,7 @@
 
 static struct h_cluster c;
 static uint16_t sched_metrics_port;
+static uint16_t node0_metrics_port; /* setup_node_metrics() only */
 
 static void setup(void)
 {
@@ -46,6 +49,25 @@ static void setup(void)
     const char *const sets[] = {"scheduler.policy=allreduce", metrics, NULL};
     const char *const node_sets[] = {"node.max_tensor_mb=1", NULL};
     ck_assert_int_eq(h_cluster_start(&c, 2, sets, node_sets), 0);
+}
+
+/* The same, but node0 serves metrics too (node1 gets none: one port). */
+static void setup_node_metrics(void)
+{
+    static char metrics[64], node_metrics[64];
+    sched_metrics_port = h_free_port();
+    node0_metrics_port = h_free_port();
+    snprintf(metrics, sizeof(metrics), "metrics.listen=127.0.0.1:%u",
+             sched_metrics_port);
+    snprintf(node_metrics, sizeof(node_metrics), "metrics.listen=127.0.0.1:%u",
+             node0_metrics_port);
+    const char *const sets[] = {"scheduler.policy=allreduce", metrics, NULL};
+    const char *const node0_sets[] = {"node.max_tensor_mb=1", node_metrics,
+                                      NULL};
+    const char *const node_sets[] = {"node.max_tensor_mb=1", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sets, node0_sets), 0);
+    ck_assert_int_eq(h_node_start(&c, 1, node_sets), 0);
+    c.nnodes = 2;
 }
 
 static void teardown(void)
@@ -358,12 +380,12 @@ static int wait_maps(int node, const char *name, uint32_t id, int mapped)
     return 0;
 }
 
-/* A scheduler gauge, polled for up to 3 s until it reads `want`. */
-static int sched_gauge_is(const char *name, double want)
+/* A gauge at `port`, polled for up to 3 s until it reads `want`. */
+static int gauge_is(uint16_t port, const char *name, double want)
 {
     double v = NAN;
     for (int i = 0; i < 30; i++) {
-        char *text = h_metrics_fetch(sched_metrics_port);
+        char *text = h_metrics_fetch(port);
         ck_assert_ptr_nonnull(text);
         v = h_metric(text, name);
         free(text);
@@ -373,6 +395,11 @@ static int sched_gauge_is(const char *name, double want)
     }
     fprintf(stderr, "%s is %g, not %g\n", name, v, want);
     return 0;
+}
+
+static int sched_gauge_is(const char *name, double want)
+{
+    return gauge_is(sched_metrics_port, name, want);
 }
 
 static void fill(float *p, size_t n, float v)
@@ -729,6 +756,105 @@ START_TEST(test_ipc_disconnect_while_queued)
 }
 END_TEST
 
+/*
+ * Hellos whose names carry control characters (a newline would forge log
+ * lines) are refused as libpreduce refuses them, with -EINVAL; the log
+ * line gives the length only. Other trainers are not disturbed.
+ */
+START_TEST(test_ipc_hello_control_chars)
+{
+    struct raw probe;
+    raw_open(&probe, 0, "probe");
+    const char *names[] = {"evil\nnode0 forged line", "tab\there", "del\x7f"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        struct raw x;
+        raw_connect(&x, 0, "control");
+        send_hello(&x, PR__V1__ROLE__ROLE_CLIENT, names[i]);
+        ck_assert_int_eq(raw_expect_closed(&x), -EINVAL);
+        raw_close(&x);
+        char s[128];
+        snprintf(s, sizeof(s),
+                 "hello with a name of %zu bytes that has control "
+                 "characters: closing",
+                 strlen(names[i]));
+        ck_assert_msg(logged("node0", s), "no '%s'", s);
+    }
+    ck_assert(!h_log_contains(&c, "sched", "forged"));
+    ck_assert(!h_log_contains(&c, "node0", "\nnode0 forged line"));
+    ck_assert_int_eq(raw_create(&probe, 16, NULL), 1);
+    raw_retire(&probe);
+}
+END_TEST
+
+/*
+ * Two trainers on node0 and one on node1 reduce together (allreduce). The
+ * group is held running on node0 by stopping node1 (SIGSTOP) before it
+ * takes part; meanwhile the first trainer's connection breaks. The group
+ * then finishes for the others, with the departed trainer's floats in the
+ * mean, but its tensor (which it still maps, as a client that saw its
+ * connection fail still does) keeps its values: it was never told that
+ * the reduce succeeded.
+ */
+START_TEST(test_ipc_disconnect_while_grouped)
+{
+    const size_t n = 4096;
+    struct raw a, b, r;
+    raw_open(&a, 0, "leaver");
+    raw_open(&b, 0, "stayer");
+    raw_open(&r, 1, "remote");
+    float *xa, *xb, *xr;
+    uint32_t ta = raw_create(&a, n, &xa);
+    uint32_t tb = raw_create(&b, n, &xb);
+    uint32_t tr = raw_create(&r, n, &xr);
+    ck_assert(sched_gauge_is("preduce_sched_workers_live ", 3));
+    /* A first reduce of all three sets up the link between the nodes. */
+    raw_reduce(&a, 1, &ta, 1);
+    raw_reduce(&b, 1, &tb, 1);
+    raw_reduce(&r, 1, &tr, 1);
+    ck_assert_int_eq(raw_done(&a, 1), 0);
+    ck_assert_int_eq(raw_done(&b, 1), 0);
+    ck_assert_int_eq(raw_done(&r, 1), 0);
+
+    fill(xa, n, 1.0f);
+    fill(xb, n, 3.0f);
+    fill(xr, n, 5.0f);
+    raw_reduce(&r, 2, &tr, 1);
+    ck_assert(sched_gauge_is("preduce_sched_workers_queued ", 1));
+    ck_assert_int_eq(kill(c.node_pid[1], SIGSTOP), 0);
+    raw_reduce(&a, 2, &ta, 1);
+    raw_reduce(&b, 2, &tb, 1);
+    int running =
+        gauge_is(node0_metrics_port, "preduce_node_groups_running ", 1);
+    char s[96];
+    snprintf(s, sizeof(s), "trainer 'leaver' (worker %u) disconnected", a.rank);
+    if (running) {
+        raw_close(&a);
+        running = logged("node0", s);
+    }
+    kill(c.node_pid[1], SIGCONT);
+    ck_assert_msg(running, "the group did not run, or node0 missed the close");
+    ck_assert_int_eq(raw_done(&b, 2), 0);
+    ck_assert_int_eq(raw_done(&r, 2), 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_float_eq_tol(xb[i], 3.0f, 1e-5f);
+        ck_assert_float_eq_tol(xr[i], 3.0f, 1e-5f);
+        ck_assert_msg(xa[i] == 1.0f, "float %zu of the departed: %g", i,
+                      (double)xa[i]);
+    }
+    snprintf(s, sizeof(s), "worker %u left: its tensors will not be written",
+             a.rank);
+    ck_assert_msg(logged("node0", s), "no '%s'", s);
+    snprintf(s, sizeof(s), "worker %u (leaver) left", a.rank);
+    ck_assert_msg(logged("sched", s), "no '%s'", s);
+    munmap(xa, n * sizeof(float));
+    munmap(xb, n * sizeof(float));
+    munmap(xr, n * sizeof(float));
+    raw_retire(&b);
+    raw_retire(&r);
+    still_serving();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_ipc");
@@ -744,6 +870,13 @@ static Suite *suite(void)
     tcase_add_test(tc, test_ipc_message_before_welcome);
     tcase_add_test(tc, test_ipc_unexpected_message);
     tcase_add_test(tc, test_ipc_disconnect_while_queued);
+    tcase_add_test(tc, test_ipc_hello_control_chars);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("grouped");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup_node_metrics, teardown);
+    tcase_add_test(tc, test_ipc_disconnect_while_grouped);
     suite_add_tcase(s, tc);
     return s;
 }

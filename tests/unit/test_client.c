@@ -203,6 +203,27 @@ START_TEST(test_client_connect_ok)
 }
 END_TEST
 
+static void script_welcome_then_close(struct srv *s, int fd)
+{
+    cf_srv_welcome(s, fd);
+}
+
+/* preduce_rank() on a broken connection is a negative errno, not a rank. */
+START_TEST(test_client_rank_after_break)
+{
+    struct srv s;
+    cf_srv_start(&s, script_welcome_then_close, 0);
+    preduce_client_t *c = cf_connect_ok(&s);
+    ck_assert_int_eq(preduce_rank(c), 3);
+    cf_srv_stop(&s); /* the daemon has closed its end */
+    preduce_tensor_t *t;
+    int rc = preduce_tensor_create(c, 4, 1000, &t);
+    ck_assert_msg(rc == -EPIPE || rc == -ECONNRESET, "got %d", rc);
+    ck_assert_int_eq(preduce_rank(c), -ENOTCONN);
+    preduce_close(c);
+}
+END_TEST
+
 /* Wrong answers to a hello, and the code each must produce. */
 static const struct bad_answer bad_answers[] = {
     {"length prefix 2 GiB", -EMSGSIZE, -EPROTO},
@@ -365,6 +386,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_client_connect_refused);
     tcase_add_test(tc, test_client_connect_timeout);
     tcase_add_test(tc, test_client_connect_ok);
+    tcase_add_test(tc, test_client_rank_after_break);
     tcase_add_loop_test(tc, test_client_connect_bad_answer, 0,
                         sizeof(bad_answers) / sizeof(bad_answers[0]));
     suite_add_tcase(s, tc);

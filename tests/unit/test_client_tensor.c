@@ -248,6 +248,10 @@ static void script_error_midway(struct srv *s, int fd)
     cf_send_error(fd, -ESHUTDOWN);
 }
 
+/*
+ * The call that reads the error returns its code; later calls say that the
+ * connection is gone (-ENOTCONN), not the first call's reason again.
+ */
 START_TEST(test_client_daemon_error)
 {
     struct srv s;
@@ -256,8 +260,9 @@ START_TEST(test_client_daemon_error)
     preduce_tensor_t *t, *u;
     ck_assert_int_eq(preduce_tensor_create(c, 4, 3000, &t), 0);
     ck_assert_int_eq(preduce_reduce(c, &t, 1, 5000), -ESHUTDOWN);
-    ck_assert_int_eq(preduce_reduce(c, &t, 1, 5000), -ESHUTDOWN);
-    ck_assert_int_eq(preduce_tensor_create(c, 4, 100, &u), -ESHUTDOWN);
+    ck_assert_int_eq(preduce_reduce(c, &t, 1, 5000), -ENOTCONN);
+    ck_assert_int_eq(preduce_tensor_create(c, 4, 100, &u), -ENOTCONN);
+    ck_assert_int_eq(preduce_reduce_wait(c, 0), -ENOTCONN);
     ck_assert_int_eq(preduce_tensor_destroy(t), 0);
     preduce_close(c);
     cf_srv_stop(&s);
@@ -419,6 +424,169 @@ START_TEST(test_client_tensor_create_timeout)
 }
 END_TEST
 
+/* Drops the tensor the script made, so that it can make another. */
+static void srv_forget_tensor(struct srv *s)
+{
+    if (s->map)
+        munmap(s->map, s->nfloats * 4);
+    if (s->memfd >= 0)
+        close(s->memfd);
+    s->map = NULL;
+    s->memfd = -1;
+}
+
+/*
+ * The daemon refuses tensors (Error answers a create, as node_ipc.c does
+ * for max_tensor_mb, memfd or mmap failures): only that create fails; one
+ * whose call timed out is refused late and nobody notices; the connection,
+ * the tensors made before and reduces go on.
+ */
+static void script_refused(struct srv *s, int fd)
+{
+    if (!cf_srv_welcome(s, fd) || !cf_srv_tensor(s, fd, 1))
+        return;
+    Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_TENSOR_CREATE);
+    if (!m)
+        return;
+    EXPECT(s, m->tensor_create->nfloats == 1u << 20);
+    pr_msg_free(m);
+    cf_send_error(fd, -EINVAL);
+    m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_TENSOR_CREATE);
+    if (!m)
+        return;
+    pr_msg_free(m);
+    cf_send_error(fd, -ENOMEM);
+    uint32_t id = 1;
+    if (!cf_srv_reduce(s, fd, 1, 1, &id, 1))
+        return;
+    cf_send_done(fd, 1, 0, 7, 1);
+    /* The answer to a create that timed out: a refusal, late. */
+    m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_TENSOR_CREATE);
+    if (!m)
+        return;
+    pr_msg_free(m);
+    cf_sleep_ms(300);
+    cf_send_error(fd, -EFBIG);
+    srv_forget_tensor(s);
+    if (cf_srv_tensor(s, fd, 2))
+        cf_wait_eof(fd);
+}
+
+START_TEST(test_client_tensor_create_refused)
+{
+    struct srv s;
+    int fds = cf_count_fds();
+    cf_srv_start(&s, script_refused, 0);
+    preduce_client_t *c = cf_connect_ok(&s);
+    preduce_tensor_t *t, *u = (preduce_tensor_t *)&u;
+    ck_assert_int_eq(preduce_tensor_create(c, 16, 3000, &t), 0);
+    ck_assert_int_eq(preduce_tensor_create(c, 1u << 20, 3000, &u), -EINVAL);
+    ck_assert_ptr_null(u);
+    ck_assert_int_eq(preduce_tensor_create(c, 16, 3000, &u), -ENOMEM);
+    ck_assert_int_eq(preduce_rank(c), 3);
+    preduce_tensor_data(t)[0] = 2.5f;
+    ck_assert_int_eq(preduce_reduce(c, &t, 1, 3000), 0);
+    ck_assert_uint_eq(preduce_result_group(preduce_last_result(c)), 7);
+    ck_assert(preduce_tensor_data(t)[0] == 2.5f);
+    ck_assert_int_eq(preduce_tensor_create(c, 16, 100, &u), -ETIMEDOUT);
+    ck_assert_int_eq(preduce_tensor_create(c, 8, 3000, &u), 0);
+    ck_assert_uint_eq(preduce_tensor_len(u), 8);
+    preduce_close(c);
+    cf_srv_stop(&s);
+    ck_assert_int_eq(cf_count_fds(), fds);
+}
+END_TEST
+
+/*
+ * A reduce_done with status 0 came, and then the connection broke before
+ * the trainer waited: variant 0, the done was read by a tensor_create that
+ * then saw the daemon close; variant 1, the done and an Error came in one
+ * read. The result is in the tensors, so the reduce succeeded: the wait
+ * says so, and only later calls find the connection gone.
+ */
+static void script_done_then_break(struct srv *s, int fd)
+{
+    if (!cf_srv_welcome(s, fd) || !cf_srv_tensor(s, fd, 1) ||
+        !cf_srv_reduce(s, fd, 1, 1, NULL, 0))
+        return;
+    for (size_t i = 0; i < s->nfloats; i++)
+        s->map[i] = 7.0f;
+    if (s->variant == 0) {
+        Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_TENSOR_CREATE);
+        pr_msg_free(m);
+        cf_send_done(fd, 1, 0, 5, 2);
+        return; /* and close */
+    }
+    uint32_t members[] = {3};
+    uint64_t versions[] = {2};
+    double weights[] = {1.0};
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = 1;
+    d.group_id = 5;
+    d.n_members = d.n_member_versions = d.n_member_weights = 1;
+    d.members = members;
+    d.member_versions = versions;
+    d.member_weights = weights;
+    d.weight = 1.0;
+    d.version = 2;
+    d.rank = 3;
+    Pr__V1__Msg m1 = PR__V1__MSG__INIT;
+    m1.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
+    m1.reduce_done = &d;
+    Pr__V1__Error e = PR__V1__ERROR__INIT;
+    e.code = -ESHUTDOWN;
+    Pr__V1__Msg m2 = PR__V1__MSG__INIT;
+    m2.body_case = PR__V1__MSG__BODY_ERROR;
+    m2.error = &e;
+    uint8_t *f1, *f2, both[512];
+    size_t n1, n2;
+    if (!EXPECT(s, pr_msg_frame(&m1, 256, &f1, &n1) == 0))
+        return;
+    if (!EXPECT(s, pr_msg_frame(&m2, 256, &f2, &n2) == 0)) {
+        free(f1);
+        return;
+    }
+    memcpy(both, f1, n1);
+    memcpy(both + n1, f2, n2);
+    free(f1);
+    free(f2);
+    cf_send_raw(fd, both, n1 + n2, -1);
+    cf_wait_eof(fd);
+}
+
+START_TEST(test_client_done_then_break)
+{
+    struct srv s;
+    cf_srv_start(&s, script_done_then_break, _i);
+    preduce_client_t *c = cf_connect_ok(&s);
+    preduce_tensor_t *t, *u;
+    ck_assert_int_eq(preduce_tensor_create(c, 4, 3000, &t), 0);
+    float *x = preduce_tensor_data(t);
+    int rc;
+    if (_i == 0) {
+        ck_assert_int_eq(preduce_reduce_start(c, &t, 1, 5000), 0);
+        rc = preduce_tensor_create(c, 4, 3000, &u);
+        ck_assert_msg(rc == -EPIPE || rc == -ECONNRESET, "create: %d", rc);
+        /* preduce_fd() stays readable: an answer waits. */
+        struct pollfd pf = {.fd = preduce_fd(c), .events = POLLIN};
+        ck_assert_int_eq(poll(&pf, 1, 0), 1);
+        rc = preduce_reduce_wait(c, 0);
+    } else {
+        rc = preduce_reduce(c, &t, 1, 5000);
+    }
+    ck_assert_msg(rc == 0, "the reduce that succeeded: %d (%s)", rc,
+                  preduce_strerror(rc));
+    ck_assert(x[0] == 7.0f && x[3] == 7.0f);
+    ck_assert_uint_eq(preduce_result_group(preduce_last_result(c)), 5);
+    ck_assert_uint_eq(preduce_result_version(preduce_last_result(c)), 2);
+    ck_assert_int_eq(preduce_reduce_wait(c, 0), -ENOTCONN);
+    ck_assert_int_eq(preduce_reduce(c, &t, 1, 1000), -ENOTCONN);
+    ck_assert_int_eq(preduce_tensor_destroy(t), 0);
+    preduce_close(c);
+    cf_srv_stop(&s);
+}
+END_TEST
+
 static Suite *client_tensor_suite(void)
 {
     Suite *s = suite_create("client_tensor");
@@ -435,6 +603,8 @@ static Suite *client_tensor_suite(void)
     tcase_add_loop_test(tc, test_client_tensor_bad_answer, 0,
                         sizeof(bad_creates) / sizeof(bad_creates[0]));
     tcase_add_test(tc, test_client_tensor_create_timeout);
+    tcase_add_test(tc, test_client_tensor_create_refused);
+    tcase_add_loop_test(tc, test_client_done_then_break, 0, 2);
     suite_add_tcase(s, tc);
 
     /* The client's grace period is 10 s past the reduce's timeout. */
