@@ -149,5 +149,20 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
 void pr_node_ipc_sched_lost(struct pr_node *n);
 /* The scheduler link came (back) up: join every trainer again. */
 void pr_node_ipc_sched_up(struct pr_node *n);
+/* An Error frame to the trainer; the connection stays open. */
+void pr_node_reply_error(struct nclient *c, int code, const char *reason);
+
+/* node_tensor.c */
+/*
+ * TensorCreate: a shared tensor, or an Error frame when it cannot be made
+ * (0 either way); a negative errno when the connection must close.
+ */
+int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t);
+/* TensorDestroy: now, or when the reduce that reads it ends (doomed). */
+void pr_node_tensor_destroy(struct nclient *c, uint32_t id);
+/* A live tensor of c's by id, or NULL. */
+struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id);
+/* Unmaps t (and unregisters it from RDMA); the slot stays. */
+void pr_node_tensor_free(struct pr_node *n, struct ntensor *t);
 
 #endif

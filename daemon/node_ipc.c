@@ -70,16 +70,6 @@ static void send_to(struct nclient *c, Pr__V1__Msg *m)
                 strerror(-rc));
 }
 
-static void tensor_free(struct pr_node *n, struct ntensor *t)
-{
-    if (t->data) {
-        if (n->rdma)
-            pr_rdma_unreg(n->rdma, t->data);
-        munmap(t->data, t->n * sizeof(float));
-    }
-    t->data = NULL;
-}
-
 static void send_leave(struct nclient *c)
 {
     if (c->rank < 0 || !pr_node_sched_up(c->node))
@@ -104,7 +94,7 @@ static void client_free(struct nclient *c)
     n->nclients--;
     send_leave(c);
     for (size_t i = 0; i < c->ntensors; i++)
-        tensor_free(c->node, &c->tensors[i]);
+        pr_node_tensor_free(c->node, &c->tensors[i]);
     free(c->tensors);
     free(c->parts);
     free(c);
@@ -117,7 +107,7 @@ static void release_tensors(struct nclient *c)
         struct ntensor *t = &c->tensors[i];
         t->busy = 0;
         if (t->doomed)
-            tensor_free(c->node, t);
+            pr_node_tensor_free(c->node, t);
         else
             c->tensors[w++] = *t;
     }
@@ -163,7 +153,7 @@ void pr_node_reduce_fail(struct nclient *c, int status)
     pr_node_reduce_reply(c, &d);
 }
 
-static void reply_error(struct nclient *c, int code, const char *reason)
+void pr_node_reply_error(struct nclient *c, int code, const char *reason)
 {
     Pr__V1__Error e = PR__V1__ERROR__INIT;
     e.code = code;
@@ -287,155 +277,6 @@ void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
     pr_info("trainer '%s' is worker %u", c->name, rank);
 }
 
-/*
- * Sends one frame with `fd` attached. libuv cannot pass an arbitrary fd on
- * a stream, so this writes the frame itself; it is only safe when nothing
- * is queued ahead of it on the stream, which holds for this request/answer
- * protocol (the trainer waits for this answer and reads meanwhile).
- */
-static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
-{
-    uint8_t *buf;
-    size_t len;
-    int rc = pr_msg_frame(m, PR_CTRL_MAX_FRAME, &buf, &len);
-    if (rc < 0)
-        return rc;
-    uv_os_fd_t sock;
-    if (pr_conn_write_queue(c->conn) != 0 ||
-        uv_fileno(&c->conn->h.handle, &sock) < 0) {
-        free(buf);
-        return -EAGAIN;
-    }
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof(cbuf));
-    struct iovec iov = {.iov_base = buf, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = cbuf,
-                        .msg_controllen = sizeof(cbuf)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    ssize_t w;
-    do
-        w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
-    if (w < 0) {
-        rc = -errno;
-        free(buf);
-        return rc;
-    }
-    if ((size_t)w < len) {
-        /* The fd went with the first byte; the rest may queue normally. */
-        uv_buf_t b = uv_buf_init((char *)buf + w, (unsigned)(len - (size_t)w));
-        rc = uv_try_write(&c->conn->h.stream, &b, 1);
-        if (rc < 0 || (size_t)rc < b.len) {
-            free(buf);
-            return -EAGAIN;
-        }
-    }
-    free(buf);
-    return 0;
-}
-
-static int on_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
-{
-    struct pr_node *n = c->node;
-    uint64_t max =
-        (uint64_t)n->conf->node_max_tensor_mb * 1024 * 1024 / sizeof(float);
-    if (t->nfloats == 0 || t->nfloats > max) {
-        char why[128];
-        snprintf(why, sizeof(why),
-                 "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
-                 (unsigned long long)t->nfloats, (unsigned long long)max);
-        pr_warn("%s: %s", c->conn->name, why);
-        reply_error(c, -EINVAL, why);
-        return 0;
-    }
-    if (c->ntensors == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        struct ntensor *nt = realloc(c->tensors, cap * sizeof(*nt));
-        if (!nt) {
-            reply_error(c, -ENOMEM, "out of memory");
-            return 0;
-        }
-        c->tensors = nt;
-        c->cap = cap;
-    }
-    size_t bytes = (size_t)t->nfloats * sizeof(float);
-    char label[96];
-    snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
-             c->next_tensor_id + 1);
-    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    int rc = 0;
-    void *p = MAP_FAILED;
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-            MAP_FAILED)
-        rc = -errno;
-    if (rc < 0) {
-        pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
-               c->conn->name, bytes, strerror(-rc));
-        if (fd >= 0)
-            close(fd);
-        reply_error(c, rc, "cannot allocate shared memory");
-        return 0;
-    }
-    /*
-     * With RDMA the tensor is registered once, here, so a group can post it
-     * to the wire as it is (engine.c direct sends).
-     */
-    if (n->rdma && (rc = pr_rdma_reg(n->rdma, p, bytes)) < 0) {
-        munmap(p, bytes);
-        close(fd);
-        reply_error(c, rc, "cannot register the tensor for RDMA");
-        return 0;
-    }
-    struct ntensor *nt = &c->tensors[c->ntensors];
-    *nt =
-        (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
-    Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
-    r.tensor_id = nt->id;
-    r.nfloats = t->nfloats;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATED;
-    m.tensor_created = &r;
-    rc = send_with_fd(c, &m, fd);
-    close(fd);
-    if (rc < 0) {
-        pr_warn("%s: passing the tensor's memfd: %s", c->conn->name,
-                strerror(-rc));
-        tensor_free(n, nt);
-        return rc;
-    }
-    c->ntensors++;
-    return 0;
-}
-
-static struct ntensor *tensor_by_id(struct nclient *c, uint32_t id)
-{
-    for (size_t i = 0; i < c->ntensors; i++)
-        if (c->tensors[i].id == id && !c->tensors[i].doomed)
-            return &c->tensors[i];
-    return NULL;
-}
-
-static void on_tensor_destroy(struct nclient *c, uint32_t id)
-{
-    struct ntensor *t = tensor_by_id(c, id);
-    if (!t)
-        return;
-    if (t->busy) {
-        t->doomed = 1;
-        return;
-    }
-    tensor_free(c->node, t);
-    *t = c->tensors[--c->ntensors];
-}
-
 static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
                           const char *why)
 {
@@ -474,7 +315,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     }
     uint64_t total = 0;
     for (size_t i = 0; i < r->n_tensor_ids; i++) {
-        struct ntensor *t = tensor_by_id(c, r->tensor_ids[i]);
+        struct ntensor *t = pr_node_tensor_by_id(c, r->tensor_ids[i]);
         if (!t || t->busy) {
             for (size_t j = 0; j < c->ntensors; j++)
                 c->tensors[j].busy = 0;
@@ -529,9 +370,9 @@ static int client_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
     }
     switch (m->body_case) {
     case PR__V1__MSG__BODY_TENSOR_CREATE:
-        return on_tensor_create(c, m->tensor_create);
+        return pr_node_tensor_create(c, m->tensor_create);
     case PR__V1__MSG__BODY_TENSOR_DESTROY:
-        on_tensor_destroy(c, m->tensor_destroy->tensor_id);
+        pr_node_tensor_destroy(c, m->tensor_destroy->tensor_id);
         return 0;
     case PR__V1__MSG__BODY_REDUCE:
         return on_reduce(c, m->reduce);
@@ -744,7 +585,7 @@ void pr_node_ipc_close(struct pr_node *n)
         }
         n->clients = c->next;
         for (size_t i = 0; i < c->ntensors; i++)
-            tensor_free(c->node, &c->tensors[i]);
+            pr_node_tensor_free(c->node, &c->tensors[i]);
         free(c->tensors);
         free(c->parts);
         free(c);
