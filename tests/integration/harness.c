@@ -879,3 +879,36 @@ int h_survivors(const struct h_cluster *c, const char *const *names, int n,
     }
     return rc;
 }
+
+int h_node_maps_tensor(const struct h_cluster *c, int node, const char *trainer,
+                       uint32_t id)
+{
+    char path[64], want[96], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)c->node_pid[node]);
+    snprintf(want, sizeof(want), "/memfd:preduce:%s:%u", trainer, id);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        /* Neither answer would be true: end the test (it runs forked). */
+        fprintf(stderr, "harness: open %s: %s\n", path, strerror(errno));
+        abort();
+    }
+    int found = 0;
+    size_t n = strlen(want);
+    while (!found && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, want);
+        found = p && (p[n] == ' ' || p[n] == '\n');
+    }
+    fclose(f);
+    return found;
+}
+
+int h_node_wait_maps(const struct h_cluster *c, int node, const char *trainer,
+                     uint32_t id, int mapped)
+{
+    for (int i = 0; i < 300; i++) {
+        if (h_node_maps_tensor(c, node, trainer, id) == mapped)
+            return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}

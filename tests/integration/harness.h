@@ -154,6 +154,16 @@ double h_metric(const char *text, const char *prefix);
  */
 int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms);
 /*
+ * Is tensor `id` of trainer `trainer` mapped in node `node`'s daemon (its
+ * memfd in /proc/PID/maps)? 1 or 0; aborts (the forked test errors) when
+ * that file cannot be read.
+ */
+int h_node_maps_tensor(const struct h_cluster *c, int node, const char *trainer,
+                       uint32_t id);
+/* Polls h_node_maps_tensor() up to 3 s until it says `mapped`: 1, or 0. */
+int h_node_wait_maps(const struct h_cluster *c, int node, const char *trainer,
+                     uint32_t id, int mapped);
+/*
  * The trainers names[0..n) that outlived a killed node: prints each one's
  * reduces and failures and adds its failed reduces to *failed. 0; -EPROTO
  * when one that failed made no good reduce after it; -ENOENT when one's

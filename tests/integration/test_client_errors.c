@@ -49,12 +49,6 @@ static void teardown(void)
     ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Open descriptors of this process (the directory's own included). */
 static int count_fds(void)
 {
@@ -86,35 +80,6 @@ static pid_t spawn(int (*fn)(void *arg), void *arg)
     if (pid == 0)
         _exit(fn(arg));
     return pid;
-}
-
-/* Is tensor `id` of trainer `name` mapped in node 0's daemon? */
-static int daemon_maps(const char *name, uint32_t id)
-{
-    char path[64], want[96], line[512];
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)c.node_pid[0]);
-    snprintf(want, sizeof(want), "/memfd:preduce:%s:%u", name, id);
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "open %s", path);
-    int found = 0;
-    size_t n = strlen(want);
-    while (!found && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, want);
-        found = p && (p[n] == ' ' || p[n] == '\n');
-    }
-    fclose(f);
-    return found;
-}
-
-/* Polls daemon_maps() for up to 3 s until it says `mapped`. */
-static int wait_maps(const char *name, uint32_t id, int mapped)
-{
-    for (int i = 0; i < 300; i++) {
-        if (daemon_maps(name, id) == mapped)
-            return 1;
-        sleep_ms(10);
-    }
-    return 0;
 }
 
 /*
@@ -264,8 +229,9 @@ START_TEST(test_client_out_of_fds)
     struct pollfd pf = {.fd = sync_up[0], .events = POLLIN};
     char b = 0;
     int ready = poll(&pf, 1, 20000) == 1 && read(sync_up[0], &b, 1) == 1;
-    int kept = ready && daemon_maps("fdless", 1) && daemon_maps("fdless", 3);
-    int freed = ready && wait_maps("fdless", 2, 0);
+    int kept = ready && h_node_maps_tensor(&c, 0, "fdless", 1) &&
+               h_node_maps_tensor(&c, 0, "fdless", 3);
+    int freed = ready && h_node_wait_maps(&c, 0, "fdless", 2, 0);
     ck_assert_int_eq(write(sync_down[1], "g", 1), 1);
     int st = h_wait(pid, 10000);
     ck_assert_msg(ready, "the child did not get there (status %d)", st);

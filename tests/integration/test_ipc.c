@@ -351,35 +351,6 @@ static int raw_done(struct raw *t, uint64_t seq)
     return status;
 }
 
-/* Is tensor `id` of trainer `name` mapped in node `node`'s daemon? */
-static int daemon_maps(int node, const char *name, uint32_t id)
-{
-    char path[64], want[96], line[512];
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)c.node_pid[node]);
-    snprintf(want, sizeof(want), "/memfd:preduce:%s:%u", name, id);
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "open %s", path);
-    int found = 0;
-    size_t n = strlen(want);
-    while (!found && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, want);
-        found = p && (p[n] == ' ' || p[n] == '\n');
-    }
-    fclose(f);
-    return found;
-}
-
-/* Polls daemon_maps() for up to 3 s until it says `mapped`. */
-static int wait_maps(int node, const char *name, uint32_t id, int mapped)
-{
-    for (int i = 0; i < 300; i++) {
-        if (daemon_maps(node, name, id) == mapped)
-            return 1;
-        sleep_ms(10);
-    }
-    return 0;
-}
-
 /* A gauge at `port`, polled for up to 3 s until it reads `want`. */
 static int gauge_is(uint16_t port, const char *name, double want)
 {
@@ -423,7 +394,7 @@ START_TEST(test_ipc_destroy_unknown_id)
     /* Answered in order: the destroys were read before this create. */
     uint32_t id2 = raw_create(&a, 128, NULL);
     ck_assert_uint_eq(id2, id + 1);
-    ck_assert(daemon_maps(0, "ghost", id));
+    ck_assert(h_node_maps_tensor(&c, 0, "ghost", id));
     /* Alone in the job, the trainer's reduce is a group of one. */
     fill(x, 256, 5.0f);
     uint32_t ids[] = {id};
@@ -463,7 +434,8 @@ START_TEST(test_ipc_destroy_busy_tensor)
     ck_assert_int_eq(raw_done(&a, 2), -EBUSY);
     ck_assert(logged("node0", "trainer 'doomA': reduce 2 refused: a reduce "
                               "is already in flight"));
-    ck_assert_msg(daemon_maps(0, "doomA", ta), "a busy tensor was freed");
+    ck_assert_msg(h_node_maps_tensor(&c, 0, "doomA", ta),
+                  "a busy tensor was freed");
     raw_reduce(&b, 1, &tb, 1);
     ck_assert_int_eq(raw_done(&a, 1), 0);
     ck_assert_int_eq(raw_done(&b, 1), 0);
@@ -471,14 +443,14 @@ START_TEST(test_ipc_destroy_busy_tensor)
         ck_assert_float_eq_tol(xa[i], 2.0f, 1e-6f);
         ck_assert_float_eq_tol(xb[i], 2.0f, 1e-6f);
     }
-    ck_assert_msg(wait_maps(0, "doomA", ta, 0),
+    ck_assert_msg(h_node_wait_maps(&c, 0, "doomA", ta, 0),
                   "the doomed tensor is still mapped after its reduce");
     raw_reduce(&a, 3, &ta, 1);
     ck_assert_int_eq(raw_done(&a, 3), -EINVAL);
     ck_assert(logged("node0", "trainer 'doomA': reduce 3 refused: unknown "
                               "tensor id"));
     /* b's tensor was not touched by any of this. */
-    ck_assert(daemon_maps(1, "doomB", tb));
+    ck_assert(h_node_maps_tensor(&c, 1, "doomB", tb));
     munmap(xa, n * sizeof(float));
     munmap(xb, n * sizeof(float));
     raw_retire(&a);
@@ -498,10 +470,12 @@ START_TEST(test_ipc_destroy_then_reduce)
     uint32_t t1 = raw_create(&a, 64, NULL);
     uint32_t t2 = raw_create(&a, 64, NULL);
     uint32_t t3 = raw_create(&a, 64, NULL);
-    ck_assert(daemon_maps(0, "gone", t1));
+    ck_assert(h_node_maps_tensor(&c, 0, "gone", t1));
     raw_destroy(&a, t1);
-    ck_assert_msg(wait_maps(0, "gone", t1, 0), "a destroyed tensor stays");
-    ck_assert(daemon_maps(0, "gone", t2) && daemon_maps(0, "gone", t3));
+    ck_assert_msg(h_node_wait_maps(&c, 0, "gone", t1, 0),
+                  "a destroyed tensor stays");
+    ck_assert(h_node_maps_tensor(&c, 0, "gone", t2) &&
+              h_node_maps_tensor(&c, 0, "gone", t3));
     uint32_t ids[] = {t2, t1};
     raw_reduce(&a, 1, ids, 2);
     ck_assert_int_eq(raw_done(&a, 1), -EINVAL);
@@ -602,7 +576,7 @@ START_TEST(test_ipc_tensor_create_limits)
     }
     uint32_t t = raw_create(&a, MAX_TENSOR_FLOATS, NULL);
     ck_assert_uint_eq(t, 1);
-    ck_assert(daemon_maps(0, "greedy", t));
+    ck_assert(h_node_maps_tensor(&c, 0, "greedy", t));
     raw_retire(&a);
     still_serving();
 }
