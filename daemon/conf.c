@@ -542,9 +542,9 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
     }
     /*
      * The bounds above already hold group_size >= 1, chunk_kb >= 4 and
-     * inflight >= 1. The rules below only relate keys that are all
-     * reloadable, so the mix pr_conf_reload() makes of a valid new file and
-     * the fixed keys of the live config is valid too. Keep it that way.
+     * inflight >= 1. Each rule below relates keys that are all reloadable
+     * or all fixed, so the mix pr_conf_reload() makes of a valid new file
+     * and the fixed keys of the live config is valid too. Keep it that way.
      */
     if (c->sched_group_max != 0 && c->sched_group_min > c->sched_group_max)
         return seterr(err, -EINVAL, "scheduler", "group_min",
@@ -558,6 +558,14 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
         return seterr(err, -EINVAL, "scheduler", "window_ms",
                       "window_ms %g is above window_max_ms %g",
                       c->sched_window_ms, c->sched_window_max_ms);
+    /*
+     * A node is dropped when silent for node_timeout_ms, and pings come
+     * every heartbeat_ms: leave room for at least one ping lost or late.
+     */
+    if (c->sched_node_timeout_ms < 2 * (uint64_t)c->sched_heartbeat_ms)
+        return seterr(err, -EINVAL, "scheduler", "node_timeout_ms",
+                      "%u ms is less than twice heartbeat_ms (%u ms)",
+                      c->sched_node_timeout_ms, c->sched_heartbeat_ms);
     /* 0 would weigh every stale member 0, 1 makes every level's mass 0. */
     if (!(c->sched_staleness_alpha > 0 && c->sched_staleness_alpha < 1))
         return seterr(err, -EINVAL, "scheduler", "staleness_alpha",

@@ -11,11 +11,20 @@
 #include "daemon/metrics.h"
 #include "daemon/sched_core.h"
 
+/*
+ * Connections that have not said hello yet: their frames may be HELLO_MAX
+ * bytes, not PR_CTRL_MAX_FRAME (anyone can connect, and a reader buffers a
+ * whole frame), at most STRANGERS_MAX at once, each for node_timeout_ms.
+ */
+#define HELLO_MAX     4096
+#define STRANGERS_MAX 64
+
 struct snode {
     struct snode *next;
     struct pr_sched *s;
     struct pr_conn *conn;
-    uint32_t id; /* 0 until the hello */
+    uint64_t since_ms; /* accepted at (loop time) */
+    uint32_t id;       /* 0 until the hello */
     char name[64];
     char data_addr[128];
     uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
@@ -53,6 +62,7 @@ struct pr_sched {
     struct sgroup *groups;
     uint16_t port;
     int handles;
+    uint64_t last_beat_ms; /* when heartbeat_cb last ran */
     uint64_t groups_formed;
     uint64_t id_base; /* wire group id = id_base + the core's id */
     int stopping;
@@ -437,9 +447,11 @@ static void on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
     if (!member)
         return; /* not a node of this group: it has no say in it */
     if (d->status < 0) {
+        /* Passed on to the others: an errno they can print, or EPROTO. */
+        int status = d->status >= -4095 ? d->status : -EPROTO;
         pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
-                n->id, strerror(-d->status));
-        send_abort(s, g, n->id, d->status);
+                n->id, strerror(-status));
+        send_abort(s, g, n->id, status);
         all = 1;
     }
     if (all) {
@@ -479,6 +491,8 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
         return 0;
     }
+    /* A known node: its frames may be as large as any control frame. */
+    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
     /*
      * A node daemon listens on its data address alone: a node of the same
      * name already known there is this one's previous life, whose
@@ -632,16 +646,27 @@ static void on_connection(uv_stream_t *server, int status)
     if (!n)
         return;
     n->s = s;
-    n->conn = pr_conn_create_tcp(s->loop, PR_CTRL_MAX_FRAME, &node_ops, n);
+    n->conn = pr_conn_create_tcp(s->loop, HELLO_MAX, &node_ops, n);
     if (!n->conn) {
         free(n);
         return;
     }
+    n->since_ms = uv_now(s->loop);
     n->next = s->nodes;
     s->nodes = n;
     if (uv_accept(server, &n->conn->h.stream) < 0 ||
         pr_conn_start(n->conn) < 0) {
         pr_conn_close(n->conn, -ECONNABORTED);
+        return;
+    }
+    unsigned strangers = 0;
+    for (const struct snode *o = s->nodes; o; o = o->next)
+        strangers += !o->id && !o->conn->closing;
+    if (strangers > STRANGERS_MAX) {
+        pr_warn("scheduler listener: more than %d connections without a "
+                "hello: refusing one",
+                STRANGERS_MAX);
+        pr_conn_close(n->conn, -EBUSY);
         return;
     }
     struct sockaddr_storage ss;
@@ -669,10 +694,29 @@ static void heartbeat_cb(uv_timer_t *t)
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_PING;
     m.ping = &p;
+    /*
+     * After this loop was held up (a long callback, or the whole process
+     * off the CPU), timers run before the reads that waited: every node
+     * would look silent. Such a late tick judges no one; the next does.
+     */
+    int late = s->last_beat_ms && now - s->last_beat_ms >
+                                      2 * (uint64_t)s->conf->sched_heartbeat_ms;
+    if (late)
+        pr_warn("scheduler: heartbeat %llu ms late: no node is judged "
+                "silent on this tick",
+                (unsigned long long)(now - s->last_beat_ms -
+                                     s->conf->sched_heartbeat_ms));
+    s->last_beat_ms = now;
+    uint32_t limit = s->conf->sched_node_timeout_ms;
     for (struct snode *n = s->nodes; n; n = n->next) {
         if (n->conn->closing)
             continue;
-        if (now - n->conn->last_rx_ms > s->conf->sched_node_timeout_ms) {
+        if (!n->id && now - n->since_ms > limit) {
+            pr_warn("%s: no hello within %u ms: closing", n->conn->name, limit);
+            pr_conn_close(n->conn, -ETIMEDOUT);
+            continue;
+        }
+        if (!late && now - n->conn->last_rx_ms > limit) {
             pr_warn("%s: silent for %llu ms: dropping it", n->conn->name,
                     (unsigned long long)(now - n->conn->last_rx_ms));
             pr_conn_close(n->conn, -ETIMEDOUT);

@@ -237,6 +237,45 @@ START_TEST(test_fault_trainer_before_scheduler)
 }
 END_TEST
 
+/*
+ * The scheduler's process held up for longer than its node timeout
+ * (SIGSTOP; the nodes, with their default 5 s, keep their links): when it
+ * runs again, its late heartbeat tick comes before it reads what the nodes
+ * sent meanwhile, and must not take them for silent. Then it serves on.
+ */
+START_TEST(test_fault_scheduler_stalled)
+{
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce",
+                                "scheduler.heartbeat_ms=100",
+                                "scheduler.node_timeout_ms=1000", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+    sleep_ms(500);
+    ck_assert_int_eq(kill(c.sched_pid, SIGSTOP), 0);
+    sleep_ms(1500);
+    ck_assert_int_eq(kill(c.sched_pid, SIGCONT), 0);
+    sleep_ms(1000); /* ten ticks */
+    ck_assert_msg(!h_log_contains(&c, "sched", "dropping it"),
+                  "a node was dropped after the stall");
+    ck_assert(h_log_contains(&c, "sched", "late: no node is judged"));
+    pid_t pids[2];
+    const char *names[] = {"st0", "st1"};
+    for (int i = 0; i < 2; i++)
+        pids[i] = start(&c, names[i], i, 0, 10);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(h_wait(pids[i], 30000), 0);
+    long steps, errors;
+    double secs;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(
+            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
+        ck_assert_int_eq(steps, 10);
+        ck_assert_int_eq(errors, 0);
+    }
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_fault");
@@ -247,6 +286,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fault_node_killed);
     tcase_add_test(tc, test_fault_node_killed_mid_transfer);
     tcase_add_test(tc, test_fault_scheduler_restart);
+    tcase_add_test(tc, test_fault_scheduler_stalled);
     tcase_add_test(tc, test_fault_trainer_before_scheduler);
     suite_add_tcase(s, tc);
     return s;

@@ -201,6 +201,64 @@ START_TEST(test_malformed_message_before_hello)
 }
 END_TEST
 
+/*
+ * Before its hello, a connection to the scheduler (anyone can open one)
+ * may send no frame larger than a hello: a length of 8 KiB, far below the
+ * control frame limit, is refused at once, so strangers cannot make the
+ * scheduler buffer megabytes each.
+ */
+START_TEST(test_malformed_sched_stranger_frame_limit)
+{
+    uint8_t h[PR_FRAME_HDR_LEN];
+    pr_frame_hdr_encode(h, 8192, PR_FRAME_MSG, 0);
+    int fd = dial("sched");
+    ck_assert_int_eq(write(fd, h, sizeof(h)), (ssize_t)sizeof(h));
+    /* The scheduler closes: read reaches EOF well before 2 s. */
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        ;
+    ck_assert_msg(r == 0, "the scheduler kept the connection open");
+    close(fd);
+    ck_assert(logged("sched", "frame length 8192 exceeds the maximum 4096"));
+    still_serving();
+}
+END_TEST
+
+/*
+ * At most 64 connections without a hello at once: the ones past that are
+ * closed as they come; the nodes already joined go on serving.
+ */
+START_TEST(test_malformed_sched_strangers_capped)
+{
+    enum { N = 70 };
+    int fds[N];
+    for (int i = 0; i < N; i++)
+        fds[i] = dial("sched");
+    ck_assert(logged("sched", "more than 64 connections without a hello"));
+    /*
+     * Well within the hello deadline (node_timeout_ms, 5 s), which would
+     * close them all: each got its challenge, and a refused one is at EOF.
+     */
+    struct timespec ts = {0, 500000000};
+    nanosleep(&ts, NULL);
+    int closed = 0;
+    for (int i = 0; i < N; i++) {
+        char buf[256];
+        ssize_t r;
+        while ((r = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+            ;
+        closed += r == 0;
+    }
+    ck_assert_int_eq(closed, N - 64);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    still_serving();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_malformed");
@@ -213,6 +271,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_malformed_unknown_type, 0, 3);
     tcase_add_loop_test(tc, test_malformed_wrong_version, 0, 3);
     tcase_add_loop_test(tc, test_malformed_message_before_hello, 0, 3);
+    tcase_add_test(tc, test_malformed_sched_stranger_frame_limit);
+    tcase_add_test(tc, test_malformed_sched_strangers_capped);
     suite_add_tcase(s, tc);
     return s;
 }
