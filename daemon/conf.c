@@ -559,12 +559,14 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
                       "window_ms %g is above window_max_ms %g",
                       c->sched_window_ms, c->sched_window_max_ms);
     /*
-     * A node is dropped when silent for node_timeout_ms, and pings come
-     * every heartbeat_ms: leave room for at least one ping lost or late.
+     * A node is dropped when silent for node_timeout_ms, judged on ticks
+     * every heartbeat_ms: its last answer may be a heartbeat old when a
+     * tick starts, and a tick up to a heartbeat late still judges (sched.c
+     * heartbeat_cb), so three heartbeats leave room for one answer late.
      */
-    if (c->sched_node_timeout_ms < 2 * (uint64_t)c->sched_heartbeat_ms)
+    if (c->sched_node_timeout_ms < 3 * (uint64_t)c->sched_heartbeat_ms)
         return seterr(err, -EINVAL, "scheduler", "node_timeout_ms",
-                      "%u ms is less than twice heartbeat_ms (%u ms)",
+                      "%u ms is less than 3 x heartbeat_ms (%u ms)",
                       c->sched_node_timeout_ms, c->sched_heartbeat_ms);
     /* 0 would weigh every stale member 0, 1 makes every level's mass 0. */
     if (!(c->sched_staleness_alpha > 0 && c->sched_staleness_alpha < 1))

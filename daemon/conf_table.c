@@ -103,7 +103,7 @@ static const struct entry rows[] = {
      600000, NULL, 0, "heartbeat period, ms"},
     {"scheduler", "node_timeout_ms", T_U32, OFF(sched_node_timeout_ms), "5000",
      50, 3600000, NULL, 0,
-     "a silent daemon is declared dead after, ms (>= 2 x heartbeat)"},
+     "a silent daemon is declared dead after, ms (>= 3 x heartbeat)"},
     {"scheduler", "group_timeout_ms", T_U32, OFF(sched_group_timeout_ms),
      "30000", 100, 3600000, NULL, F_RELOAD,
      "a group not done after this is aborted, ms"},

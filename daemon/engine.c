@@ -389,9 +389,12 @@ static void apply_chunk(struct group *g, uint32_t from,
      */
     if (from != g->left) {
         g->e->st.chunks_dropped++;
-        pr_warn("group %llu: chunk from node %u, which is not the left "
-                "neighbour (node %u): dropped",
-                (unsigned long long)g->id, from, g->left);
+        /* Once per group: a peer that keeps sending cannot flood the log. */
+        if (!g->stray_logged)
+            pr_warn("group %llu: chunk from node %u, which is not the left "
+                    "neighbour (node %u): dropped (and any more)",
+                    (unsigned long long)g->id, from, g->left);
+        g->stray_logged = 1;
         return;
     }
     if (chunk_ok(g, h, &why)) {
@@ -528,8 +531,6 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     }
     memcpy(g->ring, spec->ring, m * sizeof(*g->ring));
     memcpy(g->local, spec->local, spec->nlocal * sizeof(*g->local));
-    for (size_t i = 0; i < g->nlocal; i++)
-        g->local[i].detached = 0;
     g->left = g->ring[(g->pos + m - 1) % m];
     g->right = g->ring[(g->pos + 1) % m];
     g->steps_left = m > 1 ? 2 * (m - 1) : 0;

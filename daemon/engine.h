@@ -50,8 +50,11 @@ struct pr_engine_member {
      */
     int in_place;
     /*
-     * Engine-owned (0 on start): set by pr_engine_detach() when the
-     * member's trainer left; its tensors are then never written.
+     * The member's trainer is gone (it was told its reduce failed): its
+     * floats still count, but its tensors get no write-back (in place,
+     * final floats still land, as that contract allows). Set at start by
+     * a caller whose trainer left before the group came, or later by
+     * pr_engine_detach().
      */
     int detached;
 };

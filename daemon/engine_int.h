@@ -57,7 +57,8 @@ struct group {
      * may change or free its tensors once it has its answer.
      */
     int reads_member;
-    int reset_sent; /* the right link was reset: sends stalled too long */
+    int reset_sent;   /* the right link was reset: sends stalled too long */
+    int stray_logged; /* a chunk from a non-neighbour was logged */
     uint32_t *ring;
     uint32_t left, right;
     struct pr_engine_member *local;

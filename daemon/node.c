@@ -240,11 +240,17 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
             why = "a local member's tensors differ in length from the group";
             status = -EINVAL;
         }
+        /*
+         * A trainer that hung up while its reduce was queued (R_CANCELLING,
+         * no connection) was told it failed: its tensors must keep their
+         * inputs, whatever the group does with its floats.
+         */
         em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
                                                   .weight = mb->weight,
                                                   .parts = c->parts,
                                                   .nparts = c->nparts,
-                                                  .in_place = c->in_place};
+                                                  .in_place = c->in_place,
+                                                  .detached = !c->conn};
         g->local_weight[g->nlocal] = mb->weight;
         g->local_rank[g->nlocal] = mb->rank;
         g->clients[g->nlocal++] = c;

@@ -65,6 +65,9 @@ static int cq_reserve(struct pr_rdma *r, struct pr_rdma_qp *q, uint32_t n)
         if (want < 2 * r->cq_cap)
             want = 2 * r->cq_cap;
         int rc = ibv_resize_cq(r->cq, (int)want);
+        /* Doubling may pass the device's max_cqe where the need does not. */
+        if (rc != 0 && want > r->cq_used + n)
+            rc = ibv_resize_cq(r->cq, (int)(r->cq_used + n));
         if (rc != 0)
             return rc;
         r->cq_cap = (uint32_t)r->cq->cqe;

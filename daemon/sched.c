@@ -711,7 +711,7 @@ static void heartbeat_cb(uv_timer_t *t)
     for (struct snode *n = s->nodes; n; n = n->next) {
         if (n->conn->closing)
             continue;
-        if (!n->id && now - n->since_ms > limit) {
+        if (!late && !n->id && now - n->since_ms > limit) {
             pr_warn("%s: no hello within %u ms: closing", n->conn->name, limit);
             pr_conn_close(n->conn, -ETIMEDOUT);
             continue;

@@ -663,13 +663,13 @@ START_TEST(test_cli_reload)
              "reload of %s refused, old configuration kept: ", conf);
 
     /* A reloadable key takes effect; one that needs a restart does not. */
-    sched_conf(port, "7", "heartbeat_ms = 2000\n");
+    sched_conf(port, "7", "heartbeat_ms = 1500\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
     snprintf(want, sizeof(want), "reloaded %s: 1 key changed\n", conf);
     wait_log(want, 1);
     ck_assert_int_eq(log_count("conf: scheduler.window_ms: 5 -> 7\n"), 1);
     ck_assert_int_eq(
-        log_count("conf: scheduler.heartbeat_ms: 1000 -> 2000 needs a "
+        log_count("conf: scheduler.heartbeat_ms: 1000 -> 1500 needs a "
                   "restart\n"),
         1);
     ck_assert_double_eq_tol(window_ms(port), 7, 1e-6);
@@ -679,7 +679,7 @@ START_TEST(test_cli_reload)
      * "reloaded" line (info) is not. The next reload's error line shows
      * that this one was done by then.
      */
-    sched_conf(port, "7", "heartbeat_ms = 2000\n[log]\nlevel = warn\n");
+    sched_conf(port, "7", "heartbeat_ms = 1500\n[log]\nlevel = warn\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
     wait_log("conf: log.level: info -> warn\n", 1);
 
@@ -713,7 +713,7 @@ START_TEST(test_cli_reload)
     ck_assert_double_eq_tol(window_ms(port), 7, 1e-6);
 
     /* Back to info: this reload's own line shows again. */
-    sched_conf(port, "7", "heartbeat_ms = 2000\n[log]\nlevel = info\n");
+    sched_conf(port, "7", "heartbeat_ms = 1500\n[log]\nlevel = info\n");
     ck_assert_int_eq(kill(daemon_pid, SIGHUP), 0);
     snprintf(want, sizeof(want), "reloaded %s: 1 key changed\n", conf);
     wait_log(want, 2);

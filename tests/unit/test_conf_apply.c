@@ -29,7 +29,7 @@ START_TEST(test_conf_validate_cross_keys)
         {{"scheduler.staleness_alpha=1", NULL}, "scheduler.staleness_alpha"},
         {{"scheduler.heartbeat_ms=3000", "scheduler.node_timeout_ms=1000"},
          "scheduler.node_timeout_ms"},
-        {{"scheduler.heartbeat_ms=501", "scheduler.node_timeout_ms=1001"},
+        {{"scheduler.heartbeat_ms=334", "scheduler.node_timeout_ms=1001"},
          "scheduler.node_timeout_ms"},
         {{"node.scheduler=127.0.0.1:0", NULL}, "node.scheduler"},
         {{"node.scheduler=localhost", NULL}, "node.scheduler"},
@@ -61,9 +61,8 @@ START_TEST(test_conf_validate_cross_keys)
     ck_assert_int_eq(pr_conf_set(&c, "node.data_listen=0.0.0.0:0", &err), 0);
     ck_assert_int_eq(pr_conf_set(&c, "scheduler.listen=[::1]:0", &err), 0);
     ck_assert_int_eq(pr_conf_set(&c, "metrics.listen=[::]:9100", &err), 0);
-    ck_assert_int_eq(pr_conf_set(&c, "scheduler.heartbeat_ms=500", &err), 0);
-    ck_assert_int_eq(pr_conf_set(&c, "scheduler.node_timeout_ms=1000", &err),
-                     0);
+    ck_assert_int_eq(pr_conf_set(&c, "scheduler.heartbeat_ms=333", &err), 0);
+    ck_assert_int_eq(pr_conf_set(&c, "scheduler.node_timeout_ms=999", &err), 0);
     ck_assert_int_eq(pr_conf_validate(&c, &err), 0);
     ck_assert_int_eq(pr_conf_set(&c, "scheduler.group_max=0", &err), 0);
     ck_assert_int_eq(pr_conf_set(&c, "scheduler.group_min=9", &err), 0);

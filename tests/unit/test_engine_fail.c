@@ -234,25 +234,29 @@ START_TEST(test_engine_destroy_reports_finished_group)
 END_TEST
 
 /*
- * A member whose trainer left mid-group (pr_engine_detach): the group
- * completes for everyone else with its floats counted, and its tensors are
- * never written. In place, the final floats still land (its contract).
+ * A member whose trainer left mid-group (pr_engine_detach), or before its
+ * group came (detached in the spec): the group completes for everyone
+ * else with its floats counted, and its tensors get no write-back. In
+ * place, the final floats still land (its contract). _i: bit 0 in place,
+ * bit 1 detached at start.
  */
 START_TEST(test_engine_detached_member_not_written)
 {
     static const size_t nlocal[2] = {1, 2};
     static const int ring[2] = {0, 1};
-    int in_place = _i;
+    int in_place = _i & 1, at_start = _i >> 1;
     direct_sends = in_place; /* in place needs direct sends */
     struct net *net = net_new(2, 64);
     struct tgroup *tg = tg_new(1, 1000, 2, ring, nlocal, 0, 90);
     if (in_place)
         tg_set_in_place(tg, 0, 1);
     net_hold_all(net, 1);
-    tg_start_all(net, tg);
     /* Node 0's lone member leaves; node 1's two members stay. */
     uint32_t gone = tg->spec[0][0].rank;
-    ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone), 0);
+    tg->spec[0][0].detached = at_start;
+    tg_start_all(net, tg);
+    if (!at_start)
+        ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone), 0);
     ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone + 1000), -ENOENT);
     ck_assert_int_eq(pr_engine_detach(E(net, 0), 2, gone), -ENOENT);
     net_hold_all(net, 0);
@@ -570,7 +574,7 @@ static Suite *engine_fail_suite(void)
     tcase_add_test(tc, test_engine_destroy_cancels_running);
     tcase_add_test(tc, test_engine_destroy_with_sends_posted);
     tcase_add_test(tc, test_engine_destroy_reports_finished_group);
-    tcase_add_loop_test(tc, test_engine_detached_member_not_written, 0, 2);
+    tcase_add_loop_test(tc, test_engine_detached_member_not_written, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("bad_chunks");
