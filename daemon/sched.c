@@ -10,71 +10,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/sched_core.h"
-
-/*
- * Connections that have not said hello yet: their frames may be HELLO_MAX
- * bytes, not PR_CTRL_MAX_FRAME (anyone can connect, and a reader buffers a
- * whole frame), at most STRANGERS_MAX at once, each for node_timeout_ms.
- */
-#define HELLO_MAX     4096
-#define STRANGERS_MAX 64
-
-struct snode {
-    struct snode *next;
-    struct pr_sched *s;
-    struct pr_conn *conn;
-    uint64_t since_ms; /* accepted at (loop time) */
-    uint32_t id;       /* 0 until the hello */
-    char name[64];
-    char data_addr[128];
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
-};
-
-struct sworker {
-    int live;
-    uint32_t node;
-    char name[64];
-    struct pr_sched_wstats st;
-};
-
-/* A group in flight: which nodes still owe a GroupDone. */
-struct sgroup {
-    struct sgroup *next;
-    uint64_t id;
-    uint32_t nnodes;
-    uint32_t *nodes;
-    uint8_t *done; /* per node */
-    uint64_t expires_ms;
-};
-
-struct pr_sched {
-    uv_loop_t *loop;
-    struct pr_conf *conf;
-    uv_tcp_t listener;
-    uv_timer_t deadline; /* the core's next due time */
-    uv_timer_t heartbeat;
-    struct pr_sched_core *core;
-    struct snode *nodes;
-    uint32_t next_node_id;
-    struct sworker *workers; /* by rank */
-    uint32_t nworkers_cap;
-    uint64_t job_nfloats; /* fixed by the first READY while workers live */
-    struct sgroup *groups;
-    uint16_t port;
-    int handles;
-    uint64_t last_beat_ms; /* when heartbeat_cb last ran */
-    uint64_t groups_formed;
-    uint64_t id_base; /* wire group id = id_base + the core's id */
-    int stopping;
-    struct pr_metrics *metrics;
-    const struct pr_auth_key *key;      /* NULL: no authentication */
-    uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
-};
-
-static uint64_t now_us(void)
-{
-    return uv_hrtime() / 1000;
-}
+#include "daemon/sched_int.h"
 
 static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
 {
@@ -94,7 +30,7 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
 }
 
-static struct snode *node_by_id(struct pr_sched *s, uint32_t id)
+struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id)
 {
     for (struct snode *n = s->nodes; n; n = n->next)
         if (n->id == id)
@@ -102,7 +38,7 @@ static struct snode *node_by_id(struct pr_sched *s, uint32_t id)
     return NULL;
 }
 
-static void send_msg(struct snode *n, Pr__V1__Msg *m)
+void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
 {
     int rc = pr_conn_send(n->conn, m);
     if (rc < 0)
@@ -139,326 +75,16 @@ static void broadcast_peers(struct pr_sched *s)
     m.peer_list = &pl;
     for (struct snode *x = s->nodes; x; x = x->next)
         if (x->id)
-            send_msg(x, &m);
+            pr_sched_send(x, &m);
     free(peers);
     free(pp);
 }
 
-static void sgroup_free(struct sgroup *g)
-{
-    free(g->nodes);
-    free(g->done);
-    free(g);
-}
-
-static void send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                       int status)
-{
-    Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
-    a.id = g->id;
-    a.status = status;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
-    m.group_abort = &a;
-    for (uint32_t i = 0; i < g->nnodes; i++) {
-        struct snode *n;
-        if (g->nodes[i] == except || g->done[i] ||
-            !(n = node_by_id(s, g->nodes[i])))
-            continue;
-        send_msg(n, &m);
-    }
-}
-
-static void schedule(struct pr_sched *s);
 static void sched_release(struct pr_sched *s);
 
-static void deadline_cb(uv_timer_t *t)
-{
-    schedule(t->data);
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Sends group `g` to every daemon that hosts a member. */
-static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
-{
-    struct sgroup *sg = calloc(1, sizeof(*sg));
-    uint32_t *ring = calloc(g->n, sizeof(*ring));
-    Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
-    Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
-    if (!sg || !ring || !mem || !mp)
-        goto out;
-    /* The ring: distinct nodes of the members, in node id order. */
-    for (uint32_t i = 0; i < g->n; i++)
-        ring[i] = g->members[i].node;
-    qsort(ring, g->n, sizeof(*ring), cmp_u32);
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < g->n; i++)
-        if (m == 0 || ring[m - 1] != ring[i])
-            ring[m++] = ring[i];
-    for (uint32_t i = 0; i < g->n; i++) {
-        pr__v1__member__init(&mem[i]);
-        mem[i].rank = g->members[i].rank;
-        mem[i].node_id = g->members[i].node;
-        mem[i].weight = g->members[i].weight;
-        mem[i].version = g->members[i].version;
-        mem[i].seq = g->members[i].seq;
-        mp[i] = &mem[i];
-    }
-    Pr__V1__Group gm = PR__V1__GROUP__INIT;
-    gm.id = s->id_base + g->id;
-    gm.n_members = g->n;
-    gm.members = mp;
-    gm.n_ring = m;
-    gm.ring = ring;
-    gm.max_version = g->max_version;
-    gm.nfloats = s->job_nfloats;
-    gm.personal = g->personal != 0;
-    gm.timeout_ms = s->conf->sched_group_timeout_ms;
-    Pr__V1__Msg msg = PR_MSG_INIT;
-    msg.body_case = PR__V1__MSG__BODY_GROUP;
-    msg.group = &gm;
-
-    sg->id = gm.id;
-    sg->nnodes = m;
-    sg->nodes = malloc(m * sizeof(*sg->nodes));
-    sg->done = calloc(m, 1);
-    if (!sg->nodes || !sg->done)
-        goto out;
-    memcpy(sg->nodes, ring, m * sizeof(*ring));
-    sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
-    for (uint32_t i = 0; i < m; i++) {
-        struct snode *n = node_by_id(s, ring[i]);
-        if (n)
-            send_msg(n, &msg);
-    }
-    pr_dbg("group %llu: %u members on %u nodes", (unsigned long long)g->id,
-           g->n, m);
-    sg->next = s->groups;
-    s->groups = sg;
-    sg = NULL;
-    s->groups_formed++;
-out:
-    if (sg) {
-        pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
-        sgroup_free(sg);
-    }
-    free(ring);
-    free(mem);
-    free(mp);
-}
 
 /* Forms every group that is due and re-arms the deadline timer. */
-static void schedule(struct pr_sched *s)
-{
-    struct pr_sched_group g;
-    int rc;
-    while ((rc = pr_sched_core_next_group(s->core, now_us(), &g)) == 1) {
-        s->sizes[g.n <= PR_SCHED_SIZES ? g.n : 0]++;
-        for (uint32_t i = 0; i < g.n; i++)
-            s->workers[g.members[i].rank].st.grouped_us = now_us();
-        dispatch(s, &g);
-        pr_sched_group_fini(&g);
-    }
-    if (rc < 0)
-        pr_err("scheduler core: %s", strerror(-rc));
-    int64_t due = pr_sched_core_deadline_us(s->core);
-    if (due < 0) {
-        uv_timer_stop(&s->deadline);
-        return;
-    }
-    int64_t wait_us = due - (int64_t)now_us();
-    uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
-    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
-}
-
-static int ensure_workers(struct pr_sched *s, uint32_t rank)
-{
-    if (rank < s->nworkers_cap)
-        return 0;
-    uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
-    while (cap <= rank)
-        cap *= 2;
-    struct sworker *w = realloc(s->workers, cap * sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
-    s->workers = w;
-    s->nworkers_cap = cap;
-    return 0;
-}
-
-static uint32_t live_workers(const struct pr_sched *s)
-{
-    return pr_sched_core_live(s->core);
-}
-
-static void remove_worker(struct pr_sched *s, uint32_t rank)
-{
-    if (rank >= s->nworkers_cap || !s->workers[rank].live)
-        return;
-    s->workers[rank].live = 0;
-    pr_sched_core_remove_worker(s->core, rank, now_us());
-    pr_info("worker %u (%s) left", rank, s->workers[rank].name);
-    if (live_workers(s) == 0)
-        s->job_nfloats = 0;
-}
-
-static void on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
-{
-    struct pr_sched *s = n->s;
-    Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
-    r.cookie = j->cookie;
-    const char *name = j->name ? j->name : "";
-    uint32_t rank = 0, free_rank = UINT32_MAX;
-    for (rank = 0; rank < s->nworkers_cap; rank++) {
-        if (s->workers[rank].live && !strcmp(s->workers[rank].name, name))
-            break;
-        if (!s->workers[rank].live && free_rank == UINT32_MAX)
-            free_rank = rank;
-    }
-    if (!name[0] || strlen(name) >= sizeof(s->workers[0].name)) {
-        r.status = -EINVAL;
-    } else if (rank < s->nworkers_cap) {
-        pr_warn("node %u: worker name '%s' is taken by rank %u", n->id, name,
-                rank);
-        r.status = -EEXIST;
-    } else {
-        rank = free_rank != UINT32_MAX ? free_rank : s->nworkers_cap;
-        /* A worker re-registering after a scheduler restart keeps its rank
-         * when nobody took it in the meantime. */
-        uint32_t want = j->prev_rank_plus1 - 1;
-        if (j->prev_rank_plus1 > 0 && want < PR_SCHED_MAX &&
-            (want >= s->nworkers_cap || !s->workers[want].live))
-            rank = want;
-        if (rank >= PR_SCHED_MAX || ensure_workers(s, rank) < 0) {
-            r.status = -ENOSPC;
-        } else {
-            r.status = pr_sched_core_add_worker(s->core, rank, n->id, now_us());
-        }
-        if (r.status == 0) {
-            struct sworker *w = &s->workers[rank];
-            w->live = 1;
-            w->node = n->id;
-            memset(&w->st, 0, sizeof(w->st));
-            snprintf(w->name, sizeof(w->name), "%s", name);
-            r.rank = rank;
-            /*
-             * A worker of an earlier scheduler session: the job had
-             * started, and min_workers must not wait for workers that left
-             * while no scheduler was there to see them go.
-             */
-            if (j->prev_rank_plus1 > 0)
-                pr_sched_core_mark_started(s->core, now_us());
-            pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
-        }
-    }
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_JOINED;
-    m.worker_joined = &r;
-    send_msg(n, &m);
-    /* allreduce may have been waiting for nobody but this worker's peers */
-    schedule(s);
-}
-
-static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
-                   const char *reason)
-{
-    Pr__V1__Reject r = PR__V1__REJECT__INIT;
-    r.rank = rank;
-    r.seq = seq;
-    r.status = status;
-    r.reason = (char *)reason;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REJECT;
-    m.reject = &r;
-    send_msg(n, &m);
-}
-
-static int own_worker(struct snode *n, uint32_t rank)
-{
-    struct pr_sched *s = n->s;
-    return rank < s->nworkers_cap && s->workers[rank].live &&
-           s->workers[rank].node == n->id;
-}
-
-static void on_ready(struct snode *n, const Pr__V1__Ready *r)
-{
-    struct pr_sched *s = n->s;
-    char why[160];
-    if (!own_worker(n, r->rank)) {
-        reject(n, r->rank, r->seq, -ENOENT, "unknown worker");
-        return;
-    }
-    if (r->nfloats == 0) {
-        reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
-        return;
-    }
-    if (s->job_nfloats == 0)
-        s->job_nfloats = r->nfloats;
-    if (r->nfloats != s->job_nfloats) {
-        snprintf(why, sizeof(why),
-                 "reduce of %llu floats, but this job reduces %llu",
-                 (unsigned long long)r->nfloats,
-                 (unsigned long long)s->job_nfloats);
-        pr_warn("worker %u: %s", r->rank, why);
-        reject(n, r->rank, r->seq, -EINVAL, why);
-        return;
-    }
-    int rc =
-        pr_sched_core_ready(s->core, r->rank, r->version, r->seq, now_us());
-    if (rc < 0) {
-        reject(n, r->rank, r->seq, rc, "ready refused");
-        return;
-    }
-    pr_sched_wstats_ready(&s->workers[r->rank].st, r->version, now_us());
-    schedule(s);
-}
-
-static void on_cancel(struct snode *n, const Pr__V1__Cancel *c)
-{
-    if (!own_worker(n, c->rank))
-        return;
-    if (pr_sched_core_cancel(n->s->core, c->rank, c->seq, now_us()) == 0)
-        reject(n, c->rank, c->seq, -ETIMEDOUT,
-               "no group formed within the deadline");
-    schedule(n->s);
-}
-
-static void on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
-{
-    struct pr_sched *s = n->s;
-    struct sgroup **pp = &s->groups;
-    while (*pp && (*pp)->id != d->id)
-        pp = &(*pp)->next;
-    struct sgroup *g = *pp;
-    if (!g)
-        return;
-    int all = 1, member = 0;
-    for (uint32_t i = 0; i < g->nnodes; i++) {
-        if (g->nodes[i] == n->id)
-            g->done[i] = member = 1;
-        all &= g->done[i];
-    }
-    if (!member)
-        return; /* not a node of this group: it has no say in it */
-    if (d->status < 0) {
-        /* Passed on to the others: an errno they can print, or EPROTO. */
-        int status = d->status >= -4095 ? d->status : -EPROTO;
-        pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
-                n->id, strerror(-status));
-        send_abort(s, g, n->id, status);
-        all = 1;
-    }
-    if (all) {
-        *pp = g->next;
-        sgroup_free(g);
-    }
-}
 
 static void node_forget(struct pr_sched *s, struct snode *n, const char *why);
 
@@ -524,12 +150,12 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_WELCOME;
     m.welcome = &w;
-    send_msg(n, &m);
+    pr_sched_send(n, &m);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     broadcast_peers(s);
     /* Without the workers forgotten, a group may be due. */
     if (forgot)
-        schedule(s);
+        pr_sched_schedule(s);
     return 0;
 }
 
@@ -546,28 +172,25 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     }
     switch (m->body_case) {
     case PR__V1__MSG__BODY_WORKER_JOIN:
-        on_worker_join(n, m->worker_join);
+        pr_sched_on_worker_join(n, m->worker_join);
         return 0;
     case PR__V1__MSG__BODY_WORKER_LEAVE:
-        if (own_worker(n, m->worker_leave->rank)) {
-            remove_worker(n->s, m->worker_leave->rank);
-            schedule(n->s);
-        }
+        pr_sched_on_worker_leave(n, m->worker_leave);
         return 0;
     case PR__V1__MSG__BODY_READY:
-        on_ready(n, m->ready);
+        pr_sched_on_ready(n, m->ready);
         return 0;
     case PR__V1__MSG__BODY_CANCEL:
-        on_cancel(n, m->cancel);
+        pr_sched_on_cancel(n, m->cancel);
         return 0;
     case PR__V1__MSG__BODY_GROUP_DONE:
-        on_group_done(n, m->group_done);
+        pr_sched_on_group_done(n, m->group_done);
         return 0;
     case PR__V1__MSG__BODY_PING: {
         Pr__V1__Msg r = PR_MSG_INIT;
         r.body_case = PR__V1__MSG__BODY_PONG;
         r.pong = m->ping;
-        send_msg(n, &r);
+        pr_sched_send(n, &r);
         return 0;
     }
     case PR__V1__MSG__BODY_PONG:
@@ -588,7 +211,7 @@ static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
     pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
     for (uint32_t r = 0; r < s->nworkers_cap; r++)
         if (s->workers[r].live && s->workers[r].node == n->id)
-            remove_worker(s, r);
+            pr_sched_remove_worker(s, r);
     struct sgroup **gp = &s->groups;
     while (*gp) {
         struct sgroup *g = *gp;
@@ -596,9 +219,9 @@ static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
         for (uint32_t i = 0; i < g->nnodes; i++)
             in |= g->nodes[i] == n->id;
         if (in) {
-            send_abort(s, g, n->id, -ECONNRESET);
+            pr_sched_send_abort(s, g, n->id, -ECONNRESET);
             *gp = g->next;
-            sgroup_free(g);
+            pr_sched_group_free(g);
         } else {
             gp = &g->next;
         }
@@ -626,7 +249,7 @@ static void node_on_close(struct pr_conn *c, int status)
     node_forget(s, n, status ? strerror(-status) : "closed");
     free(n);
     broadcast_peers(s);
-    schedule(s);
+    pr_sched_schedule(s);
 }
 
 static const struct pr_conn_ops node_ops = {
@@ -682,7 +305,7 @@ static void on_connection(uv_stream_t *server, int status)
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_CHALLENGE;
     m.challenge = &ch;
-    send_msg(n, &m);
+    pr_sched_send(n, &m);
 }
 
 static void heartbeat_cb(uv_timer_t *t)
@@ -723,7 +346,7 @@ static void heartbeat_cb(uv_timer_t *t)
             continue;
         }
         if (n->id)
-            send_msg(n, &m);
+            pr_sched_send(n, &m);
     }
     /* Records of groups whose daemons never answered. */
     struct sgroup **gp = &s->groups;
@@ -731,7 +354,7 @@ static void heartbeat_cb(uv_timer_t *t)
         struct sgroup *g = *gp;
         if (now >= g->expires_ms) {
             *gp = g->next;
-            sgroup_free(g);
+            pr_sched_group_free(g);
         } else {
             gp = &g->next;
         }
@@ -745,8 +368,8 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
     struct pr_sched_stats st;
     pr_sched_core_stats(s->core, &st);
     struct pr_sched_view v = {.job = s->conf->job,
-                              .now_us = now_us(),
-                              .live = live_workers(s),
+                              .now_us = pr_sched_now_us(),
+                              .live = pr_sched_live_workers(s),
                               .queued = pr_sched_core_queued(s->core),
                               .window_ms = pr_sched_core_window_ms(s->core),
                               .core = &st,
@@ -847,7 +470,7 @@ int pr_sched_reload(struct pr_sched *s)
     params_from_conf(s->conf, &p);
     int rc = pr_sched_core_set_params(s->core, &p);
     if (rc == 0)
-        schedule(s);
+        pr_sched_schedule(s);
     return rc;
 }
 
@@ -864,7 +487,7 @@ static void sched_release(struct pr_sched *s)
         while (s->groups) {
             struct sgroup *g = s->groups;
             s->groups = g->next;
-            sgroup_free(g);
+            pr_sched_group_free(g);
         }
         free(s->workers);
         free(s);
