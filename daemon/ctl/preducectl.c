@@ -353,6 +353,63 @@ static long worker_rows(const struct metrics *m, int min,
     return (long)n;
 }
 
+/*
+ * The per-worker gauges by rank, gathered in one pass over the samples:
+ * a search per worker and gauge would be quadratic in the workers (4000
+ * took 6 s). v[g][rank] is NAN where a worker has no such sample.
+ */
+enum { WG_RATE, WG_STEP, WG_STALE, WG_STEPS, WG_STRAGGLER, WG_N };
+static const char *const wg_names[WG_N] = {
+    "preduce_worker_update_rate", "preduce_worker_step_seconds",
+    "preduce_worker_staleness", "preduce_worker_steps_total",
+    "preduce_worker_straggler"};
+
+struct wgauges {
+    double *v[WG_N];
+    long nranks;
+};
+
+static void wgauges_free(struct wgauges *g)
+{
+    for (int i = 0; i < WG_N; i++)
+        free(g->v[i]);
+}
+
+/* For ranks 0..nranks-1. 0, or -ENOMEM. */
+static int wgauges_build(const struct metrics *m, long nranks,
+                         struct wgauges *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->nranks = nranks;
+    for (int i = 0; i < WG_N; i++) {
+        if (!(g->v[i] =
+                  malloc((size_t)(nranks ? nranks : 1) * sizeof(double)))) {
+            wgauges_free(g);
+            return -ENOMEM;
+        }
+        for (long r = 0; r < nranks; r++)
+            g->v[i][r] = NAN;
+    }
+    for (size_t k = 0; k < m->n; k++) {
+        if (strncmp(m->s[k].name, "preduce_worker_", 15) != 0)
+            continue;
+        for (int i = 0; i < WG_N; i++) {
+            long r;
+            if (strcmp(m->s[k].name, wg_names[i]) == 0 &&
+                (r = rank_of(&m->s[k])) >= 0 && r < nranks) {
+                g->v[i][r] = m->s[k].value;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+static double wg(const struct wgauges *g, int i, long rank)
+{
+    return rank >= 0 && rank < g->nranks ? g->v[i][rank] : NAN;
+}
+
 static void print_node(const struct metrics *m, const struct sample *info,
                        const char *addr)
 {
@@ -478,6 +535,14 @@ static void print_sched(const struct metrics *m, const struct sample *info,
     const struct sample **rows;
     int w;
     long nrows = worker_rows(m, 6, &rows, &w);
+    struct wgauges wgs;
+    /* Rows are in rank order: the last has the highest rank. */
+    long nranks = nrows > 0 ? rank_of(rows[nrows - 1]) + 1 : 0;
+    if (nrows > 0 && wgauges_build(m, nranks > 0 ? nranks : 0, &wgs) < 0) {
+        fprintf(stderr, "preducectl: out of memory\n");
+        free(rows);
+        return;
+    }
     if (nrows > 0)
         printf("  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s\n", w, "worker",
                "rank", "node", "version", "stale", "steps", "updates/s",
@@ -488,20 +553,20 @@ static void print_sched(const struct metrics *m, const struct sample *info,
         label(rows[k], "worker", wn, sizeof(wn));
         label(rows[k], "rank", rank, sizeof(rank));
         label(rows[k], "node", node, sizeof(node));
-        double r = get(m, "preduce_worker_update_rate", "rank", rank);
-        double s = get(m, "preduce_worker_step_seconds", "rank", rank);
+        long rk = rank_of(rows[k]);
+        double r = wg(&wgs, WG_RATE, rk);
+        double s = wg(&wgs, WG_STEP, rk);
         if (!isnan(r))
             snprintf(rate, sizeof(rate), "%.1f", r);
         if (!isnan(s))
             snprintf(step, sizeof(step), "%.1f", s * 1000);
         printf("  %-*s  %5s  %4s  %8.0f  %5.0f  %8.0f  %9s  %8s%s\n", w, wn,
-               rank, node, rows[k]->value,
-               get(m, "preduce_worker_staleness", "rank", rank),
-               get(m, "preduce_worker_steps_total", "rank", rank), rate, step,
-               get(m, "preduce_worker_straggler", "rank", rank) == 1
-                   ? "  straggler"
-                   : "");
+               rank, node, rows[k]->value, wg(&wgs, WG_STALE, rk),
+               wg(&wgs, WG_STEPS, rk), rate, step,
+               wg(&wgs, WG_STRAGGLER, rk) == 1 ? "  straggler" : "");
     }
+    if (nrows > 0)
+        wgauges_free(&wgs);
     if (nrows >= 0)
         free(rows);
 }

@@ -108,6 +108,18 @@ START_TEST(test_metrics_cluster_and_preducectl)
     for (int i = 0; i < 3; i++)
         ck_assert_ptr_nonnull(strstr(out, names[i]));
     ck_assert_ptr_nonnull(strstr(out, "straggler"));
+    /* The worker rows: each worker's own gauges, w2 marked. */
+    for (int i = 0; i < 3; i++) {
+        char key[16], row[256];
+        snprintf(key, sizeof(key), "\n  %s ", names[i]);
+        const char *at = strstr(out, key);
+        ck_assert_msg(at != NULL, "no row for %s", names[i]);
+        size_t len = strcspn(at + 1, "\n");
+        snprintf(row, sizeof(row), "%.*s", (int)len, at + 1);
+        ck_assert_msg(!strstr(row, "nan"), "row %s", row);
+        ck_assert_msg((strstr(row, "  straggler") != NULL) == (i == 2),
+                      "row %s", row);
+    }
 
     int failed = 0;
     for (int i = 0; i < 3; i++)
