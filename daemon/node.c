@@ -316,7 +316,14 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
     if (r->status != -ETIMEDOUT)
         pr_warn("worker %u: reduce %llu refused by the scheduler: %s", r->rank,
                 (unsigned long long)r->seq, r->reason ? r->reason : "");
-    pr_node_reduce_fail(c, pr_node_fail_status(r->status));
+    /* The reason (both layouts of a mismatch, say) goes to the trainer. */
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = c->seq;
+    d.status = pr_node_fail_status(r->status);
+    d.version = c->version;
+    d.rank = r->rank;
+    d.reason = r->reason ? r->reason : "";
+    pr_node_reduce_reply(c, &d);
 }
 
 static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)

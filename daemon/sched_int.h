@@ -40,6 +40,7 @@ struct snode {
 struct sworker {
     int live;
     uint32_t node;
+    uint64_t nfloats; /* its layout: its last accepted READY's; 0 = none */
     char name[64];
     struct pr_sched_wstats st;
 };
@@ -65,7 +66,12 @@ struct pr_sched {
     uint32_t next_node_id;
     struct sworker *workers; /* by rank */
     uint32_t nworkers_cap;
-    uint64_t job_nfloats; /* fixed by the first READY while workers live */
+    /*
+     * The job's layout (floats per reduce) and how many live workers hold
+     * it: defined by a READY that finds no holder, kept while any remains.
+     */
+    uint64_t job_nfloats;
+    uint32_t job_holders;
     struct sgroup *groups;
     uint16_t port;
     int handles;

@@ -162,15 +162,60 @@ uint32_t pr_sched_live_workers(const struct pr_sched *s)
     return pr_sched_core_live(s->core);
 }
 
+/* Worker w no longer holds a layout (it left, or its model changed). */
+static void drop_layout(struct pr_sched *s, struct sworker *w)
+{
+    if (w->nfloats && w->nfloats == s->job_nfloats && s->job_holders > 0)
+        s->job_holders--;
+    w->nfloats = 0;
+}
+
 void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank)
 {
     if (rank >= s->nworkers_cap || !s->workers[rank].live)
         return;
     s->workers[rank].live = 0;
+    drop_layout(s, &s->workers[rank]);
     pr_sched_core_remove_worker(s->core, rank, pr_sched_now_us());
     pr_info("worker %u (%s) left", rank, s->workers[rank].name);
-    if (pr_sched_live_workers(s) == 0)
-        s->job_nfloats = 0;
+}
+
+/*
+ * The job's layout is negotiated, not pinned by whoever came first: a
+ * worker holds the layout of its last accepted READY, and a READY that
+ * finds no live holder of the job's layout defines it anew (a rolling
+ * upgrade to a changed model: once the last trainer of the old model has
+ * left or changed, the new one is the job's). A READY of another layout
+ * while holders remain is refused alone, with both layouts in the reason.
+ * Returns 0, or -EINVAL with why[] filled in.
+ */
+static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
+                        char *why, size_t why_len)
+{
+    if (w->nfloats != nfloats)
+        drop_layout(s, w);
+    if (s->job_holders == 0 && s->job_nfloats != nfloats) {
+        if (s->job_nfloats)
+            pr_info("the job's layout is now %llu floats (was %llu: no live "
+                    "worker holds it)",
+                    (unsigned long long)nfloats,
+                    (unsigned long long)s->job_nfloats);
+        s->job_nfloats = nfloats;
+    }
+    if (nfloats != s->job_nfloats) {
+        snprintf(why, why_len,
+                 "reduce of %llu floats, but this job reduces %llu (the "
+                 "layout of %u live worker%s; it changes once none is left)",
+                 (unsigned long long)nfloats,
+                 (unsigned long long)s->job_nfloats, s->job_holders,
+                 s->job_holders == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    if (w->nfloats == 0) {
+        w->nfloats = nfloats;
+        s->job_holders++;
+    }
+    return 0;
 }
 
 void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
@@ -210,6 +255,7 @@ void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
             struct sworker *w = &s->workers[rank];
             w->live = 1;
             w->node = n->id;
+            w->nfloats = 0;
             memset(&w->st, 0, sizeof(w->st));
             snprintf(w->name, sizeof(w->name), "%s", name);
             r.rank = rank;
@@ -263,7 +309,7 @@ void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
 void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
 {
     struct pr_sched *s = n->s;
-    char why[160];
+    char why[256];
     if (!own_worker(n, r->rank)) {
         reject(n, r->rank, r->seq, -ENOENT, "unknown worker");
         return;
@@ -272,14 +318,9 @@ void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
         reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
         return;
     }
-    if (s->job_nfloats == 0)
-        s->job_nfloats = r->nfloats;
-    if (r->nfloats != s->job_nfloats) {
-        snprintf(why, sizeof(why),
-                 "reduce of %llu floats, but this job reduces %llu",
-                 (unsigned long long)r->nfloats,
-                 (unsigned long long)s->job_nfloats);
-        pr_warn("worker %u: %s", r->rank, why);
+    if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
+        0) {
+        pr_warn("worker %u (%s): %s", r->rank, s->workers[r->rank].name, why);
         reject(n, r->rank, r->seq, -EINVAL, why);
         return;
     }
