@@ -19,11 +19,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon/conf_int.h"
@@ -284,6 +287,37 @@ struct parse {
     int seen[PR_CONF_NKEYS]; /* line that set each key, to catch duplicates */
 };
 
+/*
+ * fgets() without its blind spots: a NUL byte would end the line for every
+ * reader after it (cutting a value short, silently), and other control
+ * bytes have no business in a text file; both fail the parse on their line.
+ * *len_out is the line's length in bytes.
+ */
+static int get_line(struct parse *p, char *str, int num, size_t *len_out)
+{
+    size_t n = 0;
+    int ch = 0;
+
+    while (n + 1 < (size_t)num && (ch = getc(p->f)) != EOF) {
+        unsigned char b = (unsigned char)ch;
+        if (b == 0 || (b < 0x20 && b != '\t' && b != '\r' && b != '\n') ||
+            b == 0x7f) {
+            p->rc = seterr(p->err, -EINVAL, "", "",
+                           b ? "control character 0x%02x in the file"
+                             : "NUL byte in the file",
+                           b);
+            p->err_line = p->err->line = p->lineno + 1;
+            return -EINVAL;
+        }
+        str[n++] = (char)b;
+        if (b == '\n')
+            break;
+    }
+    str[n] = '\0';
+    *len_out = n;
+    return n ? 0 : -ENODATA;
+}
+
 static char *read_line(char *str, int num, void *stream)
 {
     struct parse *p = stream;
@@ -291,10 +325,9 @@ static char *read_line(char *str, int num, void *stream)
     size_t n;
     int ch;
 
-    if (p->rc || !fgets(str, num, p->f))
+    if (p->rc || get_line(p, str, num, &n) < 0)
         return NULL;
     p->lineno++;
-    n = strlen(str);
     /* libinih would read the rest of an over-long line as a new line. */
     if (n && str[n - 1] != '\n' && (ch = getc(p->f)) != EOF) {
         ungetc(ch, p->f);
@@ -343,12 +376,55 @@ static int on_key(void *user, const char *section, const char *name,
     } else {
         p->seen[e - pr_conf_keys] = p->lineno;
         rc = set_value(p->c, e, value, p->err);
+        if (!rc)
+            p->c->file_keys |= UINT64_C(1) << (e - pr_conf_keys);
     }
     if (!rc)
         return 1;
     p->rc = rc;
     p->err_line = p->err->line = p->lineno;
     return 0;
+}
+
+/*
+ * Opens a config file for reading: a regular file of at most
+ * PR_CONF_MAX_BYTES. A FIFO or a device would block or never end (-t on
+ * /dev/zero read for ever); O_NONBLOCK keeps open() itself from waiting on
+ * a FIFO's writer before fstat() can tell.
+ */
+static int open_conf(const char *path, FILE **out, struct pr_conf_err *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int rc;
+
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(err->msg, sizeof(err->msg), "fopen(%s): %s", path,
+                 strerror(-rc));
+        return rc;
+    }
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        snprintf(err->msg, sizeof(err->msg), "fstat(%s): %s", path,
+                 strerror(-rc));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        snprintf(err->msg, sizeof(err->msg), "not a regular file");
+    } else if (st.st_size > PR_CONF_MAX_BYTES) {
+        rc = -EFBIG;
+        snprintf(err->msg, sizeof(err->msg),
+                 "%lld bytes: a config file may have %d at most",
+                 (long long)st.st_size, PR_CONF_MAX_BYTES);
+    } else if (fcntl(fd, F_SETFL, 0) < 0 || !(*out = fdopen(fd, "r"))) {
+        rc = -errno;
+        snprintf(err->msg, sizeof(err->msg), "fdopen(%s): %s", path,
+                 strerror(-rc));
+    } else {
+        return 0;
+    }
+    close(fd);
+    return rc;
 }
 
 int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err)
@@ -360,13 +436,11 @@ int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err)
     if (!err)
         err = &dummy;
     memset(err, 0, sizeof(*err));
-    p = (struct parse){.c = c, .err = err, .f = fopen(path, "r")};
-    if (!p.f) {
-        rc = -errno;
-        snprintf(err->msg, sizeof(err->msg), "fopen(%s): %s", path,
-                 strerror(-rc));
+    p = (struct parse){.c = c, .err = err};
+    rc = open_conf(path, &p.f, err);
+    if (rc < 0)
         return rc;
-    }
+    c->file_keys = 0;
     ret = ini_parse_stream(read_line, &p, on_key, &p);
     io = ferror(p.f);
     fclose(p.f);
@@ -436,6 +510,8 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
     e = lookup(section, key, err);
     rc = e ? set_value(c, e, value, err) : -EINVAL;
     if (!rc)
+        c->set_keys |= UINT64_C(1) << (e - pr_conf_keys);
+    if (!rc)
         rc = finish(c);
 out:
     free(copy);
@@ -501,6 +577,14 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
         s = *(char *const *)f;
         if (!s)
             return bad(err, -EINVAL, e, "not set");
+        if ((e->flags & F_SOCKPATH) &&
+            strlen(s) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+            return bad(err, -ENAMETOOLONG, e,
+                       "%zu bytes: a Unix socket path has at most %zu",
+                       strlen(s),
+                       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        if ((e->flags & F_SOCKPATH) && !*s)
+            return bad(err, -EINVAL, e, "empty path");
         if (!(e->flags & F_ADDR) || (!*s && (e->flags & F_EMPTY)))
             return 0;
         if (pr_conf_parse_hostport(s, NULL, 0, &port) < 0 ||
@@ -651,6 +735,31 @@ static void swap_field(struct pr_conf *a, struct pr_conf *b,
     memcpy(field(b, e), tmp, type_size[e->type]);
 }
 
+/*
+ * A file that has lost keys its predecessor set is more likely truncated
+ * (an editor's half-written save, a full disk) than meant: applied, it
+ * would silently return them to their defaults. Refused unless the new
+ * file says reload_missing = default; a key an override sets is not lost.
+ */
+static int check_missing(const struct pr_conf *live,
+                         const struct pr_conf *fresh, struct pr_conf_err *err)
+{
+    uint64_t lost = live->file_keys & ~fresh->file_keys & ~fresh->set_keys;
+
+    if (!lost || fresh->reload_missing == PR_RELOAD_MISSING_DEFAULT)
+        return 0;
+    int more = __builtin_popcountll(lost) - 1;
+    const struct entry *e = &pr_conf_keys[__builtin_ctzll(lost)];
+    char also[48] = "";
+    if (more)
+        snprintf(also, sizeof(also), " (and %d more key%s)", more,
+                 more == 1 ? "" : "s");
+    return bad(err, -EINVAL, e,
+               "set by the file before, missing now%s: a truncated file? "
+               "reload_missing = default returns such keys to defaults",
+               also);
+}
+
 int pr_conf_reload(struct pr_conf *live, const char *path,
                    const char *const *overrides, int noverrides,
                    pr_conf_accept_fn accept, void *ctx, struct pr_conf_err *err,
@@ -677,6 +786,8 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
         rc = pr_conf_set(&fresh, overrides[i], err);
     if (!rc)
         rc = pr_conf_validate(&fresh, err);
+    if (!rc)
+        rc = check_missing(live, &fresh, err);
     if (rc) {
         pr_conf_fini(&fresh);
         return rc;
@@ -728,6 +839,8 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
         format_value(live, e, now, sizeof(now));
         pr_info("conf: %s: %s -> %s", key, was, now);
     }
+    if (!rc)
+        live->file_keys = fresh.file_keys;
     pr_conf_fini(&fresh);
     if (rc)
         return rc;

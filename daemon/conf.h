@@ -39,10 +39,19 @@ enum pr_xport_kind {
     PR_XPORT_TCP = 2,
 };
 
+enum pr_reload_missing {
+    PR_RELOAD_MISSING_REFUSE = 0,  /* a reload lacking keys set before fails */
+    PR_RELOAD_MISSING_DEFAULT = 1, /* such keys return to their defaults */
+};
+
+/* The largest config file pr_conf_load() reads, bytes. */
+#define PR_CONF_MAX_BYTES (1024 * 1024)
+
 struct pr_conf {
     /* global */
-    int role;  /* enum pr_role */
-    char *job; /* job name; daemons of one job share a scheduler */
+    int role;           /* enum pr_role */
+    char *job;          /* job name; daemons of one job share a scheduler */
+    int reload_missing; /* enum pr_reload_missing */
 
     /* [node] */
     char *node_name;           /* default: the host name */
@@ -91,6 +100,14 @@ struct pr_conf {
 
     /* [log] */
     int log_level; /* enum pr_log_level */
+
+    /*
+     * Which keys (bit i: row i of the table) the last file loaded set, and
+     * which a pr_conf_set() did: a reload refuses a file that lost keys
+     * the previous one set (a truncated file would otherwise reset them).
+     */
+    uint64_t file_keys;
+    uint64_t set_keys;
 };
 
 /* Where a file or --set failed, for "FILE:LINE: key: reason" messages. */
@@ -129,8 +146,11 @@ typedef int (*pr_conf_accept_fn)(const struct pr_conf *merged, void *ctx,
 /*
  * Parses `path` into a new struct, applies the --set overrides given,
  * validates, then copies only reloadable keys into *live, provided the
- * result validates too and `accept` (if not NULL) takes it. On any error,
- * *live is untouched. 0 or negative errno; *changed counts keys changed.
+ * result validates too and `accept` (if not NULL) takes it. A new file
+ * that lacks a key the previous file set (and no override sets it) is
+ * refused with -EINVAL unless it says reload_missing = default. On any
+ * error, *live is untouched. 0 or negative errno; *changed counts keys
+ * changed.
  */
 int pr_conf_reload(struct pr_conf *live, const char *path,
                    const char *const *overrides, int noverrides,

@@ -18,6 +18,7 @@ enum {
     F_ADDR = 2,   /* T_STR holding host:port, checked by pr_conf_validate() */
     F_EMPTY = 4,  /* F_ADDR: "" is allowed (off, or "same as") */
     F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
+    F_SOCKPATH = 16, /* T_STR: a Unix socket path (fits sockaddr_un) */
 };
 
 struct enum_name {
@@ -38,7 +39,7 @@ struct entry {
 };
 
 /* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
-#define PR_CONF_NKEYS 38
+#define PR_CONF_NKEYS 39
 extern const struct entry *const pr_conf_keys;
 
 #endif

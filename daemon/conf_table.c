@@ -27,6 +27,11 @@ static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
                                           {"tcp", PR_XPORT_TCP},
                                           {NULL, 0}};
 
+static const struct enum_name missing[] = {
+    {"refuse", PR_RELOAD_MISSING_REFUSE},
+    {"default", PR_RELOAD_MISSING_DEFAULT},
+    {NULL, 0}};
+
 static const struct enum_name levels[] = {{"error", PR_LOG_ERROR},
                                           {"warn", PR_LOG_WARN},
                                           {"info", PR_LOG_INFO},
@@ -44,11 +49,14 @@ static const struct entry rows[] = {
      "node or scheduler"},
     {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, 0,
      "job name; a job's daemons share one scheduler"},
+    {"", "reload_missing", T_ENUM, OFF(reload_missing), "refuse", 0, 0, missing,
+     F_RELOAD,
+     "SIGHUP with a file lacking keys the last one set: refuse or default"},
 
     {"node", "name", T_STR, OFF(node_name), "", 0, 0, NULL, 0,
      "this node's name; empty = host name"},
     {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
-     0, NULL, 0, "Unix socket the local trainers connect to"},
+     0, NULL, F_SOCKPATH, "Unix socket the local trainers connect to"},
     {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
      NULL, F_ADDR, "host:port of the job's scheduler"},
     {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
@@ -133,6 +141,8 @@ static const struct entry rows[] = {
      "error, warn, info or debug"},
 };
 
+/* struct pr_conf's file_keys and set_keys have a bit per row. */
+_Static_assert(PR_CONF_NKEYS <= 64, "file_keys holds 64 keys");
 _Static_assert(sizeof(rows) / sizeof(rows[0]) == PR_CONF_NKEYS,
                "PR_CONF_NKEYS (conf_int.h) must count the rows above");
 

@@ -7,6 +7,7 @@
 #define PR_NODE_INT_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "daemon/auth.h"
@@ -81,6 +82,9 @@ struct pr_node {
     char data_addr[128];
     uv_pipe_t ipc;
     int ipc_open;
+    /* The socket file this daemon bound (removed at close only if so). */
+    dev_t ipc_dev;
+    ino_t ipc_ino;
     /*
      * Accepts a trainer that cannot be served, only to close it (node_ipc.c
      * refuse()): busy while it closes; pending while a connection waits

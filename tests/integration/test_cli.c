@@ -18,7 +18,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -366,6 +368,166 @@ END_TEST
 
 /* ---- SIGHUP ---- */
 
+/* ---- files and values -t refuses at once ---- */
+
+START_TEST(test_cli_test_control_bytes)
+{
+    /* Written byte by byte: a NUL would end a C string literal. */
+    static const struct {
+        const char *text;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {"[scheduler]\npolicy = dyn\0amic\n", 30, ":2: NUL byte in the file\n"},
+        {"[scheduler]\npolicy = dyn\001amic\n", 30,
+         ":2: control character 0x01 in the file\n"},
+        {"# \033[31m red\n[scheduler]\npolicy = dynamic\n", 42,
+         ":1: control character 0x1b in the file\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *conf = cli_path("ctl.conf");
+        FILE *f = fopen(conf, "w");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(cases[i].text, 1, cases[i].len, f),
+                          cases[i].len);
+        ck_assert_int_eq(fclose(f), 0);
+        char want[400];
+        snprintf(want, sizeof(want), "preduced: %s%s", conf, cases[i].want);
+        struct cli_result r;
+        cli_run(&r, "-t", "-c", conf, NULL);
+        cli_check_fails(&r, want);
+    }
+}
+END_TEST
+
+/*
+ * Not a regular file, or a huge one: refused before reading (-t on
+ * /dev/zero read for ever, a FIFO blocked in open()).
+ */
+START_TEST(test_cli_test_not_a_file)
+{
+    const char *fifo = cli_path("fifo.conf");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *paths[] = {"/dev/zero", fifo, cli_dir};
+    for (size_t i = 0; i < 3; i++) {
+        char want[400];
+        snprintf(want, sizeof(want), "preduced: %s: not a regular file\n",
+                 paths[i]);
+        struct cli_result r;
+        double t0 = cli_now_s();
+        cli_run(&r, "-t", "-c", paths[i], NULL);
+        cli_check_fails(&r, want);
+        ck_assert_double_lt(cli_now_s() - t0, 2.0);
+    }
+    const char *big = cli_path("big.conf");
+    FILE *f = fopen(big, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 20000; i++)
+        fputs("# a comment line that repeats, repeats, repeats ......\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    char want[400];
+    snprintf(want, sizeof(want),
+             "preduced: %s: 1100000 bytes: a config file may have 1048576 "
+             "at most\n",
+             big);
+    struct cli_result r;
+    cli_run(&r, "-t", "-c", big, NULL);
+    cli_check_fails(&r, want);
+}
+END_TEST
+
+/* A socket path longer than sockaddr_un holds: -t says so (was: passed). */
+START_TEST(test_cli_test_socket_path_too_long)
+{
+    char set[256] = "node.socket=/tmp/";
+    size_t n = strlen(set);
+    memset(set + n, 'x', 120);
+    set[n + 120] = '\0';
+    struct cli_result r;
+    cli_run(&r, "-t", "--set", set, NULL);
+    cli_check_fails(&r, "preduced: --set: node.socket: 125 bytes: a Unix "
+                        "socket path has at most 107\n");
+    const char *conf = cli_write_file("sock.conf", "[node]\nsocket = \n");
+    char want[400];
+    snprintf(want, sizeof(want), "preduced: %s: node.socket: empty path\n",
+             conf);
+    cli_run(&r, "-t", "-c", conf, NULL);
+    cli_check_fails(&r, want);
+}
+END_TEST
+
+/* ---- the trainers' socket of a node daemon ---- */
+
+/* Waits up to 5 s for the file at `path` to contain s. */
+static int file_says(const char *path, const char *s)
+{
+    static char text[64 * 1024];
+    for (double end = cli_now_s() + 5; cli_now_s() < end; cli_sleep_ms(10))
+        if (strstr(cli_read_into(path, text, sizeof(text)), s))
+            return 1;
+    return 0;
+}
+
+/* Can a client connect to the Unix socket at path now? */
+static int answers(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    return rc == 0;
+}
+
+/*
+ * A second node daemon given a live daemon's socket refuses to start and
+ * says why; the first stays reachable, also after the second is gone
+ * (which used to unlink the live socket and bind its own). A socket file
+ * nobody answers on is replaced, with a log line.
+ */
+START_TEST(test_cli_socket_in_use)
+{
+    char sock[256], sched[64];
+    snprintf(sock, sizeof(sock), "node.socket=%s/n.sock", cli_dir);
+    const char *path = sock + strlen("node.socket=");
+    /* No scheduler there: the daemons serve their socket all the same. */
+    snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
+             h_free_port());
+    const char *args[] = {
+        "--role", "node", "--set", sock,
+        "--set",  sched,  "--set", "node.data_listen=127.0.0.1:0",
+        NULL};
+    const char *log1 = cli_path("first.log"), *log2 = cli_path("second.log");
+    cli_daemon_pid = cli_spawn(args, log1, log1);
+    ck_assert(file_says(log1, "trainers connect to"));
+
+    pid_t second = cli_spawn(args, log2, log2);
+    ck_assert_int_eq(cli_wait_exit(second, CLI_RUN_TIMEOUT_MS), 1);
+    char want[400];
+    snprintf(want, sizeof(want),
+             "trainer socket: %s is in use by a running daemon: not "
+             "starting",
+             path);
+    ck_assert(file_says(log2, want));
+    ck_assert(answers(path));
+
+    /* Killed: its socket file stays, stale; the next daemon replaces it. */
+    ck_assert_int_eq(kill(cli_daemon_pid, SIGKILL), 0);
+    ck_assert_int_eq(cli_wait_exit(cli_daemon_pid, CLI_RUN_TIMEOUT_MS),
+                     -SIGKILL);
+    ck_assert(!answers(path));
+    cli_daemon_pid = cli_spawn(args, log2, log2);
+    snprintf(want, sizeof(want),
+             "trainer socket: %s is stale (nobody answers): replacing it",
+             path);
+    ck_assert(file_says(log2, want));
+    ck_assert(file_says(log2, "trainers connect to"));
+    ck_assert(answers(path));
+    cli_daemon_stop();
+    ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -385,6 +547,10 @@ int main(void)
     tcase_add_test(tc, test_cli_bad_options);
     tcase_add_test(tc, test_cli_too_many_sets);
     tcase_add_test(tc, test_cli_default_path);
+    tcase_add_test(tc, test_cli_test_control_bytes);
+    tcase_add_test(tc, test_cli_test_not_a_file);
+    tcase_add_test(tc, test_cli_test_socket_path_too_long);
+    tcase_add_test(tc, test_cli_socket_in_use);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

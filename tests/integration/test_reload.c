@@ -121,6 +121,52 @@ START_TEST(test_cli_reload)
 }
 END_TEST
 
+/*
+ * A file that lost keys the running one had from its file (an empty file:
+ * a truncated save) is refused, naming the first, and nothing changes;
+ * the same file saying reload_missing = default is applied.
+ */
+START_TEST(test_cli_reload_refuses_lost_keys)
+{
+    uint16_t port = h_free_port();
+    const char *conf = sched_conf(port, "7", "group_size = 4\n");
+    const char *args[] = {"-c", conf, NULL};
+    cli_daemon_start(args);
+    ck_assert_double_eq_tol(window_ms(port), 7, 1e-6);
+
+    cli_write_file("sched.conf", "");
+    ck_assert_int_eq(kill(cli_daemon_pid, SIGHUP), 0);
+    char want[700];
+    snprintf(want, sizeof(want),
+             "reload of %s refused, old configuration kept: role: set by "
+             "the file before, missing now (and 5 more keys): a truncated "
+             "file? reload_missing = default returns such keys to "
+             "defaults\n",
+             conf);
+    cli_wait_log(want, 1);
+    ck_assert_double_eq_tol(window_ms(port), 7, 1e-6);
+
+    /* Said to be meant: the window returns to its default of 5 ms. */
+    char text[512];
+    snprintf(text, sizeof(text),
+             "role = scheduler\n"
+             "reload_missing = default\n"
+             "[scheduler]\n"
+             "listen = 127.0.0.1:0\n"
+             "policy = dynamic\n"
+             "[metrics]\n"
+             "listen = 127.0.0.1:%u\n",
+             port);
+    cli_write_file("sched.conf", text);
+    ck_assert_int_eq(kill(cli_daemon_pid, SIGHUP), 0);
+    snprintf(want, sizeof(want), "reloaded %s: 3 keys changed\n", conf);
+    cli_wait_log(want, 1);
+    ck_assert_int_eq(cli_log_count("conf: scheduler.window_ms: 7 -> 5\n"), 1);
+    ck_assert_double_eq_tol(window_ms(port), 5, 1e-6);
+    cli_daemon_stop();
+}
+END_TEST
+
 START_TEST(test_cli_reload_keeps_set)
 {
     /* A --set still beats the file after a reload. */
@@ -176,6 +222,7 @@ int main(void)
     tcase_add_checked_fixture(hup, cli_setup, cli_teardown);
     tcase_set_timeout(hup, 30);
     tcase_add_test(hup, test_cli_reload);
+    tcase_add_test(hup, test_cli_reload_refuses_lost_keys);
     tcase_add_test(hup, test_cli_reload_keeps_set);
     tcase_add_test(hup, test_cli_reload_without_file);
     suite_add_tcase(s, hup);

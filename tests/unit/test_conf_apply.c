@@ -158,13 +158,35 @@ START_TEST(test_conf_reload_swaps_reloadable)
     assert_conf_eq(&live, &want);
 
     /*
-     * Back to the base file without overrides: reduce_timeout_ms, policy,
-     * group_max, window_ms and level change back; the inflight override is
-     * gone too, but that key waits for a restart.
+     * Back to the base file, which lacks keys the last file set: refused,
+     * the first missing key named, nothing changed (a truncated file).
      */
+    changed = -1;
     ck_assert_int_eq(
-        pr_conf_reload(&live, base, NULL, 0, NULL, NULL, &err, &changed), 0);
-    ck_assert_int_eq(changed, 5);
+        pr_conf_reload(&live, base, NULL, 0, NULL, NULL, &err, &changed),
+        -EINVAL);
+    ck_assert_str_eq(err.key, "node.max_clients");
+    ck_assert_msg(strstr(err.msg, "missing now (and 3 more keys)"), "%s",
+                  err.msg);
+    ck_assert_int_eq(changed, 0);
+    assert_conf_eq(&live, &want);
+
+    /*
+     * Said to be meant (reload_missing = default), without overrides:
+     * reduce_timeout_ms, policy, group_max, window_ms and level change back
+     * (and reload_missing itself); the inflight override is gone too, but
+     * that key waits for a restart.
+     */
+    char *meant = tmpconf("reload_missing = default\n"
+                          "[node]\n"
+                          "name = n1\n"
+                          "reduce_timeout_ms = 1000\n"
+                          "[scheduler]\n"
+                          "policy = constant\n"
+                          "group_size = 4\n");
+    ck_assert_int_eq(
+        pr_conf_reload(&live, meant, NULL, 0, NULL, NULL, &err, &changed), 0);
+    ck_assert_int_eq(changed, 6);
     ck_assert_uint_eq(live.xport_inflight, 16);
     ck_assert_int_eq(live.sched_policy, PR_POLICY_CONSTANT);
     ck_assert_uint_eq(live.sched_group_max, 0);
@@ -172,10 +194,17 @@ START_TEST(test_conf_reload_swaps_reloadable)
     ck_assert_int_eq(live.log_level, PR_LOG_INFO);
     ck_assert_uint_eq(live.node_reduce_timeout_ms, 1000);
 
+    /* Then the base file again: it lacks only reload_missing. */
+    ck_assert_int_eq(
+        pr_conf_reload(&live, base, NULL, 0, NULL, NULL, &err, &changed),
+        -EINVAL);
+    ck_assert_str_eq(err.key, "reload_missing");
+
     pr_conf_fini(&live);
     pr_conf_fini(&want);
     rm_tmp(base);
     rm_tmp(next);
+    rm_tmp(meant);
 }
 END_TEST
 
