@@ -39,7 +39,7 @@ struct entry {
 };
 
 /* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
-#define PR_CONF_NKEYS 39
+#define PR_CONF_NKEYS 42
 extern const struct entry *const pr_conf_keys;
 
 #endif

@@ -595,6 +595,19 @@ static int open_rdma(struct pr_node *n)
     return 0;
 }
 
+/* The kernel's limit on this process's memory maps, or 0 if unknown. */
+static uint64_t read_max_map_count(void)
+{
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
 int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
                    const struct pr_auth_key *key, struct pr_node **out)
 {
@@ -610,6 +623,17 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     n->sched_retry.data = n;
     n->tick.data = n;
     n->handles = 2;
+    n->max_map_count = read_max_map_count();
+    if (n->max_map_count &&
+        n->max_map_count < conf->node_max_tensors + PR_NODE_MAP_RESERVE)
+        pr_warn(
+            "vm.max_map_count is %llu: this node maps at most %llu "
+            "trainers' tensors (node.max_tensors = %u)",
+            (unsigned long long)n->max_map_count,
+            n->max_map_count > PR_NODE_MAP_RESERVE
+                ? (unsigned long long)(n->max_map_count - PR_NODE_MAP_RESERVE)
+                : 0ULL,
+            conf->node_max_tensors);
     int rc = 0;
     char host[96];
     uint16_t port, bound = 0;

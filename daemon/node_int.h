@@ -82,6 +82,8 @@ struct pr_node {
     char data_addr[128];
     uv_pipe_t ipc;
     int ipc_open;
+    uint64_t ntensors;      /* trainers' tensors mapped now, all trainers */
+    uint64_t max_map_count; /* vm.max_map_count at start; 0 = unknown */
     /* The socket file this daemon bound (removed at close only if so). */
     dev_t ipc_dev;
     ino_t ipc_ino;
@@ -118,6 +120,8 @@ struct pr_node {
  * up never finds its tensors changed afterwards.
  */
 #define PR_NODE_GRACE_MS 5000
+/* Maps left to the daemon itself below vm.max_map_count (node_tensor.c). */
+#define PR_NODE_MAP_RESERVE 4096
 
 /* node.c */
 int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);

@@ -22,8 +22,65 @@ void pr_node_tensor_free(struct pr_node *n, struct ntensor *t)
         if (n->rdma)
             pr_rdma_unreg(n->rdma, t->data);
         munmap(t->data, t->n * sizeof(float));
+        n->ntensors--;
     }
     t->data = NULL;
+}
+
+/*
+ * The most tensors this node maps at once: node.max_tensors, but never so
+ * many that the kernel's map count limit (vm.max_map_count) is reached,
+ * where every mmap fails (trainers of any node would get -ENOMEM and time
+ * out). PR_NODE_MAP_RESERVE maps are kept for the daemon's own (libraries,
+ * scratch buffers, RDMA registrations).
+ */
+static uint64_t node_tensor_cap(const struct pr_node *n)
+{
+    uint64_t cap = n->conf->node_max_tensors;
+    if (n->max_map_count > PR_NODE_MAP_RESERVE &&
+        n->max_map_count - PR_NODE_MAP_RESERVE < cap)
+        cap = n->max_map_count - PR_NODE_MAP_RESERVE;
+    return cap;
+}
+
+/*
+ * Per-trainer and per-node limits, checked before anything is allocated:
+ * 0, or an errno with why[] filled in: -EDQUOT for the trainer's own
+ * quota (count or MiB), -ENOSPC when the node holds all it may.
+ */
+static int check_limits(const struct nclient *c, uint64_t nfloats, char *why,
+                        size_t why_len)
+{
+    const struct pr_conf *conf = c->node->conf;
+    if (c->ntensors >= conf->node_trainer_max_tensors) {
+        snprintf(why, why_len,
+                 "the trainer holds %zu tensors, at most %u "
+                 "(node.trainer_max_tensors)",
+                 c->ntensors, conf->node_trainer_max_tensors);
+        return -EDQUOT;
+    }
+    uint64_t bytes = nfloats * sizeof(float);
+    for (size_t i = 0; i < c->ntensors; i++)
+        bytes += (uint64_t)c->tensors[i].n * sizeof(float);
+    uint64_t max_bytes = (uint64_t)conf->node_trainer_max_mb << 20;
+    if (bytes > max_bytes) {
+        snprintf(why, why_len,
+                 "the trainer's tensors would take %llu MiB, at most %u "
+                 "(node.trainer_max_mb)",
+                 (unsigned long long)((bytes + (1 << 20) - 1) >> 20),
+                 conf->node_trainer_max_mb);
+        return -EDQUOT;
+    }
+    uint64_t cap = node_tensor_cap(c->node);
+    if (c->node->ntensors >= cap) {
+        snprintf(why, why_len,
+                 "this node holds %llu tensors, at most %llu "
+                 "(node.max_tensors, vm.max_map_count)",
+                 (unsigned long long)c->node->ntensors,
+                 (unsigned long long)cap);
+        return -ENOSPC;
+    }
+    return 0;
 }
 
 /*
@@ -93,6 +150,14 @@ int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
         pr_node_reply_error(c, -EINVAL, why);
         return 0;
     }
+    char why[160];
+    int rc = check_limits(c, t->nfloats, why, sizeof(why));
+    if (rc < 0) {
+        pr_warn("%s: tensor of %llu floats refused: %s", c->conn->name,
+                (unsigned long long)t->nfloats, why);
+        pr_node_reply_error(c, rc, why);
+        return 0;
+    }
     if (c->ntensors == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 8;
         struct ntensor *nt = realloc(c->tensors, cap * sizeof(*nt));
@@ -108,7 +173,6 @@ int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
     snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
              c->next_tensor_id + 1);
     int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    int rc = 0;
     void *p = MAP_FAILED;
     if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
@@ -136,6 +200,7 @@ int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
     struct ntensor *nt = &c->tensors[c->ntensors];
     *nt =
         (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
+    n->ntensors++; /* pr_node_tensor_free() takes it back */
     Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
     r.tensor_id = nt->id;
     r.nfloats = t->nfloats;

@@ -433,6 +433,75 @@ START_TEST(test_client_sched_status_out_of_range)
 }
 END_TEST
 
+/* A node with small quotas: 8 tensors and 2 MiB a trainer, 12 in all. */
+static void setup_quotas(void)
+{
+    const char *const sets[] = {"scheduler.policy=dynamic",
+                                "scheduler.window_ms=5", NULL};
+    const char *const node_sets[] = {
+        "node.max_tensor_mb=1", "node.trainer_max_tensors=8",
+        "node.trainer_max_mb=2", "node.max_tensors=12", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sets, node_sets), 0);
+}
+
+/*
+ * Tensors past a trainer's quota fail with -EDQUOT, past the node's with
+ * -ENOSPC; each refusal fails only that create (one trainer made 65,336
+ * tensors and the node then ran out of maps for everyone).
+ */
+START_TEST(test_client_tensor_quotas)
+{
+    preduce_client_t *a, *b, *d;
+    preduce_tensor_t *ta[9], *tb[3], *td[3];
+    ck_assert_int_eq(preduce_connect(c.sock[0], "many", 5000, &a), 0);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[i]), 0);
+    ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[8]), -EDQUOT);
+    ck_assert(h_log_contains(&c, "node0",
+                             "trainer 'many': tensor of 16 floats refused: "
+                             "the trainer holds 8 tensors, at most 8 "
+                             "(node.trainer_max_tensors)"));
+    /* The connection and the 8 tensors stay usable. */
+    ck_assert_int_eq(preduce_reduce(a, ta, 8, 10000), 0);
+    preduce_tensor_destroy(ta[7]);
+    ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[7]), 0);
+
+    /* By size: two tensors of 1 MiB fill a 2 MiB quota. */
+    ck_assert_int_eq(preduce_connect(c.sock[0], "large", 5000, &b), 0);
+    ck_assert_int_eq(preduce_tensor_create(b, MAX_TENSOR_FLOATS, 5000, &tb[0]),
+                     0);
+    ck_assert_int_eq(preduce_tensor_create(b, MAX_TENSOR_FLOATS, 5000, &tb[1]),
+                     0);
+    ck_assert_int_eq(preduce_tensor_create(b, 1, 5000, &tb[2]), -EDQUOT);
+    ck_assert(h_log_contains(&c, "node0",
+                             "the trainer's tensors would take 3 MiB, at "
+                             "most 2 (node.trainer_max_mb)"));
+
+    /* The node holds 10: a third trainer gets 2 more, then -ENOSPC. */
+    ck_assert_int_eq(preduce_connect(c.sock[0], "third", 5000, &d), 0);
+    ck_assert_int_eq(preduce_tensor_create(d, 16, 5000, &td[0]), 0);
+    ck_assert_int_eq(preduce_tensor_create(d, 16, 5000, &td[1]), 0);
+    ck_assert_int_eq(preduce_tensor_create(d, 16, 5000, &td[2]), -ENOSPC);
+    ck_assert(
+        h_log_contains(&c, "node0", "this node holds 12 tensors, at most 12"));
+    /* A trainer that leaves gives its tensors back to the node. */
+    preduce_close(b);
+    int rc = -ENOSPC;
+    for (int i = 0; i < 300 && rc == -ENOSPC; i++) {
+        rc = preduce_tensor_create(d, 16, 5000, &td[2]);
+        if (rc == -ENOSPC)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    /* Alone in the job (a's layout, 128 floats, would refuse 48). */
+    preduce_close(a);
+    for (int i = 0; i < 300 && !h_log_contains(&c, "sched", "(many) left"); i++)
+        usleep(10000);
+    ck_assert_int_eq(preduce_reduce(d, td, 3, 10000), 0);
+    preduce_close(d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_client_errors");
@@ -442,6 +511,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_client_create_over_limit);
     tcase_add_test(tc, test_client_many_tensors);
     tcase_add_test(tc, test_client_out_of_fds);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("quotas");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup_quotas, teardown);
+    tcase_add_test(tc, test_client_tensor_quotas);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("scripted_scheduler");
