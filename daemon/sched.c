@@ -129,15 +129,28 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
     int forgot = 0;
+    const struct snode *namesake = NULL;
     for (struct snode *old = s->nodes; old; old = old->next) {
-        if (old != n && old->id && !strcmp(old->data_addr, n->data_addr) &&
-            !strcmp(old->name, n->name)) {
+        if (old == n || !old->id || strcmp(old->name, n->name))
+            continue;
+        if (!strcmp(old->data_addr, n->data_addr)) {
             node_forget(s, old, "its daemon connected again");
             pr_conn_close(old->conn, -ECONNRESET);
             forgot = 1;
+        } else if (!old->conn->closing) {
+            namesake = old;
         }
     }
     n->id = ++s->next_node_id;
+    /*
+     * Two live daemons of one name (a copied config, a host cloned): both
+     * are served, but logs, metrics and preducectl cannot tell them apart.
+     */
+    if (namesake)
+        pr_warn("node %u: name '%s' is node %u's too (data at %s); this one's "
+                "data is at %s: two daemons with one name (set node.name)",
+                n->id, n->name, namesake->id, namesake->data_addr,
+                n->data_addr);
     snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
              n->name);
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;

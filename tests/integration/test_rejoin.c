@@ -170,6 +170,34 @@ START_TEST(test_rejoin_same_node_frees_names)
 }
 END_TEST
 
+/*
+ * Two live daemons of one name but other data addresses (a copied
+ * config): both are served, and the scheduler warns, naming both
+ * addresses (it used to accept the second without a word).
+ */
+START_TEST(test_rejoin_name_conflict_warned)
+{
+    int a = dial_sched();
+    uint32_t ida = node_hello(a, "twin", "127.0.0.1:9");
+    int b = dial_sched();
+    uint32_t idb = node_hello(b, "twin", "127.0.0.1:11");
+    char want[200];
+    snprintf(want, sizeof(want),
+             "node %u: name 'twin' is node %u's too (data at 127.0.0.1:9); "
+             "this one's data is at 127.0.0.1:11: two daemons with one name",
+             idb, ida);
+    for (int i = 0; i < 300 && !h_log_contains(&c, "sched", want); i++)
+        usleep(10000);
+    ck_assert_msg(h_log_contains(&c, "sched", want), "no \"%s\"", want);
+    /* Neither was taken for the other's previous life. */
+    ck_assert_int_eq(worker_join(a, "wa", 1), 0);
+    ck_assert_int_eq(worker_join(b, "wb", 2), 0);
+    ck_assert(!h_log_contains(&c, "sched", "its daemon connected again"));
+    close(a);
+    close(b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_rejoin");
@@ -177,6 +205,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_rejoin_same_node_frees_names);
+    tcase_add_test(tc, test_rejoin_name_conflict_warned);
     suite_add_tcase(s, tc);
     return s;
 }
