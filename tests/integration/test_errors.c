@@ -84,15 +84,42 @@ static int timed_reduce(preduce_client_t *cl, preduce_tensor_t *t,
     return rc;
 }
 
-/* Node metrics at 127.0.0.1:port: reduces that ended ok so far, or NAN. */
-static double reduces_ok(uint16_t port)
+/* A node's metric at 127.0.0.1:port (the line starting with key), or NAN. */
+static double metric(uint16_t port, const char *key)
 {
     char *m = h_metrics_fetch(port);
     if (!m)
         return NAN;
-    double v = h_metric(m, "preduce_node_reduces_total{status=\"ok\"} ");
+    double v = h_metric(m, key);
     free(m);
     return v;
+}
+
+static const char reduces_ok[] = "preduce_node_reduces_total{status=\"ok\"} ";
+static const char running[] = "preduce_node_groups_running ";
+
+/*
+ * Stops node 2's daemon just after its trainer asked for a reduce (see
+ * below) and waits until node 0 runs the group that follows, with node 2
+ * in it. 0, or -EAGAIN when no group came (node 2 was stopped before its
+ * READY left: then the others wait for it), node 2 running again.
+ */
+static int stop_with_group_waiting(struct h_cluster *c, uint16_t mport)
+{
+    double ok = metric(mport, reduces_ok);
+    for (int i = 0; i < 5000 && !(metric(mport, reduces_ok) > ok); i++)
+        sleep_ms(2);
+    ck_assert_msg(metric(mport, reduces_ok) > ok, "no reduce ended on node 0");
+    sleep_ms(50);
+    ck_assert_int_eq(kill(c->node_pid[2], SIGSTOP), 0);
+    ck_assert_int_eq(wait_stopped(c->node_pid[2]), 0);
+    for (int i = 0; i < 100; i++) {
+        if (metric(mport, running) == 1)
+            return 0;
+        sleep_ms(10);
+    }
+    ck_assert_int_eq(kill(c->node_pid[2], SIGCONT), 0);
+    return -EAGAIN;
 }
 
 /*
@@ -128,20 +155,17 @@ START_TEST(test_errors_peer_killed_mid_transfer)
                                    .n = 16u << 20,
                                    .no_check = 1,
                                    .slow_ms = i < 2 ? 200 : 0,
-                                   .run_s = 6.0,
+                                   .run_s = 8.0,
                                    .timeout_ms = 10000,
                                    .tolerate_errors = 1};
         pids[i] = h_trainer_spawn(&c, &o);
     }
     sleep_ms(1000);
-    double ok = reduces_ok(mport);
-    for (int i = 0; i < 5000 && !(reduces_ok(mport) > ok); i++)
-        sleep_ms(2);
-    ck_assert_msg(reduces_ok(mport) > ok, "no reduce ended on node 0");
-    sleep_ms(50);
-    ck_assert_int_eq(kill(c.node_pid[2], SIGSTOP), 0);
-    ck_assert_int_eq(wait_stopped(c.node_pid[2]), 0);
-    sleep_ms(700);
+    int rc = -EAGAIN;
+    for (int attempt = 0; attempt < 5 && rc == -EAGAIN; attempt++)
+        rc = stop_with_group_waiting(&c, mport);
+    ck_assert_int_eq(rc, 0);
+    sleep_ms(300); /* the sockets to node 2 fill up; the rest queues */
     /*
      * The scheduler is held up across the kill, so that the survivors
      * learn of it from their own links first (as when the scheduler is
