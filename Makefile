@@ -46,7 +46,8 @@ LDLIBS += $(PKG_LIBS) -lm -lpthread
 
 PROTO_GEN := $(BUILD)/proto/preduce.pb-c.c
 PROTO_HDR := $(BUILD)/proto/preduce.pb-c.h
-PROTO_OBJS := $(BUILD)/proto/preduce.pb-c.o $(BUILD)/proto/frame.o
+PROTO_OBJS := $(BUILD)/proto/preduce.pb-c.o $(BUILD)/proto/frame.o \
+	$(BUILD)/proto/status.o
 
 DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)

@@ -20,11 +20,15 @@
  *    is the answer to the oldest one, and the connection stays.
  * 3. tensor_destroy{tensor_id}: no answer; the client unmaps.
  * 4. reduce{seq = 1, 2, ..., version = local version + 1, tensor_ids,
- *    timeout_ms} -> reduce_done{seq, status, group, members, ...}. The
- *    daemon enforces timeout_ms and always answers; the client waits
- *    PR_CLIENT_GRACE_MS longer and then gives the connection up, because
- *    the tensors' state is unknown. On success the local version becomes
- *    reduce_done.version.
+ *    timeout_ms, deadline_ns} -> reduce_done{seq, status, group, members,
+ *    ...}. deadline_ns is when timeout_ms ends, on CLOCK_MONOTONIC, which
+ *    the daemon reads too. The daemon ends the reduce by then (plus its
+ *    grace, see PREDUCE_REDUCE_SLACK_MS) and always answers; the client
+ *    waits PREDUCE_REDUCE_SLACK_MS past the deadline and then gives the
+ *    connection up, because the tensors' state is unknown. A status is
+ *    passed through pr_reduce_status() (proto/status.h), so that an older
+ *    daemon's codes are not handed on either. On success the local
+ *    version becomes reduce_done.version.
  * 5. error{code} when no create is pending breaks the connection: the call
  *    that reads it returns code, later calls -ENOTCONN. (A fatal error
  *    that comes while a create is pending is that create's answer, and
@@ -40,6 +44,7 @@
  */
 #include "preduce.h"
 #include "client/client_int.h"
+#include "proto/status.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -351,7 +356,7 @@ static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
             return rc;
         c->rank = d->rank;
     }
-    c->done_status = d->status;
+    c->done_status = pr_reduce_status(d->status);
     c->done_ready = true;
     notify(c);
     return 0;

@@ -23,8 +23,6 @@
 
 /* Largest frame payload accepted from the daemon (and sent to it). */
 #define PR_CLIENT_MAX_FRAME PR_CTRL_MAX_FRAME
-/* How long past its timeout_ms a reduce waits for the daemon's answer. */
-#define PR_CLIENT_GRACE_MS 10000
 /* Longest worker name in bytes, without the NUL. */
 #define PR_CLIENT_NAME_MAX 63
 /* Received descriptors not yet claimed by a tensor_created. */
@@ -114,7 +112,7 @@ struct preduce_client {
     uint64_t seq; /* seq of the last reduce sent */
     bool inflight;
     bool in_place;           /* preduce_set_in_place() */
-    int64_t reduce_deadline; /* timeout_ms + grace after the start */
+    int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;
     struct preduce_result done;

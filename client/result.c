@@ -2,11 +2,18 @@
  * libpreduce: the reduce calls, their results, and error texts.
  *
  * preduce_reduce() is start plus wait. start sends reduce{seq, version + 1,
- * tensor_ids, timeout_ms} and marks the tensors busy; the answer is read by
- * whichever call reads the socket next (client.c dispatches every frame)
- * and waits in the client's done_* fields until wait hands it over. The
- * daemon always answers; if it has not within timeout_ms + grace, the
- * client gives the connection up, because the tensors' state is unknown.
+ * tensor_ids, timeout_ms, deadline_ns} and marks the tensors busy; the
+ * answer is read by whichever call reads the socket next (client.c
+ * dispatches every frame) and waits in the client's done_* fields until
+ * wait hands it over. The daemon always answers; if it has not within
+ * timeout_ms + PREDUCE_REDUCE_SLACK_MS, the client gives the connection
+ * up, because the tensors' state is unknown.
+ *
+ * What the reduce calls return is the table in preduce.h: the daemon's
+ * status (client.c maps it with pr_reduce_status), a wrong call, or, when
+ * the connection broke, -ETIMEDOUT for a daemon that did not answer in
+ * time and -ENOTCONN for anything else (whatever the socket said: a
+ * -ECONNRESET from it would read as a lost peer, worth a retry here).
  *
  * A result is a copy of the daemon's ReduceDone, checked before it is
  * believed: the member arrays are parallel and the group contains this
@@ -20,6 +27,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* What a reduce call returns for a failure `rc` that broke the connection. */
+static int broken(int rc)
+{
+    return rc == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN;
+}
 
 int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
                          size_t n, int timeout_ms)
@@ -55,14 +68,18 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.tensor_ids = ids;
     r.timeout_ms = (uint32_t)timeout_ms;
     r.in_place = c->in_place;
+    /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
+    r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
     m.body_case = PR__V1__MSG__BODY_REDUCE;
     m.reduce = &r;
     int64_t deadline =
-        pr_client_deadline(timeout_ms) + (int64_t)PR_CLIENT_GRACE_MS * 1000000;
+        (int64_t)r.deadline_ns + (int64_t)PREDUCE_REDUCE_SLACK_MS * 1000000;
     int rc = pr_client_send(c, &m, deadline);
     free(ids);
+    if (rc < 0 && c->err)
+        return broken(rc);
     if (rc < 0)
-        return rc;
+        return rc == -ENOMEM ? rc : -EINVAL; /* -EMSGSIZE: too many */
     c->seq++;
     c->inflight = true;
     c->reduce_deadline = deadline;
@@ -116,9 +133,12 @@ static int wait_until(struct preduce_client *c, int64_t deadline)
                             final ? c->reduce_deadline : deadline);
     if (c->done_ready)
         return finish(c);
-    if (rc == -ETIMEDOUT)
-        return final ? pr_client_fail(c, -ETIMEDOUT) : -EAGAIN;
-    return rc; /* the error that broke the connection */
+    if (rc == -ETIMEDOUT && !c->err) {
+        if (!final)
+            return -EAGAIN;
+        pr_client_fail(c, rc);
+    }
+    return broken(rc);
 }
 
 int preduce_reduce_wait(preduce_client_t *c, int timeout_ms)
@@ -223,21 +243,28 @@ static const struct {
     {0, "success"},
     {-ENOENT, "no daemon socket at that path"},
     {-ECONNREFUSED, "no daemon is listening on that socket"},
-    {-ETIMEDOUT, "timed out: no group or no answer in time"},
+    {-ETIMEDOUT, "timed out: no group formed, or the group did not "
+                 "finish, in time; retry"},
     {-EPROTO, "protocol error: the daemon speaks another protocol version "
               "or sent a malformed message"},
     {-EMSGSIZE, "message larger than the protocol allows"},
     {-EEXIST, "worker name already taken in this job"},
     {-EINVAL, "invalid argument, or tensor length differs from the job's"},
     {-EBUSY, "busy: a reduce is in flight"},
-    {-ECONNRESET, "a group member died mid-reduce; retry (see preduce_reduce)"},
-    {-ENOTCONN, "not connected: the connection to the daemon was lost "
-                "(close and connect again), or the daemon has no scheduler"},
+    {-ECONNRESET, "the group failed: a peer daemon, a link to it or the "
+                  "scheduler was lost; retry"},
+    {-ENOTCONN, "not connected: the connection to the daemon is broken "
+                "(close and connect again)"},
     {-EPIPE, "the daemon closed the connection"},
     {-EAGAIN, "the reduce has not finished yet"},
     {-ENOMEM, "out of memory"},
     {-EMFILE, "out of file descriptors in this process (RLIMIT_NOFILE)"},
 };
+
+int preduce_error_retryable(int err)
+{
+    return err == -ETIMEDOUT || err == -ECONNRESET;
+}
 
 const char *preduce_strerror(int err)
 {

@@ -10,6 +10,13 @@
 
 /* How often deadlines and the stash are swept. */
 #define SWEEP_MS 50
+/*
+ * The write-back of a group's results is counted at this many bytes per
+ * microsecond (1 GB/s, far below what memcpy manages, with room for a
+ * loaded machine): a write-back that would not end by the deadline is not
+ * started.
+ */
+#define COPY_BYTES_PER_US 1000
 
 static void finish(struct group *g, int status);
 static void sweep_cb(uv_timer_t *t);
@@ -235,6 +242,22 @@ static int sum_and_post_own_segment(struct group *g)
     return 0;
 }
 
+static int past_deadline(const struct group *g)
+{
+    return uv_hrtime() >= g->deadline_ns;
+}
+
+/*
+ * Whether the results can be written into the members' tensors before the
+ * deadline (see COPY_BYTES_PER_US): a trainer whose daemon writes after it
+ * may have been told already, or have decided, that the reduce failed.
+ */
+static int write_back_fits(const struct group *g)
+{
+    uint64_t bytes = (uint64_t)g->total * sizeof(float) * g->nlocal;
+    return uv_hrtime() + bytes * 1000 / COPY_BYTES_PER_US <= g->deadline_ns;
+}
+
 /*
  * The one transition out of G_RUNNING: records the status and schedules
  * done(). The group stays allocated while sends that read its scratch
@@ -244,6 +267,12 @@ static void finish(struct group *g, int status)
 {
     if (g->state != G_RUNNING)
         return;
+    if (status == 0 && !g->in_place && !write_back_fits(g)) {
+        pr_warn("group %llu: complete, but too late to write its results "
+                "(%zu floats for %zu local members) before the deadline",
+                (unsigned long long)g->id, g->total, g->nlocal);
+        status = -ETIMEDOUT;
+    }
     g->state = G_DRAINING;
     g->status = status;
     if (status == 0 && g->in_place) {
@@ -382,6 +411,18 @@ static void apply_chunk(struct group *g, uint32_t from,
 {
     const char *why = NULL;
     int claimed = 0;
+    /*
+     * A chunk after the deadline (the loop was held up, or the sweep has
+     * not come round yet) fails the group first: in place it would be
+     * written into a member's tensors.
+     */
+    if (past_deadline(g)) {
+        pr_warn("group %llu: deadline passed with %u of %u ring steps "
+                "missing",
+                (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
+        finish(g, -ETIMEDOUT);
+        return;
+    }
     /*
      * Only the left neighbour sends into this group: a chunk from another
      * node (a stray of an older session with the same id, or a node that
@@ -534,7 +575,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->left = g->ring[(g->pos + m - 1) % m];
     g->right = g->ring[(g->pos + 1) % m];
     g->steps_left = m > 1 ? 2 * (m - 1) : 0;
-    g->deadline_ms = uv_now(e->loop) + spec->timeout_ms;
+    g->deadline_ns = uv_hrtime() + (uint64_t)spec->timeout_ms * 1000000;
 
     g->next = e->groups;
     e->groups = g;
@@ -669,7 +710,8 @@ static void sweep_cb(uv_timer_t *t)
     struct pr_engine *e = t->data;
     uint64_t now = uv_now(e->loop);
     for (struct group *g = e->groups; g; g = g->next) {
-        if (g->state == G_RUNNING && now >= g->deadline_ms) {
+        int late = past_deadline(g);
+        if (g->state == G_RUNNING && late) {
             pr_warn("group %llu: deadline passed with %u of %u ring steps "
                     "missing",
                     (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
@@ -682,8 +724,7 @@ static void sweep_cb(uv_timer_t *t)
          * on floats the trainer changes afterwards.
          */
         if (g->state == G_DRAINING && !g->reported && g->reads_member &&
-            g->sends_done != g->sends_posted && !g->reset_sent &&
-            now >= g->deadline_ms) {
+            g->sends_done != g->sends_posted && !g->reset_sent && late) {
             struct pr_link *l = e->resolve(e->ctx, g->right);
             g->reset_sent = 1;
             pr_warn("group %llu: %zu sends from a trainer's memory still out "

@@ -71,6 +71,11 @@ struct pr_engine_group {
     const uint32_t *ring; /* m node ids in ring order; copied by start() */
     const struct pr_engine_member *local; /* copied by start() */
     size_t nlocal;
+    /*
+     * From start(): then the group fails with -ETIMEDOUT, and no result is
+     * written into the members' tensors after it (a write-back that would
+     * not end in time is not begun: it fails the group the same way).
+     */
     uint32_t timeout_ms;
     pr_engine_done_cb done;
     void *arg;

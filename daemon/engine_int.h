@@ -70,7 +70,13 @@ struct group {
     enum gstate state;
     int status; /* set when done() is due */
     int reported;
-    uint64_t deadline_ms;
+    /*
+     * uv_hrtime() at which the group fails: no result goes into a member's
+     * tensors after it (the node daemon's promise to its trainers), so it
+     * is read from the clock where a write is decided, not from the loop's
+     * cached time, which a stopped or busy loop leaves behind.
+     */
+    uint64_t deadline_ns;
     pr_engine_done_cb done;
     void *arg;
 };

@@ -15,6 +15,15 @@
 #include "daemon/metrics.h"
 #include "daemon/node_int.h"
 #include "daemon/rdma.h"
+#include "preduce.h"
+
+/*
+ * A trainer waits PREDUCE_REDUCE_SLACK_MS past its deadline for the answer
+ * the daemon sends by PR_NODE_GRACE_MS past it: the rest is for the answer's
+ * way (a tick, a sweep, a loaded loop, the trainer's scheduling).
+ */
+_Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
+               "the daemon's grace leaves the library's slack no margin");
 
 #define TICK_MS         20
 #define BACKOFF_MIN_MS  100
@@ -153,21 +162,25 @@ static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
 }
 
 /*
- * How long the engine may run this group: the scheduler's group timeout,
- * but never past the point where a member's trainer gives up waiting (its
- * reduce deadline plus the client's grace, PR_CLIENT_GRACE_MS = 10 s, less
- * a margin), since a trainer that was told its reduce failed must find its
- * tensors untouched.
+ * How long the engine may run this group, in ms: the scheduler's group
+ * timeout, but never past a local member's reduce deadline plus
+ * PR_NODE_GRACE_MS. The engine writes no result into a member's tensors
+ * after that (engine.c finish, apply_chunk), and its trainer has its answer
+ * by then, well before its library gives up: a trainer told that its
+ * reduce failed, or that gave up on it, finds its tensors untouched. A
+ * member already past it gets 0: the group fails without writing.
  */
 static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
                                const struct ngroup *g)
 {
-    uint64_t now = uv_now(n->loop);
+    uint64_t now = uv_hrtime();
     uint64_t limit =
         gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
     for (size_t i = 0; i < g->nlocal; i++) {
-        uint64_t end = g->clients[i]->deadline_ms + PR_NODE_GRACE_MS;
-        uint64_t left = end > now ? end - now : 1;
+        uint64_t end = g->clients[i]->reduce_deadline_ns +
+                       (uint64_t)PR_NODE_GRACE_MS * 1000000;
+        /* Rounded down: never a millisecond past the end. */
+        uint64_t left = end > now ? (end - now) / 1000000 : 0;
         if (left < limit)
             limit = left;
     }
@@ -280,7 +293,12 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
     int rc = pr_engine_start(n->engine, &spec);
     free(em);
     if (rc < 0) {
-        group_refuse(n, gm->id, g->clients, g->nlocal, rc,
+        /*
+         * The spec was checked above: what is left is no link to a
+         * neighbour (yet), a group id running already, or no memory.
+         */
+        group_refuse(n, gm->id, g->clients, g->nlocal,
+                     rc == -ENOMEM ? rc : -ECONNRESET,
                      "the engine could not start it");
         ngroup_free(g);
         return;
@@ -319,7 +337,7 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
     /* The reason (both layouts of a mismatch, say) goes to the trainer. */
     Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
     d.seq = c->seq;
-    d.status = pr_node_fail_status(r->status);
+    d.status = r->status; /* pr_node_reduce_reply maps it */
     d.version = c->version;
     d.rank = r->rank;
     d.reason = r->reason ? r->reason : "";
@@ -387,9 +405,14 @@ static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
         on_group(n, m->group);
         return 0;
     case PR__V1__MSG__BODY_GROUP_ABORT:
+        /*
+         * The group failed on another node, for that node's reason (its
+         * trainer's wrong length, its memory...): for the trainers here,
+         * a peer was lost, or the group ran out of time.
+         */
         pr_engine_abort(n->engine, m->group_abort->id,
-                        m->group_abort->status < 0 ? m->group_abort->status
-                                                   : -ECONNRESET);
+                        m->group_abort->status == -ETIMEDOUT ? -ETIMEDOUT
+                                                             : -ECONNRESET);
         return 0;
     case PR__V1__MSG__BODY_REJECT:
         on_reject(n, m->reject);

@@ -54,7 +54,12 @@ struct nclient {
     enum rstate rstate;
     uint64_t seq;
     uint64_t version;
-    uint64_t deadline_ms;
+    uint64_t deadline_ms; /* C_WAIT: when to give up on the scheduler */
+    /*
+     * The reduce's deadline on uv_hrtime()'s clock (CLOCK_MONOTONIC, ns):
+     * the trainer's own, capped by node.reduce_timeout_ms (on_reduce).
+     */
+    uint64_t reduce_deadline_ns;
     struct pr_engine_part *parts;
     size_t nparts;
     int in_place; /* of the reduce waiting: Reduce.in_place */
@@ -115,11 +120,14 @@ struct pr_node {
 };
 
 /*
- * How long past a trainer's reduce deadline the daemon may still finish its
- * group: below the client library's grace (10 s), so a trainer that gave
- * up never finds its tensors changed afterwards.
+ * How long past a trainer's reduce deadline the daemon may still end that
+ * reduce: its group may run (and write the results) until then, a cancel
+ * wait for the scheduler's answer until then. Well below the library's
+ * PREDUCE_REDUCE_SLACK_MS (node.c checks), which leaves room for the answer
+ * to come through a loaded machine: a trainer that gave up waiting finds
+ * its tensors as they were, as long as the daemon was not held up itself.
  */
-#define PR_NODE_GRACE_MS 5000
+#define PR_NODE_GRACE_MS 250
 /* Maps left to the daemon itself below vm.max_map_count (node_tensor.c). */
 #define PR_NODE_MAP_RESERVE 4096
 
@@ -127,9 +135,10 @@ struct pr_node {
 int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
 int pr_node_sched_up(const struct pr_node *n);
 /*
- * A failure status from the scheduler, the engine or a peer as a trainer
- * may see it: a negative errno in -4095..-1 as it is, anything else
- * (0, positive, out of range) -EPROTO.
+ * A scheduler's refusal of a trainer's registration as the trainer may see
+ * it: a negative errno in -4095..-1 as it is, anything else (0, positive,
+ * out of range) -EPROTO. (A reduce's status goes through pr_reduce_status,
+ * proto/status.h, instead.)
  */
 int pr_node_fail_status(int64_t status);
 /*
@@ -148,7 +157,10 @@ void pr_node_ipc_close(struct pr_node *n);
 struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie);
 struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank);
 void pr_node_client_joined(struct nclient *c, int status, uint32_t rank);
-/* Answers the trainer's reduce and releases its tensors. */
+/*
+ * Answers the trainer's reduce (its status through pr_reduce_status) and
+ * releases its tensors.
+ */
 void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d);
 void pr_node_reduce_fail(struct nclient *c, int status);
 /* Deadlines of queued reduces; called by the node's tick. */

@@ -15,10 +15,14 @@
  *     registration failed: their errno) is answered with Error{code,
  *     reason} instead, and the connection stays: creates are answered in
  *     order, which is how the trainer knows which create an Error answers.
- *  3. Reduce{seq, version, tensor_ids, timeout_ms} -> READY to the
- *     scheduler; then ReduceDone{seq, status, group, ...} when the group
- *     ran, the scheduler refused, or the deadline passed. A status is 0 or
- *     a negative errno from -4095 to -1 (anything else becomes -EPROTO).
+ *  3. Reduce{seq, version, tensor_ids, timeout_ms, deadline_ns} -> READY
+ *     to the scheduler; then ReduceDone{seq, status, group, ...} when the
+ *     group ran, the scheduler refused, or the deadline passed. The
+ *     deadline is the trainer's (deadline_ns, or timeout_ms from now), no
+ *     later than node.reduce_timeout_ms from now; the answer comes at most
+ *     PR_NODE_GRACE_MS after it. A status is one of proto/status.h's
+ *     (pr_reduce_status maps whatever the group, the scheduler or this
+ *     daemon produced).
  *  4. TensorDestroy{id}: no answer.
  * Any other failure is answered with Error, and the connection closes.
  * A trainer that hangs up mid-reduce leaves its tensors mapped here until
@@ -40,6 +44,7 @@
 #include "daemon/log.h"
 #include "daemon/node_int.h"
 #include "daemon/rdma.h"
+#include "proto/status.h"
 
 #define MAX_TENSORS_PER_REDUCE 4096
 
@@ -126,10 +131,9 @@ void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
         client_free(c);
         return;
     }
-    /* No status the client library would take for a protocol error. */
+    /* Only the codes the library documents to its trainers. */
     Pr__V1__ReduceDone out = *d;
-    if (out.status != 0)
-        out.status = pr_node_fail_status(out.status);
+    out.status = pr_reduce_status(out.status);
     if (out.status == 0) {
         c->version = out.version;
         c->node->reduces_ok++;
@@ -285,13 +289,33 @@ static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
             (unsigned long long)seq, why);
     Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
     d.seq = seq;
-    d.status = status;
+    d.status = pr_reduce_status(status);
     d.version = c->version;
     d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
     m.reduce_done = &d;
     send_to(c, &m);
+}
+
+/*
+ * The reduce's deadline on uv_hrtime()'s clock: the one the trainer sends
+ * (its library reads CLOCK_MONOTONIC too), or timeout_ms from now for a
+ * library that sends none, but never later than node.reduce_timeout_ms
+ * from now: the key caps what a trainer may ask for (as read now, so a
+ * reload applies from the next reduce on). A deadline already past (a
+ * request that waited long in the socket) just times out at the next tick.
+ */
+static uint64_t reduce_deadline(const struct pr_node *n,
+                                const Pr__V1__Reduce *r)
+{
+    uint64_t now = uv_hrtime();
+    uint64_t end = now + (uint64_t)n->conf->node_reduce_timeout_ms * 1000000;
+    if (r->timeout_ms && now + (uint64_t)r->timeout_ms * 1000000 < end)
+        end = now + (uint64_t)r->timeout_ms * 1000000;
+    if (r->deadline_ns && r->deadline_ns < end)
+        end = r->deadline_ns;
+    return end;
 }
 
 static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
@@ -305,8 +329,13 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
         reduce_refuse(c, r->seq, -EINVAL, "no tensors, or too many");
         return 0;
     }
+    /*
+     * -ECONNRESET, as for a reduce whose scheduler goes away while it is
+     * queued: retry later. (-ENOTCONN would tell the trainer that its own
+     * connection is gone.)
+     */
     if (!pr_node_sched_up(n) || c->rank < 0) {
-        reduce_refuse(c, r->seq, -ENOTCONN, "the scheduler is unreachable");
+        reduce_refuse(c, r->seq, -ECONNRESET, "the scheduler is unreachable");
         return 0;
     }
     struct pr_engine_part *parts = calloc(r->n_tensor_ids, sizeof(*parts));
@@ -335,9 +364,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     c->in_place = r->in_place;
     c->seq = r->seq;
     c->reduce_start_us = uv_hrtime() / 1000;
-    uint32_t timeout =
-        r->timeout_ms ? r->timeout_ms : n->conf->node_reduce_timeout_ms;
-    c->deadline_ms = uv_now(n->loop) + timeout;
+    c->reduce_deadline_ns = reduce_deadline(n, r);
     Pr__V1__Ready rd = PR__V1__READY__INIT;
     rd.rank = (uint32_t)c->rank;
     rd.version = r->version;
@@ -660,6 +687,7 @@ void pr_node_ipc_close(struct pr_node *n)
 
 void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
 {
+    uint64_t now_ns = uv_hrtime();
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;
@@ -668,13 +696,15 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
             if (c->conn)
                 pr_conn_fail(c->conn, -ENOTCONN,
                              "the scheduler is unreachable");
-        } else if (c->rstate == R_QUEUED && now_ms >= c->deadline_ms) {
+        } else if (c->rstate == R_QUEUED && now_ns >= c->reduce_deadline_ns) {
             send_cancel(c);
         } else if (c->rstate == R_CANCELLING &&
-                   now_ms >= c->deadline_ms + PR_NODE_GRACE_MS) {
+                   now_ns >= c->reduce_deadline_ns +
+                                 (uint64_t)PR_NODE_GRACE_MS * 1000000) {
             /*
-             * Neither a Group nor a Reject came: give up. A Group that
-             * still comes finds no reduce waiting and is refused.
+             * Neither a Group nor a Reject came in the grace: give up, so
+             * that the trainer hears in time. A Group that still comes
+             * finds no reduce waiting and is refused.
              */
             pr_warn("worker %lld: no answer to its cancel: failing its "
                     "reduce",

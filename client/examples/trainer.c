@@ -217,7 +217,12 @@ static void simulate(const struct opts *o, double compute_s, struct rng *r)
         sleep_s(o->stall_sec);
 }
 
-/* Reduces, retrying a few times on the errors the next call may survive. */
+/*
+ * Reduces, retrying a few times on the errors the library says the next
+ * call may survive (a timeout, a lost peer: preduce_error_retryable). The
+ * tensor then still holds this worker's model, so a retry loses nothing;
+ * any other error ends training (-ENOTCONN: the daemon is gone).
+ */
 static int reduce(preduce_client_t *c, preduce_tensor_t *t,
                   const struct opts *o, long step)
 {
@@ -225,8 +230,7 @@ static int reduce(preduce_client_t *c, preduce_tensor_t *t,
         int rc = preduce_reduce(c, &t, 1, (int)o->timeout_ms);
         if (rc == 0)
             return 0;
-        bool again =
-            (rc == -ETIMEDOUT || rc == -ECONNRESET) && attempt < o->retries;
+        bool again = preduce_error_retryable(rc) && attempt < o->retries;
         fprintf(stderr, "%s: step %ld: preduce_reduce: %s%s\n", o->name, step,
                 preduce_strerror(rc), again ? " (retrying)" : "");
         if (!again)
@@ -332,9 +336,11 @@ static void usage(FILE *f)
             "  --stall-prob P      probability per step of a stall (0)\n"
             "  --stall-sec H       length of a stall in seconds (0)\n"
             "  --print-every K     print a progress line every K steps (20)\n"
-            "  --timeout-ms MS     timeout of every preduce call (60000)\n"
-            "  --retries N         retries of a reduce after -ETIMEDOUT or\n"
-            "                      -ECONNRESET before giving up (3)\n"
+            "  --timeout-ms MS     timeout of every preduce call (60000;\n"
+            "                      node.reduce_timeout_ms caps a reduce's)\n"
+            "  --retries N         retries of a reduce after an error that\n"
+            "                      preduce_error_retryable() calls worth\n"
+            "                      one (-ETIMEDOUT, -ECONNRESET) (3)\n"
             "  --target-loss X     stop once the loss on the shard is at\n"
             "                      most X, and print when (0: off)\n"
             "  --eval-every K      check the target every K steps (5)\n",

@@ -21,13 +21,16 @@
  *     }
  *
  * Every call returns 0 (or a documented non-negative value) or a negative
- * errno, honours its timeout, and never prints or exits. A client handle is
+ * errno, returns within its timeout (a reduce within timeout_ms +
+ * PREDUCE_REDUCE_SLACK_MS), and never prints or exits. A client handle is
  * not thread-safe: use it from one thread at a time. After a protocol error,
  * a lost daemon, an error message from the daemon or a reduce the daemon
  * never answered, the connection is broken: the call that found out
- * returns the reason, later calls -ENOTCONN; close it and connect again.
- * (A reduce the daemon had answered before the break is still delivered
- * by preduce_reduce_wait.) A tensor the daemon refuses breaks nothing.
+ * returns the reason (a reduce call one of its codes: -ENOTCONN, or
+ * -ETIMEDOUT for no answer), later calls -ENOTCONN; close it and connect
+ * again. (A reduce the daemon had answered before the break is still
+ * delivered by preduce_reduce_wait.) A tensor the daemon refuses breaks
+ * nothing.
  */
 #ifndef PREDUCE_H
 #define PREDUCE_H
@@ -47,6 +50,16 @@ extern "C" {
 
 #define PREDUCE_VERSION_MAJOR 0
 #define PREDUCE_VERSION_MINOR 1
+
+/*
+ * How long past its timeout_ms a reduce call takes at most. The daemon
+ * ends every reduce (stops writing into the tensors and answers) within
+ * 250 ms of its deadline; the rest is room for the answer to arrive on a
+ * loaded machine. A daemon that has not answered by then is taken for
+ * stopped or hung: the call returns -ETIMEDOUT and breaks the connection
+ * (later calls -ENOTCONN), since what the tensors hold is then unknown.
+ */
+#define PREDUCE_REDUCE_SLACK_MS 1000
 
 typedef struct preduce_client preduce_client_t;
 typedef struct preduce_tensor preduce_tensor_t;
@@ -102,12 +115,27 @@ PREDUCE_API int preduce_tensor_destroy(preduce_tensor_t *t);
 /*
  * Averages `n` tensors (one model, several parts) with the group the
  * scheduler assigns this step. All workers of a job must pass tensors of the
- * same total length. On success the tensors hold the result.
- * On error they hold what they held before the call (after
- * preduce_set_in_place(c, 1): each float its input or its result).
- * -ETIMEDOUT: no group finished within timeout_ms; -ECONNRESET: a peer died
- * mid-reduce (the next call may succeed); -EINVAL: length mismatch with the
- * job; -EBUSY: another reduce is in flight.
+ * same total length. On success the tensors hold the result. On error they
+ * hold what they held before the call (after preduce_set_in_place(c, 1):
+ * each float its input or its result), unless the connection broke.
+ * timeout_ms > 0 bounds the whole reduce; the node daemon's
+ * node.reduce_timeout_ms caps it. The call returns 0 or one of these codes,
+ * as do preduce_reduce_start and preduce_reduce_wait (README, "Failure
+ * behaviour"); preduce_error_retryable() tells which are worth a retry:
+ *  -ETIMEDOUT   no group formed, or the group did not finish, in time:
+ *               retry. If the daemon did not answer at all within
+ *               timeout_ms + PREDUCE_REDUCE_SLACK_MS, the connection is
+ *               broken too (a retry then returns -ENOTCONN).
+ *  -ECONNRESET  the group failed or could not form because a peer daemon,
+ *               a link to it or the scheduler was lost (or a peer sent data
+ *               the daemon refused): retry.
+ *  -ENOTCONN    this client's connection to its daemon is broken (the
+ *               daemon died or closed it, or sent something this library
+ *               refused): close, connect again; no retry on this client.
+ *  -EINVAL      a wrong call: bad arguments, a tensor of another client or
+ *               given twice, a total length other than the job's. No retry.
+ *  -EBUSY       another reduce is in flight. No retry: wait for that one.
+ *  -ENOMEM      out of memory, in this process or in the daemon. No retry.
  */
 PREDUCE_API int preduce_reduce(preduce_client_t *c,
                                preduce_tensor_t *const *tensors, size_t n,
@@ -129,7 +157,8 @@ PREDUCE_API int preduce_set_in_place(preduce_client_t *c, int on);
  * tensors must not be touched until wait returned something other than
  * -EAGAIN. wait with timeout_ms 0 only polls (-EAGAIN: not yet, also when
  * wait's own timeout_ms passes first; start's timeout_ms still bounds the
- * reduce).
+ * reduce). Both return preduce_reduce's codes, and wait -EINVAL with no
+ * reduce started.
  */
 PREDUCE_API int preduce_reduce_start(preduce_client_t *c,
                                      preduce_tensor_t *const *tensors, size_t n,
@@ -155,6 +184,14 @@ PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
 
 /* A short English text for a return code (never NULL). */
 PREDUCE_API const char *preduce_strerror(int err);
+
+/*
+ * 1 when a reduce that returned `err` may succeed if called again on the
+ * same client: -ETIMEDOUT and -ECONNRESET. 0 for every other code, and for
+ * success. (A -ETIMEDOUT that broke the connection is retried into
+ * -ENOTCONN, which is not retryable: connect again.)
+ */
+PREDUCE_API int preduce_error_retryable(int err);
 
 #ifdef __cplusplus
 }

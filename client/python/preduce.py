@@ -11,7 +11,9 @@ writes, so a model's parameters can live in them with no copy:
             r = c.reduce([w])       # w now holds the group's average
             print(r.group, r.members, r.version)
 
-Errors raise PreduceError(errno, message). Nothing here prints or exits.
+Errors raise PreduceError(errno, message); its .retryable says whether the
+call may succeed if made again (a reduce that timed out or lost a peer:
+preduce_error_retryable() in preduce.h). Nothing here prints or exits.
 The library is found as $PREDUCE_LIB, else libpreduce.so.1 on the loader's
 path.
 """
@@ -55,6 +57,7 @@ def _load():
         "preduce_result_weight": (ctypes.c_double, [ctypes.c_void_p]),
         "preduce_result_version": (ctypes.c_uint64, [ctypes.c_void_p]),
         "preduce_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+        "preduce_error_retryable": (ctypes.c_int, [ctypes.c_int]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -74,7 +77,19 @@ def _l():
 
 
 class PreduceError(OSError):
-    """A libpreduce call failed: .errno is positive, the text the library's."""
+    """A libpreduce call failed: .errno is positive, the text the library's.
+
+    A reduce fails with one of a few codes (README, "Failure behaviour"):
+    ETIMEDOUT and ECONNRESET are worth a retry (.retryable is True);
+    ENOTCONN asks for a new Client; EINVAL, EBUSY and ENOMEM are the
+    caller's to fix.
+    """
+
+    @property
+    def retryable(self):
+        """True when the same call may succeed if made again."""
+        return bool(self.errno and
+                    _l().preduce_error_retryable(-self.errno))
 
 
 def _check(rc):

@@ -184,7 +184,12 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
                                   name,
                                   "--set",
                                   "log.level=debug"};
-    int argc = add_sets(argv, 13, node_sets);
+    int argc = 13;
+    if (c->node_conf[0]) {
+        argv[argc++] = "-c";
+        argv[argc++] = c->node_conf;
+    }
+    argc = add_sets(argv, argc, node_sets);
     /* Settings from the environment, e.g. the RDMA guest's transport. */
     static char env_sets[1024];
     const char *env = getenv("PREDUCE_TEST_NODE_SETS");
@@ -454,6 +459,43 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
     return 0;
 }
 
+/* Appends a failed reduce's code to <dir>/<name>.codes (a line each). */
+static void record_code(const struct h_cluster *c, const char *name, int rc)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.codes", c->dir, name);
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fprintf(f, "%d\n", rc);
+        fclose(f);
+    }
+}
+
+int h_trainer_codes(const struct h_cluster *c, const char *name, int *codes,
+                    long *counts, int max)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.codes", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? 0 : -errno; /* none failed */
+    int n = 0, code, k;
+    while (fscanf(f, "%d", &code) == 1) {
+        for (k = 0; k < n && k < max && codes[k] != code; k++) {
+        }
+        if (k < n && k < max) {
+            counts[k]++;
+        } else if (n < max) {
+            codes[n] = code;
+            counts[n++] = 1;
+        } else {
+            n++; /* more distinct codes than room */
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 static int trainer_main(const struct h_cluster *c,
                         const struct h_trainer_opts *o)
 {
@@ -526,6 +568,7 @@ static int trainer_main(const struct h_cluster *c,
             slowest = now_s() - ts;
         if (rc < 0) {
             errors++;
+            record_code(c, o->name, rc);
             if (o->tolerate_errors)
                 continue;
             fprintf(stderr, "%s: step %d: reduce: %s\n", o->name, s,

@@ -21,6 +21,12 @@ struct h_cluster {
     pid_t node_pid[H_MAX_NODES];
     uint16_t node_port[H_MAX_NODES]; /* data port */
     char sock[H_MAX_NODES][300];
+    /*
+     * When set, node daemons started after it read this file (-c), so a
+     * test can change a key in it and reload (SIGHUP): --set keys would
+     * override the file's on reload too.
+     */
+    char node_conf[300];
 };
 
 /*
@@ -99,6 +105,14 @@ pid_t h_trainer_spawn(const struct h_cluster *c,
 int h_wait(pid_t pid, int timeout_ms);
 /* Waits up to timeout_ms for a trainer's warm-up to end: 0 or -ETIMEDOUT. */
 int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms);
+/*
+ * The distinct codes of a trainer's failed reduces, warm-up included (its
+ * .codes file has a line per failure): up to max of them into codes[], how
+ * often each came into counts[]. The number of distinct codes (0 when none
+ * failed), or -errno.
+ */
+int h_trainer_codes(const struct h_cluster *c, const char *name, int *codes,
+                    long *counts, int max);
 /* Reads the figures line a trainer wrote: steps done and seconds. */
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
                       double *secs, long *errors);

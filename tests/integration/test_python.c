@@ -16,8 +16,8 @@
 
 #define PYTHON "/usr/bin/python3"
 
-static pid_t py_worker(const struct h_cluster *c, int node, const char *name,
-                       int in_place)
+/* Runs /usr/bin/python3 `script` with args (NULL-terminated, at most 6). */
+static pid_t py_run(const char *script, const char *const *args)
 {
     char lib[400], path[400];
     const char *build = getenv("PREDUCE_BUILD");
@@ -38,12 +38,22 @@ static pid_t py_worker(const struct h_cluster *c, int node, const char *name,
             setenv("LD_PRELOAD", rt, 1);
             setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
         }
-        execl(PYTHON, PYTHON, "tests/integration/py_worker.py", c->sock[node],
-              name, "10007", "10", "3", in_place ? "in-place" : (char *)NULL,
-              (char *)NULL);
+        const char *argv[9] = {PYTHON, script};
+        for (int i = 0; i < 6 && args[i]; i++)
+            argv[2 + i] = args[i];
+        execv(PYTHON, (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t py_worker(const struct h_cluster *c, int node, const char *name,
+                       int in_place)
+{
+    const char *const args[] = {
+        c->sock[node], name, "10007", "10", "3", in_place ? "in-place" : NULL,
+        NULL};
+    return py_run("tests/integration/py_worker.py", args);
 }
 
 START_TEST(test_python_binding_reduces)
@@ -72,12 +82,33 @@ START_TEST(test_python_binding_reduces)
 }
 END_TEST
 
+/*
+ * PreduceError.retryable: a reduce that times out (the job needs two
+ * workers, one came) is worth a retry, a wrong call is not, and the rest
+ * of the table agrees with the library's preduce_error_retryable().
+ */
+START_TEST(test_python_binding_retryable)
+{
+    ck_assert_msg(access(PYTHON, X_OK) == 0,
+                  PYTHON " is missing: run tests/install-deps.sh");
+    struct h_cluster c;
+    const char *const sets[] = {"scheduler.policy=allreduce",
+                                "scheduler.min_workers=2", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sets, NULL), 0);
+    const char *const args[] = {c.sock[0], "pyerr", NULL};
+    ck_assert_int_eq(
+        h_wait(py_run("tests/integration/py_errors.py", args), 60000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_python");
     TCase *tc = tcase_create("python");
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_python_binding_reduces);
+    tcase_add_test(tc, test_python_binding_retryable);
     suite_add_tcase(s, tc);
     return s;
 }

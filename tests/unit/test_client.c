@@ -335,6 +335,18 @@ START_TEST(test_client_strerror)
 }
 END_TEST
 
+/* Which codes of a reduce are worth calling it again (preduce.h's table). */
+START_TEST(test_client_error_retryable)
+{
+    ck_assert_int_eq(preduce_error_retryable(-ETIMEDOUT), 1);
+    ck_assert_int_eq(preduce_error_retryable(-ECONNRESET), 1);
+    int no[] = {0,       -ENOTCONN, -EINVAL,   -EBUSY,     -ENOMEM, -EAGAIN,
+                -EPROTO, -EPIPE,    ETIMEDOUT, ECONNRESET, INT_MIN};
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        ck_assert_msg(!preduce_error_retryable(no[i]), "%d", no[i]);
+}
+END_TEST
+
 START_TEST(test_client_exports)
 {
     const char *build = getenv("PREDUCE_BUILD");
@@ -377,6 +389,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_client_null_handles);
     tcase_add_test(tc, test_client_reduce_args);
     tcase_add_test(tc, test_client_strerror);
+    tcase_add_test(tc, test_client_error_retryable);
     tcase_add_test(tc, test_client_exports);
     suite_add_tcase(s, tc);
 

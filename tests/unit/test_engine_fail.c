@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #include "daemon/engine.h"
@@ -270,6 +271,62 @@ START_TEST(test_engine_detached_member_not_written)
         tg_check_unchanged(tg, 0);
     /* Not running any more: nothing to detach. */
     ck_assert_int_eq(pr_engine_detach(E(net, 0), 1, gone), -ENOENT);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
+/*
+ * No result reaches a member's tensors after its group's deadline, even
+ * when the loop was held up past it (a stopped daemon) with the chunks that
+ * complete the group waiting: the first chunk read after the deadline fails
+ * the group, in place (_i = 1) as well. (The node daemon's trainers are
+ * told, or give up, by then: their tensors must keep their inputs.)
+ */
+START_TEST(test_engine_no_write_after_deadline)
+{
+    static const size_t nlocal[2] = {1, 1};
+    static const int ring[2] = {0, 1};
+    direct_sends = _i; /* in place needs direct sends */
+    struct net *net = net_new(2, 64);
+    struct tgroup *tg = tg_new(1, 1000, 2, ring, nlocal, 0, 91);
+    if (_i)
+        tg_set_in_place(tg, 0, 1);
+    link_hold(net, 1, 0, 1);
+    ck_assert_int_eq(tg_start_timeout(net, tg, 0, 100), 0);
+    ck_assert_int_eq(tg_start_timeout(net, tg, 1, LONG_MS), 0);
+    /* Node 1 has all it needs and has sent everything node 0 lacks. */
+    run_quiet(net);
+    ck_assert_uint_gt(net->links[1][0].queued, 0);
+    ck_assert_int_eq(tg->done[0].calls, 0);
+    struct timespec ts = {0, 150 * 1000000L};
+    nanosleep(&ts, NULL);
+    link_deliver(net, 1, 0, SIZE_MAX);
+    run_until(net, pos_done, &tg->done[0]);
+    ck_assert_int_eq(tg->done[0].status, -ETIMEDOUT);
+    tg_check_unchanged(tg, 0);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
+/*
+ * A write-back that could not end by the deadline is not begun: a group
+ * that starts with no time left (a member whose trainer's deadline has
+ * passed) fails without touching its members' tensors, even one that
+ * completes at once (a single node).
+ */
+START_TEST(test_engine_no_write_back_without_time)
+{
+    static const size_t nlocal[1] = {2};
+    static const int ring[1] = {0};
+    struct net *net = net_new(1, 64);
+    struct tgroup *tg = tg_new(1, 1000, 1, ring, nlocal, 0, 92);
+    ck_assert_int_eq(tg_start_timeout(net, tg, 0, 0), 0);
+    run_until(net, pos_done, &tg->done[0]);
+    ck_assert_int_eq(tg->done[0].status, -ETIMEDOUT);
+    ck_assert_uint_eq(stats(net, 0).groups_failed, 1);
+    tg_check_unchanged(tg, 0);
     net_free(net);
     tg_free(tg);
 }
@@ -575,6 +632,8 @@ static Suite *engine_fail_suite(void)
     tcase_add_test(tc, test_engine_destroy_with_sends_posted);
     tcase_add_test(tc, test_engine_destroy_reports_finished_group);
     tcase_add_loop_test(tc, test_engine_detached_member_not_written, 0, 4);
+    tcase_add_loop_test(tc, test_engine_no_write_after_deadline, 0, 2);
+    tcase_add_test(tc, test_engine_no_write_back_without_time);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("bad_chunks");
