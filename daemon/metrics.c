@@ -244,10 +244,9 @@ static void answer(struct mconn *c, int code, int head_only)
      */
     pr_stranger_remove(&c->st);
     uint64_t age = uv_now(m->loop) - c->st.since_ms;
-    uv_timer_start(&c->timer, deadline_cb,
-                   age < PR_METRICS_DEADLINE_MS ? PR_METRICS_DEADLINE_MS - age
-                                                : 0,
-                   0);
+    uv_timer_start(
+        &c->timer, deadline_cb,
+        age < PR_METRICS_DEADLINE_MS ? PR_METRICS_DEADLINE_MS - age : 0, 0);
     if (code == 200) {
         int rc = m->render(m->ctx, &c->body);
         if (rc == 0 && c->body.err)

@@ -39,7 +39,7 @@
 #define PR_METRICS_MAX_REQUEST    8192
 #define PR_METRICS_READ_MS        1000
 #define PR_METRICS_DEADLINE_MS    2000
-#define PR_METRICS_CONTENT_TYPE "text/plain; version=0.0.4"
+#define PR_METRICS_CONTENT_TYPE   "text/plain; version=0.0.4"
 
 /*
  * A growable text buffer. Appends never fail on the spot: the first

@@ -63,7 +63,7 @@ int h_idle_closed(int fd)
         if (r == 0)
             return 1;
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0
-                                                                          : 1;
+                                                                         : 1;
     }
 }
 

@@ -106,8 +106,8 @@ START_TEST(test_strangers_trainer_socket)
     /* The oldest idle ones made room; the rest meet the hello deadline. */
     ck_assert_int_le(h_idle_count_open(fds, IDLE), PER_SOURCE);
     int left = (int)(opened + HELLO_TIMEOUT_MS + 1500 - now_ms());
-    ck_assert_int_eq(h_idle_wait_open_at_most(fds, IDLE, 0, left > 0 ? left : 0),
-                     0);
+    ck_assert_int_eq(
+        h_idle_wait_open_at_most(fds, IDLE, 0, left > 0 ? left : 0), 0);
     char s[64];
     snprintf(s, sizeof(s), "no hello within %d ms", HELLO_TIMEOUT_MS);
     ck_assert(h_log_contains(&c, "node0", s));
