@@ -6,7 +6,10 @@
  *  1. trainer -> Hello{version, role CLIENT, name}; the daemon registers the
  *     worker with the scheduler and answers Welcome{id = rank} or Error.
  *     A name is 1..63 bytes without control characters (it goes into log
- *     lines and metrics), as libpreduce requires too.
+ *     lines and metrics), as libpreduce requires too. Until its hello, a
+ *     connection is a stranger (stranger.h: at most STRANGERS_MAX, closed
+ *     after connect_timeout_ms) and no trainer: only those past it count
+ *     against max_clients, and one more gets Error{-EUSERS}.
  *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
  *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
  *     seals the memfd's size first, so a trainer cannot truncate it under

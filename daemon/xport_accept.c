@@ -2,7 +2,9 @@
  * The accepting side of peer links: a connection is a stranger until its
  * hello names a peer that connects to this node and passes the cluster
  * key's check; then it becomes that peer's link (with a queue pair when
- * the hello offers RDMA). The sweep enforces the deadlines of link setup.
+ * the hello offers RDMA). Strangers are bounded (stranger.h: STRANGERS_MAX,
+ * STRANGERS_PER_SOURCE per IP address); the sweep enforces their hello
+ * deadline and the other deadlines of link setup.
  */
 #include "daemon/xport_tcp.h"
 
