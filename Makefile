@@ -69,6 +69,8 @@ ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/tests/i%)
 TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
 	$(wildcard tests/integration/*.c))
 TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
+LOAD_SRCS := $(wildcard tests/load/*.c)
+LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -82,10 +84,10 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/fuzz/*.[ch]))
+	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format asan demo \
-	coverage \
+	coverage check-load \
 	install uninstall clean format bench
 .SECONDARY:
 
@@ -155,6 +157,11 @@ $(BUILD)/tests/itest_%: $(BUILD)/tests/integration/test_%.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
+$(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(TEST_LIB_OBJS) \
 		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -173,6 +180,12 @@ check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 
 check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
+		$(TEST_ENV) ./$$t; done
+
+# Idle connections on every listener while trainers reduce (tests/load/):
+# figures printed, Check's summary line last; bounded at 60 s per suite.
+check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
+	@set -e; for t in $(LOAD_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
 
 check-format:

@@ -88,7 +88,15 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     void *p;
     size_t n;
     (void)hint;
-    if (pr_frame_reader_reserve(&c->rd, 65536, &p, &n) < 0) {
+    /*
+     * Reads of up to 64 KiB, but no more than one frame of this conn's
+     * limit: a connection before its hello (4 KiB frames) then holds a
+     * buffer of a few KiB, not 64, however many bytes it sends.
+     */
+    size_t want = c->rd.max_len + PR_FRAME_HDR_LEN;
+    if (want > 65536)
+        want = 65536;
+    if (pr_frame_reader_reserve(&c->rd, want, &p, &n) < 0) {
         buf->base = NULL;
         buf->len = 0;
         return;

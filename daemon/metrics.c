@@ -8,12 +8,14 @@
 
 #include "daemon/conf.h"
 #include "daemon/log.h"
+#include "daemon/stranger.h"
 
 #define BUF_MIN           4096
 #define REFUSE_LOG_GAP_MS 10000 /* at most one "refusing" line per gap */
 
 /* One accepted connection; freed after both its handles closed. */
 struct mconn {
+    struct pr_stranger st; /* listed until answered; first (stranger_close) */
     struct mconn *next;
     struct pr_metrics *m;
     uv_tcp_t tcp;
@@ -48,6 +50,14 @@ struct pr_metrics {
     uint16_t port;
     uint64_t refused;
     uint64_t refuse_logged_ms;
+    struct pr_strangers waiting; /* connections not yet answered */
+};
+
+static const struct pr_stranger_rules waiting_rules = {
+    .what = "metrics",
+    .awaits = "request",
+    .max = PR_METRICS_MAX_WAITING,
+    .per_source_max = PR_METRICS_MAX_PER_SOURCE,
 };
 
 /* ------------------------------------------------------------------ */
@@ -161,6 +171,7 @@ static void conn_close(struct mconn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    pr_stranger_remove(&c->st);
     struct pr_metrics *m = c->m;
     struct mconn **pp = &m->conns;
     while (*pp && *pp != c)
@@ -218,12 +229,24 @@ static const char *reason(int code)
     }
 }
 
+static void deadline_cb(uv_timer_t *t);
+
 /* Writes the answer; write_cb() then winds the connection down. */
 static void answer(struct mconn *c, int code, int head_only)
 {
     struct pr_metrics *m = c->m;
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->answered = 1;
+    /*
+     * No longer a stranger: the answer is on its way. The rest of the
+     * connection's time (PR_METRICS_DEADLINE_MS from its accept) is for
+     * writing it and for the client's close.
+     */
+    pr_stranger_remove(&c->st);
+    uint64_t age = uv_now(m->loop) - c->st.since_ms;
+    uv_timer_start(
+        &c->timer, deadline_cb,
+        age < PR_METRICS_DEADLINE_MS ? PR_METRICS_DEADLINE_MS - age : 0, 0);
     if (code == 200) {
         int rc = m->render(m->ctx, &c->body);
         if (rc == 0 && c->body.err)
@@ -382,9 +405,20 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void deadline_cb(uv_timer_t *t)
 {
     struct mconn *c = t->data;
-    pr_dbg("metrics: %s: not done within %d ms: closing", c->peer,
-           PR_METRICS_DEADLINE_MS);
+    if (c->answered)
+        pr_dbg("metrics: %s: not done within %d ms: closing", c->peer,
+               PR_METRICS_DEADLINE_MS);
+    else
+        pr_dbg("metrics: %s: no request within %d ms: closing", c->peer,
+               PR_METRICS_READ_MS);
     conn_close(c);
+}
+
+/* A connection without its request closed for a newer one. */
+static void stranger_close(struct pr_stranger *st, int status)
+{
+    (void)status;
+    conn_close((struct mconn *)st);
 }
 
 static void refused_closed_cb(uv_handle_t *h)
@@ -454,17 +488,21 @@ static void on_connection(uv_stream_t *server, int status)
     snprintf(c->peer, sizeof(c->peer), "?");
     int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
     if (rc == 0) {
-        struct sockaddr_storage ss;
-        int len = sizeof(ss);
-        if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-            char ip[48] = "?";
-            if (ss.ss_family == AF_INET6)
-                uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            else
-                uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            snprintf(c->peer, sizeof(c->peer), "%s", ip);
+        pr_source_tcp(&c->tcp, c->st.source, sizeof(c->st.source));
+        snprintf(c->peer, sizeof(c->peer), "%s", c->st.source);
+        c->st.name = c->peer;
+        c->st.close = stranger_close;
+        /*
+         * Idle connections cannot keep a scraper out: the oldest one
+         * without its request (from this address, past its share) makes
+         * room (stranger.h).
+         */
+        if (pr_strangers_admit(&m->waiting, &waiting_rules, &c->st,
+                               uv_now(m->loop)) < 0) {
+            conn_close(c);
+            return;
         }
-        rc = uv_timer_start(&c->timer, deadline_cb, PR_METRICS_DEADLINE_MS, 0);
+        rc = uv_timer_start(&c->timer, deadline_cb, PR_METRICS_READ_MS, 0);
     }
     if (rc == 0)
         rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);

@@ -5,11 +5,16 @@
  * of the role (node_metrics.c, sched_metrics.c).
  *
  * Per connection, in order:
- *  1. Accept. With 16 connections open already, one that has its whole
- *     answer and only waits for the client to close is closed to make
- *     room; if there is none, the new one is accepted and closed at once.
+ *  1. Accept. With PR_METRICS_MAX_CONNS open already, one that has its
+ *     whole answer and only waits for the client to close is closed to
+ *     make room; if there is none, the new one is accepted and closed at
+ *     once. Connections without their request yet are strangers
+ *     (stranger.h): at most PR_METRICS_MAX_WAITING, PR_METRICS_MAX_PER_SOURCE
+ *     of them from one IP address; a new one takes the oldest one's place,
+ *     so idle connections cannot keep a scraper out.
  *  2. Read the request line and headers, at most 8 KiB, until the blank
- *     line (an HTTP/0.9-style line without a version is answered at once).
+ *     line (an HTTP/0.9-style line without a version is answered at once),
+ *     within PR_METRICS_READ_MS of the accept.
  *  3. Answer 200 with the rendered text for GET or HEAD of /metrics, 404
  *     for another path, 405 for another method, 400 for anything malformed
  *     or too long, 500 when rendering fails; every answer is HTTP/1.0 with
@@ -17,8 +22,8 @@
  *  4. After the answer, shut down the sending side and drop any input
  *     until the client closes (closing with unread input would reset the
  *     connection and could destroy the answer), then close. A connection
- *     still open 2 s after it was accepted (a silent or slow client, or
- *     one that does not close) is closed as it is.
+ *     still open PR_METRICS_DEADLINE_MS after it was accepted (a slow
+ *     reader, or one that does not close) is closed as it is.
  * Everything runs on the loop thread; the render callback too.
  */
 #ifndef PR_METRICS_H
@@ -28,10 +33,13 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define PR_METRICS_MAX_CONNS    16
-#define PR_METRICS_MAX_REQUEST  8192
-#define PR_METRICS_DEADLINE_MS  2000
-#define PR_METRICS_CONTENT_TYPE "text/plain; version=0.0.4"
+#define PR_METRICS_MAX_CONNS      32
+#define PR_METRICS_MAX_WAITING    16
+#define PR_METRICS_MAX_PER_SOURCE 8
+#define PR_METRICS_MAX_REQUEST    8192
+#define PR_METRICS_READ_MS        1000
+#define PR_METRICS_DEADLINE_MS    2000
+#define PR_METRICS_CONTENT_TYPE   "text/plain; version=0.0.4"
 
 /*
  * A growable text buffer. Appends never fail on the spot: the first

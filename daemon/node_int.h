@@ -14,6 +14,7 @@
 #include "daemon/conf.h"
 #include "daemon/conn.h"
 #include "daemon/engine.h"
+#include "daemon/stranger.h"
 #include "daemon/xport_tcp.h"
 
 struct ntensor {
@@ -65,6 +66,7 @@ struct nclient {
     int in_place; /* of the reduce waiting: Reduce.in_place */
     uint64_t group_id;
     uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
+    struct pr_stranger st;    /* listed until its hello is taken */
 };
 
 enum sstate {
@@ -117,6 +119,11 @@ struct pr_node {
     uint8_t ns[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
     uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
     struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
+    /*
+     * Trainer connections before their hello (node_ipc.c): they do not
+     * count against max_clients; nclients - strangers.count do.
+     */
+    struct pr_strangers strangers;
 };
 
 /*

@@ -6,7 +6,10 @@
  *  1. trainer -> Hello{version, role CLIENT, name}; the daemon registers the
  *     worker with the scheduler and answers Welcome{id = rank} or Error.
  *     A name is 1..63 bytes without control characters (it goes into log
- *     lines and metrics), as libpreduce requires too.
+ *     lines and metrics), as libpreduce requires too. Until its hello, a
+ *     connection is a stranger (stranger.h: at most STRANGERS_MAX, closed
+ *     after connect_timeout_ms) and no trainer: only those past it count
+ *     against max_clients, and one more gets Error{-EUSERS}.
  *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
  *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
  *     seals the memfd's size first, so a trainer cannot truncate it under
@@ -32,6 +35,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +51,13 @@
 #include "proto/status.h"
 
 #define MAX_TENSORS_PER_REDUCE 4096
+/*
+ * Trainer connections before their hello (stranger.h): at most
+ * STRANGERS_MAX, STRANGERS_PER_UID of them from one user, each for
+ * connect_timeout_ms. They do not count against max_clients.
+ */
+#define STRANGERS_MAX     64
+#define STRANGERS_PER_UID 32
 
 static const struct pr_conn_ops client_ops;
 
@@ -98,6 +109,7 @@ static void client_free(struct nclient *c)
     if (*pp)
         *pp = c->next;
     n->nclients--;
+    pr_stranger_remove(&c->st);
     send_leave(c);
     for (size_t i = 0; i < c->ntensors; i++)
         pr_node_tensor_free(c->node, &c->tensors[i]);
@@ -207,6 +219,19 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
                      "a worker name may not contain control characters");
         return 0;
     }
+    /* c is still a stranger: these are the trainers past their hello. */
+    uint32_t trainers = n->nclients - n->strangers.count;
+    if (trainers >= n->conf->node_max_clients) {
+        /*
+         * -EUSERS, not -EMFILE: the trainer's own descriptors are fine, it
+         * is this node that serves max_clients trainers already.
+         */
+        pr_warn("%s: %u trainers (max_clients) already: refusing '%.*s'",
+                c->conn->name, trainers, (int)len, h->name);
+        pr_conn_fail(c->conn, -EUSERS, "too many trainers on this node");
+        return 0;
+    }
+    pr_stranger_remove(&c->st);
     memcpy(c->name, h->name, len + 1);
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
     if (!pr_node_sched_up(n)) {
@@ -506,6 +531,27 @@ static void refuse(struct pr_node *n, uv_stream_t *server)
     uv_close((uv_handle_t *)&n->refused, refused_closed_cb);
 }
 
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "trainer socket",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_UID,
+};
+
+/* A trainer before its hello: told why, as a slow real one may read it. */
+static void stranger_close(struct pr_stranger *st, int status)
+{
+    struct nclient *c =
+        (struct nclient *)((char *)st - offsetof(struct nclient, st));
+    if (!c->conn)
+        return;
+    if (status == -ETIMEDOUT)
+        pr_conn_fail(c->conn, -ETIMEDOUT, "no hello in time");
+    else
+        pr_conn_fail(c->conn, -EAGAIN,
+                     "too many connections without a hello: try again");
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct pr_node *n = server->data;
@@ -537,10 +583,13 @@ static void on_connection(uv_stream_t *server, int status)
         pr_conn_close(c->conn, -ECONNABORTED);
         return;
     }
-    if (n->nclients > n->conf->node_max_clients) {
-        pr_warn("trainer socket: more than %u trainers: refusing one",
-                n->conf->node_max_clients);
-        pr_conn_fail(c->conn, -EMFILE, "too many trainers on this node");
+    pr_source_pipe(&c->conn->h.pipe, c->st.source, sizeof(c->st.source));
+    c->st.name = c->conn->name;
+    c->st.close = stranger_close;
+    if (pr_strangers_admit(&n->strangers, &stranger_rules, &c->st,
+                           uv_now(n->loop)) < 0) {
+        pr_conn_fail(c->conn, -EAGAIN,
+                     "too many connections without a hello: try again");
         return;
     }
     if (pr_conn_start(c->conn) < 0)
@@ -668,6 +717,7 @@ void pr_node_ipc_close(struct pr_node *n)
             pr_conn_detach_close(conn);
         }
         n->clients = c->next;
+        pr_stranger_remove(&c->st);
         for (size_t i = 0; i < c->ntensors; i++)
             pr_node_tensor_free(c->node, &c->tensors[i]);
         free(c->tensors);
@@ -688,6 +738,8 @@ void pr_node_ipc_close(struct pr_node *n)
 void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
 {
     uint64_t now_ns = uv_hrtime();
+    pr_strangers_sweep(&n->strangers, &stranger_rules,
+                       n->conf->node_connect_timeout_ms, now_ms);
     struct nclient *c = n->clients;
     while (c) {
         struct nclient *next = c->next;

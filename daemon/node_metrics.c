@@ -76,8 +76,9 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
     gauge(b, "preduce_node_scheduler_up",
           "1 while the link to the scheduler is up.",
           (uint64_t)pr_node_sched_up(n));
+    /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
-          n->nclients);
+          n->nclients - n->strangers.count);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);

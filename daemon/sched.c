@@ -1,6 +1,7 @@
 #include "daemon/sched.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,8 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
         return 0;
     }
-    /* A known node: its frames may be as large as any control frame. */
+    /* A known node: no stranger, and its frames may be control-sized. */
+    pr_stranger_remove(&n->st);
     n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
     /*
      * A node daemon listens on its data address alone: a node of the same
@@ -246,6 +248,7 @@ static void node_on_close(struct pr_conn *c, int status)
 {
     struct snode *n = c->owner;
     struct pr_sched *s = n->s;
+    pr_stranger_remove(&n->st);
     struct snode **pp = &s->nodes;
     while (*pp != n)
         pp = &(*pp)->next;
@@ -271,6 +274,19 @@ static const struct pr_conn_ops node_ops = {
     .on_close = node_on_close,
 };
 
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "scheduler listener",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_SOURCE,
+};
+
+static void stranger_close(struct pr_stranger *st, int status)
+{
+    struct snode *n = (struct snode *)((char *)st - offsetof(struct snode, st));
+    pr_conn_close(n->conn, status);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct pr_sched *s = server->data;
@@ -287,31 +303,23 @@ static void on_connection(uv_stream_t *server, int status)
         free(n);
         return;
     }
-    n->since_ms = uv_now(s->loop);
     n->next = s->nodes;
     s->nodes = n;
-    if (uv_accept(server, &n->conn->h.stream) < 0 ||
-        pr_conn_start(n->conn) < 0) {
+    if (uv_accept(server, &n->conn->h.stream) < 0) {
         pr_conn_close(n->conn, -ECONNABORTED);
         return;
     }
-    unsigned strangers = 0;
-    for (const struct snode *o = s->nodes; o; o = o->next)
-        strangers += !o->id && !o->conn->closing;
-    if (strangers > STRANGERS_MAX) {
-        pr_warn("scheduler listener: more than %d connections without a "
-                "hello: refusing one",
-                STRANGERS_MAX);
+    pr_source_tcp(&n->conn->h.tcp, n->st.source, sizeof(n->st.source));
+    snprintf(n->conn->name, sizeof(n->conn->name), "scheduler link from %s",
+             n->st.source);
+    n->st.name = n->conn->name;
+    n->st.close = stranger_close;
+    if (pr_strangers_admit(&s->strangers, &stranger_rules, &n->st,
+                           uv_now(s->loop)) < 0 ||
+        pr_conn_start(n->conn) < 0) {
         pr_conn_close(n->conn, -EBUSY);
         return;
     }
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[64] = "?";
-    if (uv_tcp_getpeername(&n->conn->h.tcp, (struct sockaddr *)&ss, &len) == 0)
-        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-    snprintf(n->conn->name, sizeof(n->conn->name), "scheduler link from %s",
-             ip);
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
     Pr__V1__Challenge ch;
     pr_auth_challenge(s->key, n->ns, &ch);
@@ -344,14 +352,11 @@ static void heartbeat_cb(uv_timer_t *t)
                                      s->conf->sched_heartbeat_ms));
     s->last_beat_ms = now;
     uint32_t limit = s->conf->sched_node_timeout_ms;
+    if (!late)
+        pr_strangers_sweep(&s->strangers, &stranger_rules, limit, now);
     for (struct snode *n = s->nodes; n; n = n->next) {
         if (n->conn->closing)
             continue;
-        if (!late && !n->id && now - n->since_ms > limit) {
-            pr_warn("%s: no hello within %u ms: closing", n->conn->name, limit);
-            pr_conn_close(n->conn, -ETIMEDOUT);
-            continue;
-        }
         if (!late && now - n->conn->last_rx_ms > limit) {
             pr_warn("%s: silent for %llu ms: dropping it", n->conn->name,
                     (unsigned long long)(now - n->conn->last_rx_ms));

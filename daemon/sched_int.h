@@ -17,21 +17,25 @@
 #include "daemon/metrics.h"
 #include "daemon/sched.h"
 #include "daemon/sched_core.h"
+#include "daemon/stranger.h"
 
 /*
  * Connections that have not said hello yet: their frames may be HELLO_MAX
  * bytes, not PR_CTRL_MAX_FRAME (anyone can connect, and a reader buffers a
- * whole frame), at most STRANGERS_MAX at once, each for node_timeout_ms.
+ * whole frame); at most STRANGERS_MAX at once, STRANGERS_PER_SOURCE of
+ * them from one IP address, each for node_timeout_ms (stranger.h: a new
+ * connection takes the oldest one's place).
  */
-#define HELLO_MAX     4096
-#define STRANGERS_MAX 64
+#define HELLO_MAX            4096
+#define STRANGERS_MAX        64
+#define STRANGERS_PER_SOURCE 32
 
 struct snode {
     struct snode *next;
     struct pr_sched *s;
     struct pr_conn *conn;
-    uint64_t since_ms; /* accepted at (loop time) */
-    uint32_t id;       /* 0 until the hello */
+    struct pr_stranger st; /* listed until its hello passes */
+    uint32_t id;           /* 0 until the hello */
     char name[64];
     char data_addr[128];
     uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
@@ -82,6 +86,7 @@ struct pr_sched {
     struct pr_metrics *metrics;
     const struct pr_auth_key *key;      /* NULL: no authentication */
     uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
+    struct pr_strangers strangers;      /* connections before their hello */
 };
 
 static inline uint64_t pr_sched_now_us(void)

@@ -2,7 +2,9 @@
  * The accepting side of peer links: a connection is a stranger until its
  * hello names a peer that connects to this node and passes the cluster
  * key's check; then it becomes that peer's link (with a queue pair when
- * the hello offers RDMA). The sweep enforces the deadlines of link setup.
+ * the hello offers RDMA). Strangers are bounded (stranger.h: STRANGERS_MAX,
+ * STRANGERS_PER_SOURCE per IP address); the sweep enforces their hello
+ * deadline and the other deadlines of link setup.
  */
 #include "daemon/xport_tcp.h"
 
@@ -42,25 +44,18 @@ static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
     return 0;
 }
 
-static const struct stranger *find_stranger(struct pr_tcp_xport *x,
-                                            const struct pr_conn *c)
-{
-    for (const struct stranger *st = x->strangers; st; st = st->next)
-        if (st->conn == c)
-            return st;
-    return NULL;
-}
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "peer listener",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_SOURCE,
+};
 
-static void unlist_stranger(struct pr_tcp_xport *x, struct pr_conn *c)
+/* base is the first member: a listed pr_stranger is a struct stranger. */
+static void stranger_close(struct pr_stranger *base, int status)
 {
-    for (struct stranger **pp = &x->strangers; *pp; pp = &(*pp)->next) {
-        if ((*pp)->conn == c) {
-            struct stranger *st = *pp;
-            *pp = st->next;
-            free(st);
-            return;
-        }
-    }
+    struct stranger *st = (struct stranger *)base;
+    pr_conn_close(st->conn, status);
 }
 
 /*
@@ -72,16 +67,8 @@ static void sweep_cb(uv_timer_t *t)
 {
     struct pr_tcp_xport *x = t->data;
     uint64_t now = uv_now(x->loop);
-    struct stranger *st = x->strangers;
-    while (st) {
-        struct stranger *next = st->next;
-        if (now >= st->expires_ms) {
-            pr_warn("%s: no hello within %u ms: closing", st->conn->name,
-                    x->connect_timeout_ms);
-            pr_conn_close(st->conn, -ETIMEDOUT);
-        }
-        st = next;
-    }
+    pr_strangers_sweep(&x->strangers, &stranger_rules, x->connect_timeout_ms,
+                       now);
     for (struct tpeer *p = x->peers; p; p = p->next) {
         if (p->state == P_UP || now - p->since_ms < x->connect_timeout_ms)
             continue;
@@ -100,10 +87,11 @@ static void sweep_cb(uv_timer_t *t)
     }
 }
 
-/* An incoming connection before its hello: its owner is the transport. */
+/* An incoming connection before its hello: its owner is a struct stranger. */
 static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 {
-    struct pr_tcp_xport *x = c->owner;
+    struct stranger *st = c->owner;
+    struct pr_tcp_xport *x = st->x;
     if (m->body_case != PR__V1__MSG__BODY_HELLO) {
         pr_warn("%s: %s message before hello: closing", c->name,
                 pr_msg_name(m));
@@ -124,14 +112,12 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_conn_fail(c, -EPROTO, "not a peer of this node");
         return 0;
     }
-    const struct stranger *st = find_stranger(x, c);
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen;
     const char *why;
-    if (!st ||
-        pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
+    if (pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
         pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
-                h->node_id, st ? why : "no challenge on record");
+                h->node_id, why);
         pr_conn_fail(c, -EACCES, "authentication failed");
         return 0;
     }
@@ -179,11 +165,12 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_tcp_peer_drop_qp(p);
         return rc;
     }
+    pr_stranger_remove(&st->base);
+    free(st);
     c->ops = &pr_tcp_peer_ops;
     c->owner = p;
     snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
     p->conn = c;
-    unlist_stranger(x, c);
     /*
      * A peer's frames may be chunk-sized now; before up(), which sends the
      * chunks queued for this peer over c with this limit.
@@ -201,9 +188,10 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 
 static void stranger_on_close(struct pr_conn *c, int status)
 {
+    struct stranger *st = c->owner;
     (void)status;
-    if (c->owner)
-        unlist_stranger(c->owner, c);
+    pr_stranger_remove(&st->base);
+    free(st);
 }
 
 static const struct pr_conn_ops stranger_ops = {
@@ -219,34 +207,29 @@ static void on_connection(uv_stream_t *server, int status)
         pr_warn("peer listener: %s", uv_strerror(status));
         return;
     }
+    struct stranger *st = calloc(1, sizeof(*st));
     /* Until its hello says who it is, a connection gets small frames. */
     struct pr_conn *c =
-        pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, x);
-    struct stranger *st = calloc(1, sizeof(*st));
-    if (!c || !st) {
+        st ? pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, st) : NULL;
+    if (!c) {
         free(st);
-        if (c)
-            pr_conn_close(c, -ENOMEM);
         return;
     }
+    st->x = x;
     st->conn = c;
-    st->expires_ms = uv_now(x->loop) + x->connect_timeout_ms;
-    st->next = x->strangers;
-    x->strangers = st;
     if (uv_accept(server, &c->h.stream) < 0) {
         pr_conn_close(c, -ECONNABORTED);
         return;
     }
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[64] = "?";
-    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET)
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-        else
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+    pr_source_tcp(&c->h.tcp, st->base.source, sizeof(st->base.source));
+    snprintf(c->name, sizeof(c->name), "peer link from %s", st->base.source);
+    st->base.name = c->name;
+    st->base.close = stranger_close;
+    if (pr_strangers_admit(&x->strangers, &stranger_rules, &st->base,
+                           uv_now(x->loop)) < 0) {
+        pr_conn_close(c, -EBUSY);
+        return;
     }
-    snprintf(c->name, sizeof(c->name), "peer link from %s", ip);
     uv_tcp_nodelay(&c->h.tcp, 1);
     if (pr_conn_start(c) < 0) {
         pr_conn_close(c, -EIO);

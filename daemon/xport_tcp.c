@@ -540,9 +540,9 @@ void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
     x->engine = NULL;
     while (x->peers)
         remove_peer(x->peers);
-    while (x->strangers) {
-        struct stranger *st = x->strangers;
-        x->strangers = st->next;
+    while (x->strangers.head) {
+        struct stranger *st = (struct stranger *)x->strangers.head;
+        pr_stranger_remove(&st->base);
         pr_conn_detach_close(st->conn);
         free(st);
     }

@@ -10,12 +10,20 @@
 #include "daemon/auth.h"
 #include "daemon/conn.h"
 #include "daemon/rdma.h"
+#include "daemon/stranger.h"
 #include "daemon/xport_tcp.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define HELLO_MAX      4096
 #define SWEEP_MS       250
+/*
+ * Incoming connections before their hello: at most STRANGERS_MAX, and
+ * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
+ * connect_timeout_ms.
+ */
+#define STRANGERS_MAX        64
+#define STRANGERS_PER_SOURCE 32
 
 enum pstate {
     P_DOWN,
@@ -55,11 +63,14 @@ struct tpeer {
     uint8_t ns[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's challenge */
 };
 
-/* An incoming connection that has not said hello yet. */
+/*
+ * An incoming connection that has not said hello yet: its conn's owner
+ * until the hello passes, freed then or when the conn closes.
+ */
 struct stranger {
-    struct stranger *next;
+    struct pr_stranger base; /* on x->strangers */
+    struct pr_tcp_xport *x;
     struct pr_conn *conn;
-    uint64_t expires_ms;
     uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
 };
 
@@ -77,7 +88,7 @@ struct pr_tcp_xport {
     uint64_t bytes_sent, bytes_recv;
     struct pr_rdma *rdma; /* NULL: TCP only */
     int rdma_required;    /* transport = rdma: refuse peers without it */
-    struct stranger *strangers;
+    struct pr_strangers strangers; /* of struct stranger */
     const struct pr_auth_key *key; /* NULL: no cluster key */
     uv_timer_t sweep;              /* hello and link-setup deadlines */
 };

@@ -22,6 +22,7 @@
 
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/stranger.h"
 
 #define ANSWER_MAX (4u << 20)
 #define GET10      "GET /metrics HTTP/1.0\r\n\r\n"
@@ -378,84 +379,147 @@ START_TEST(test_metrics_render_failure_500)
 }
 END_TEST
 
-START_TEST(test_metrics_silent_client_closed_after_deadline)
+START_TEST(test_metrics_silent_client_closed_after_read_deadline)
 {
     struct fix f;
     fix_start(&f);
     static char buf[256];
     int fd = cli_connect(&f);
     uint64_t t0 = now_ms();
-    pump(&f, PR_METRICS_DEADLINE_MS - 500);
+    pump(&f, PR_METRICS_READ_MS - 300);
     ck_assert_int_eq(cli_closed(fd), 0);
     ck_assert_int_eq(cli_read(&f, fd, buf, sizeof(buf), 2000), 0);
     uint64_t took = now_ms() - t0;
-    ck_assert_uint_ge(took, PR_METRICS_DEADLINE_MS - 50);
-    ck_assert_uint_le(took, PR_METRICS_DEADLINE_MS + 1000);
+    ck_assert_uint_ge(took, PR_METRICS_READ_MS - 50);
+    ck_assert_uint_le(took, PR_METRICS_READ_MS + 500);
     close(fd);
     ck_assert_int_eq(f.renders, 0);
     fix_stop(&f);
 }
 END_TEST
 
-START_TEST(test_metrics_connection_limit)
+/* A connection from 127.0.0.`last` (all of 127/8 is loopback). */
+static int cli_connect_from(struct fix *f, int last)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + (uint32_t)last);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    ck_assert(rc == 0 || errno == EINPROGRESS);
+    pump(f, 5);
+    return fd;
+}
+
+/*
+ * Idle clients of one address hold at most PR_METRICS_MAX_PER_SOURCE
+ * places: a new client from there takes the oldest one's place, once that
+ * one is past the grace (a flood within it is refused instead).
+ */
+START_TEST(test_metrics_idle_clients_make_room)
 {
     struct fix f;
     fix_start(&f);
     static char buf[65536];
-    int fds[PR_METRICS_MAX_CONNS];
-    for (int i = 0; i < PR_METRICS_MAX_CONNS; i++)
+    int fds[PR_METRICS_MAX_PER_SOURCE];
+    for (int i = 0; i < PR_METRICS_MAX_PER_SOURCE; i++)
         fds[i] = cli_connect(&f);
-    pump(&f, 50);
-    /* One more: accepted and closed at once, without an answer. */
+    pump(&f, 20);
+    /* Within the grace: one more is accepted and closed, unanswered. */
     int extra = cli_connect(&f);
     ck_assert_int_eq(cli_read(&f, extra, buf, sizeof(buf), 1000), 0);
     close(extra);
-    for (int i = 0; i < PR_METRICS_MAX_CONNS; i++)
+    for (int i = 0; i < PR_METRICS_MAX_PER_SOURCE; i++)
         ck_assert_int_eq(cli_closed(fds[i]), 0);
-    /* Those within the limit are still served. */
-    cli_send(fds[0], GET10, strlen(GET10));
-    ck_assert_int_gt(cli_read(&f, fds[0], buf, sizeof(buf), 1000), 0);
-    ck_assert_int_eq(status_of(buf), 200);
-    close(fds[0]);
-    /* Its slot is free again once the server saw it close. */
-    pump(&f, 50);
-    int again = cli_connect(&f);
-    cli_send(again, GET10, strlen(GET10));
-    ck_assert_int_gt(cli_read(&f, again, buf, sizeof(buf), 1000), 0);
-    ck_assert_int_eq(status_of(buf), 200);
-    close(again);
-    ck_assert_int_eq(f.renders, 2);
-    for (int i = 1; i < PR_METRICS_MAX_CONNS; i++)
-        close(fds[i]);
-    fix_stop(&f);
-}
-END_TEST
-
-START_TEST(test_metrics_answered_client_gives_way)
-{
-    struct fix f;
-    fix_start(&f);
-    static char buf[65536];
-    /* One served client that does not close, then 15 idle ones. */
-    int done = cli_connect(&f);
-    cli_send(done, GET10, strlen(GET10));
-    ck_assert_int_gt(cli_read(&f, done, buf, sizeof(buf), 1000), 0);
-    int fds[PR_METRICS_MAX_CONNS - 1];
-    for (int i = 0; i < PR_METRICS_MAX_CONNS - 1; i++)
-        fds[i] = cli_connect(&f);
-    pump(&f, 50);
-    /* At the limit: the served one is closed to make room. */
+    /* Past it, the oldest idle one makes room for a scraper. */
+    pump(&f, PR_STRANGER_GRACE_MS);
     int next = cli_connect(&f);
     cli_send(next, GET10, strlen(GET10));
     ck_assert_int_gt(cli_read(&f, next, buf, sizeof(buf), 1000), 0);
     ck_assert_int_eq(status_of(buf), 200);
     close(next);
-    for (int i = 0; i < PR_METRICS_MAX_CONNS - 1; i++) {
+    ck_assert_int_eq(cli_closed(fds[0]), 1);
+    for (int i = 1; i < PR_METRICS_MAX_PER_SOURCE; i++)
+        ck_assert_int_eq(cli_closed(fds[i]), 0);
+    /* Those still open are served. */
+    cli_send(fds[1], GET10, strlen(GET10));
+    ck_assert_int_gt(cli_read(&f, fds[1], buf, sizeof(buf), 1000), 0);
+    ck_assert_int_eq(status_of(buf), 200);
+    ck_assert_int_eq(f.renders, 2);
+    for (int i = 0; i < PR_METRICS_MAX_PER_SOURCE; i++)
+        close(fds[i]);
+    fix_stop(&f);
+}
+END_TEST
+
+/* A flood from one address closes none of another address's clients. */
+START_TEST(test_metrics_per_source_share)
+{
+    struct fix f;
+    fix_start(&f);
+    static char buf[65536];
+    int other = cli_connect_from(&f, 2);
+    int fds[PR_METRICS_MAX_PER_SOURCE + 4];
+    for (int i = 0; i < PR_METRICS_MAX_PER_SOURCE; i++)
+        fds[i] = cli_connect(&f);
+    pump(&f, PR_STRANGER_GRACE_MS + 20);
+    for (int i = PR_METRICS_MAX_PER_SOURCE; i < PR_METRICS_MAX_PER_SOURCE + 4;
+         i++)
+        fds[i] = cli_connect(&f);
+    pump(&f, 20);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(cli_closed(fds[i]), 1);
+    for (int i = 4; i < PR_METRICS_MAX_PER_SOURCE + 4; i++)
+        ck_assert_int_eq(cli_closed(fds[i]), 0);
+    /* The oldest of all, but from 127.0.0.2: still open, and served. */
+    ck_assert_int_eq(cli_closed(other), 0);
+    cli_send(other, GET10, strlen(GET10));
+    ck_assert_int_gt(cli_read(&f, other, buf, sizeof(buf), 1000), 0);
+    ck_assert_int_eq(status_of(buf), 200);
+    close(other);
+    for (int i = 0; i < PR_METRICS_MAX_PER_SOURCE + 4; i++)
+        close(fds[i]);
+    fix_stop(&f);
+}
+END_TEST
+
+/*
+ * With PR_METRICS_MAX_CONNS open, a client that has its whole answer and
+ * does not close gives way to a new one.
+ */
+START_TEST(test_metrics_answered_client_gives_way)
+{
+    enum { IDLE = PR_METRICS_MAX_PER_SOURCE - 1 };
+    enum { SERVED = PR_METRICS_MAX_CONNS - IDLE };
+    struct fix f;
+    fix_start(&f);
+    static char buf[65536];
+    int done[SERVED];
+    for (int i = 0; i < SERVED; i++) {
+        done[i] = cli_connect(&f);
+        cli_send(done[i], GET10, strlen(GET10));
+        ck_assert_int_gt(cli_read(&f, done[i], buf, sizeof(buf), 1000), 0);
+    }
+    int fds[IDLE];
+    for (int i = 0; i < IDLE; i++)
+        fds[i] = cli_connect(&f);
+    pump(&f, 50);
+    /* At the limit: a served one is closed to make room. */
+    int next = cli_connect(&f);
+    cli_send(next, GET10, strlen(GET10));
+    ck_assert_int_gt(cli_read(&f, next, buf, sizeof(buf), 1000), 0);
+    ck_assert_int_eq(status_of(buf), 200);
+    close(next);
+    for (int i = 0; i < IDLE; i++) {
         ck_assert_int_eq(cli_closed(fds[i]), 0);
         close(fds[i]);
     }
-    close(done);
-    ck_assert_int_eq(f.renders, 2);
+    for (int i = 0; i < SERVED; i++)
+        close(done[i]);
+    ck_assert_int_eq(f.renders, SERVED + 1);
     fix_stop(&f);
 }
 END_TEST
@@ -556,8 +620,9 @@ static Suite *metrics_suite(void)
 
     tc = tcase_create("limits");
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_metrics_silent_client_closed_after_deadline);
-    tcase_add_test(tc, test_metrics_connection_limit);
+    tcase_add_test(tc, test_metrics_silent_client_closed_after_read_deadline);
+    tcase_add_test(tc, test_metrics_idle_clients_make_room);
+    tcase_add_test(tc, test_metrics_per_source_share);
     tcase_add_test(tc, test_metrics_answered_client_gives_way);
     tcase_add_test(tc, test_metrics_stop_with_clients_connected);
     tcase_add_test(tc, test_metrics_bind_errors);
