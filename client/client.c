@@ -258,6 +258,20 @@ static int pop_fd(struct preduce_client *c)
     return fd;
 }
 
+/*
+ * Keeps the daemon's words on a failure for preduce_last_error(): printable
+ * ASCII only (they come off the socket and go to a trainer's log).
+ */
+static void set_last_error(struct preduce_client *c, const char *reason)
+{
+    size_t n = 0;
+    for (; reason && reason[n] && n + 1 < sizeof(c->last_error); n++) {
+        unsigned char ch = (unsigned char)reason[n];
+        c->last_error[n] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    c->last_error[n] = '\0';
+}
+
 static int on_error(struct preduce_client *c, const Pr__V1__Error *e)
 {
     /* Only a negative errno is a code a caller can act on. */
@@ -274,6 +288,7 @@ static int on_error(struct preduce_client *c, const Pr__V1__Error *e)
         }
         c->created_ready = true;
         c->created_err = e->code;
+        set_last_error(c, e->reason);
         return 0;
     }
     c->daemon_err = e->code;
@@ -357,6 +372,8 @@ static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
         c->rank = d->rank;
     }
     c->done_status = pr_reduce_status(d->status);
+    if (d->status < 0)
+        set_last_error(c, d->reason);
     c->done_ready = true;
     notify(c);
     return 0;
@@ -625,4 +642,9 @@ int preduce_rank(const preduce_client_t *c)
 int preduce_fd(const preduce_client_t *c)
 {
     return c ? c->epfd : -EINVAL;
+}
+
+const char *preduce_last_error(const preduce_client_t *c)
+{
+    return c ? c->last_error : "";
 }

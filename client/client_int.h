@@ -115,6 +115,8 @@ struct preduce_client {
     int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;
+    /* The daemon's reason for the last failure it sent (preduce_last_error). */
+    char last_error[256];
     struct preduce_result done;
     bool have_result;
     struct preduce_result result; /* preduce_last_result() */

@@ -183,6 +183,13 @@ PREDUCE_API double preduce_result_weight(const preduce_result_t *r);
 PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
 
 /* A short English text for a return code (never NULL). */
+/*
+ * The daemon's own explanation of the last failure it reported to c (a
+ * refused reduce or tensor create: say, "reduce of 300 floats, but this
+ * job reduces 200 (...)"), or "" when it gave none. Valid until the next
+ * call on c; never NULL.
+ */
+PREDUCE_API const char *preduce_last_error(const preduce_client_t *c);
 PREDUCE_API const char *preduce_strerror(int err);
 
 /*

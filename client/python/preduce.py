@@ -58,6 +58,7 @@ def _load():
         "preduce_result_version": (ctypes.c_uint64, [ctypes.c_void_p]),
         "preduce_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "preduce_error_retryable": (ctypes.c_int, [ctypes.c_int]),
+        "preduce_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -92,9 +93,13 @@ class PreduceError(OSError):
                     _l().preduce_error_retryable(-self.errno))
 
 
-def _check(rc):
+def _check(rc, client=None):
+    """Raises PreduceError for rc < 0, with the daemon's reason if it gave
+    one on `client` (a refused reduce or tensor); returns rc otherwise."""
     if rc < 0:
-        raise PreduceError(-rc, _l().preduce_strerror(rc).decode())
+        text = _l().preduce_strerror(rc).decode()
+        why = _l().preduce_last_error(client).decode() if client else ""
+        raise PreduceError(-rc, f"{text}: {why}" if why else text)
     return rc
 
 
@@ -134,7 +139,7 @@ class Client:
         """A float32 numpy array of n elements in shared memory."""
         t = ctypes.c_void_p()
         _check(_l().preduce_tensor_create(self._c, int(n), int(timeout_ms),
-                                          ctypes.byref(t)))
+                                          ctypes.byref(t)), self._c)
         ptr = _l().preduce_tensor_data(t)
         arr = np.ctypeslib.as_array(ptr, shape=(int(n),))
         self._tensors[id(arr)] = (t, arr)
@@ -152,7 +157,7 @@ class Client:
             handles.append(entry[0])
         arr = (ctypes.c_void_p * len(handles))(*handles)
         _check(_l().preduce_reduce(self._c, arr, len(handles),
-                                   int(timeout_ms)))
+                                   int(timeout_ms)), self._c)
         return Result(_l().preduce_last_result(self._c))
 
     def set_in_place(self, on=True):

@@ -458,6 +458,9 @@ START_TEST(test_client_tensor_quotas)
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[i]), 0);
     ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[8]), -EDQUOT);
+    ck_assert_str_eq(preduce_last_error(a),
+                     "the trainer holds 8 tensors, at most 8 "
+                     "(node.trainer_max_tensors)");
     ck_assert(h_log_contains(&c, "node0",
                              "trainer 'many': tensor of 16 floats refused: "
                              "the trainer holds 8 tensors, at most 8 "

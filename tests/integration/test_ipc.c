@@ -529,24 +529,32 @@ END_TEST
 
 /*
  * A reduce whose total length differs from the job's passes the daemon and
- * is refused by the scheduler: the trainer gets -EINVAL, both daemons log
- * why, and a reduce of the job's length still works.
+ * is refused by the scheduler while another worker holds the job's length:
+ * the trainer gets -EINVAL, both daemons log why, and a reduce of the
+ * job's length still works (test_layout has the rest of the rule).
  */
 START_TEST(test_ipc_reduce_length_mismatch)
 {
-    struct raw a;
+    struct raw a, b;
     raw_open(&a, 0, "ragged");
+    raw_open(&b, 1, "holder");
     uint32_t t1 = raw_create(&a, 100, NULL);
     uint32_t t2 = raw_create(&a, 60, NULL);
+    uint32_t tb = raw_create(&b, 100, NULL);
     raw_reduce(&a, 1, &t1, 1);
+    raw_reduce(&b, 1, &tb, 1);
     ck_assert_int_eq(raw_done(&a, 1), 0);
+    ck_assert_int_eq(raw_done(&b, 1), 0);
     raw_reduce(&a, 2, &t2, 1);
     ck_assert_int_eq(raw_done(&a, 2), -EINVAL);
     ck_assert(logged("sched", "reduce of 60 floats, but this job reduces 100"));
     ck_assert(logged("node0", "reduce 2 refused by the scheduler"));
     raw_reduce(&a, 3, &t1, 1);
+    raw_reduce(&b, 2, &tb, 1);
     ck_assert_int_eq(raw_done(&a, 3), 0);
+    ck_assert_int_eq(raw_done(&b, 2), 0);
     raw_retire(&a);
+    raw_retire(&b);
     still_serving();
 }
 END_TEST

@@ -103,6 +103,9 @@ START_TEST(test_layout_mismatch_refused_alone)
     ck_assert_int_eq(trainer_reduce(&b), -EINVAL);
     ck_assert(sched_says("worker 1 (b): reduce of 300 floats, but this job "
                          "reduces 200 (the layout of 1 live worker"));
+    ck_assert_str_eq(preduce_last_error(b.cl),
+                     "reduce of 300 floats, but this job reduces 200 (the "
+                     "layout of 1 live worker; it changes once none is left)");
     ck_assert(preduce_tensor_data(b.t)[299] == 3.0f);
     /* The refusal is b's alone: its connection and a's reduces go on. */
     ck_assert_int_eq(trainer_reduce(&a), 0);
