@@ -49,14 +49,16 @@ PROTO_HDR := $(BUILD)/proto/preduce.pb-c.h
 PROTO_OBJS := $(BUILD)/proto/preduce.pb-c.o $(BUILD)/proto/frame.o \
 	$(BUILD)/proto/status.o
 
-DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+# The daemon's parts, one folder each (tests/check-layout.sh has their
+# order): everything but the programs' main files goes into libpreduced.a.
+DAEMON_PARTS := daemon/base daemon/engine daemon/xport/tcp daemon/xport/rdma \
+	daemon/node daemon/sched daemon/sched/core
+DAEMON_SRCS := $(foreach d,$(DAEMON_PARTS),$(wildcard $(d)/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 SIM_SRCS := $(filter-out daemon/sim/main.c,$(wildcard daemon/sim/*.c))
 SIM_OBJS := $(SIM_SRCS:%.c=$(BUILD)/%.o)
 CLIENT_SRCS := $(wildcard client/*.c)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
-TOOL_SRCS := $(wildcard tools/*.c)
-TOOLS := $(TOOL_SRCS:tools/%.c=$(BUILD)/%)
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -78,15 +80,17 @@ SOVER := 1
 LIB_SO := $(BUILD)/libpreduce.so.$(SOVER)
 LIB_A := $(BUILD)/libpreduce.a
 BINS := $(BUILD)/preduced $(BUILD)/preduce-trainer $(BUILD)/preduce-sim \
-	$(BUILD)/preducectl $(TOOLS)
+	$(BUILD)/preducectl
 
 FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
+	$(DAEMON_PARTS:%=%/*.[ch]) \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
-	tools/*.[ch] tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
+	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
 	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
 
-.PHONY: all test check check-unit check-integration check-format asan demo \
+.PHONY: all test check check-unit check-integration check-format check-layout \
+	asan demo \
 	coverage check-load \
 	install uninstall clean format bench
 .SECONDARY:
@@ -108,7 +112,7 @@ $(BUILD)/proto/preduce.pb-c.o: $(PROTO_GEN)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
 
 # The reduction loops run over whole tensors: let the compiler vectorise.
-$(BUILD)/daemon/reduce.o: CFLAGS += -O3
+$(BUILD)/daemon/engine/reduce.o: CFLAGS += -O3
 
 # The client library: everything hidden but what preduce.h marks public.
 $(BUILD)/client/%.o: CFLAGS += -fvisibility=hidden
@@ -144,9 +148,6 @@ $(BUILD)/preduce-sim: $(BUILD)/daemon/sim/main.o $(BUILD)/libprsim.a \
 $(BUILD)/preduce-trainer: $(BUILD)/client/examples/trainer.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libpreduced.a $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(UNIT_LIB_OBJS) \
 		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -162,7 +163,9 @@ $(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
-$(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(TEST_LIB_OBJS) \
+# Benchmarks link the harness, not the Check-based command-line fixture.
+BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
+$(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
 		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -172,7 +175,11 @@ TEST_ENV = PREDUCE_BUILD=$(abspath $(BUILD)) \
 	PREDUCED=$(abspath $(BUILD)/preduced) \
 	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer)
 
-test check: check-format check-unit check-integration
+test check: check-format check-layout check-unit check-integration
+
+# The parts depend one way (tests/check-layout.sh says the rules).
+check-layout:
+	@bash tests/check-layout.sh
 
 check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; \
@@ -206,7 +213,7 @@ asan:
 # (gcov, in build/cov): a file per line, least covered first, to find the
 # branches no test takes. The RDMA paths run only in the guest, so rdma*.c
 # show near 0 here. About 2 minutes.
-COV_SRCS := $(wildcard daemon/*.c daemon/ctl/*.c client/*.c)
+COV_SRCS := $(DAEMON_SRCS) $(wildcard daemon/*.c daemon/ctl/*.c client/*.c)
 coverage:
 	mkdir -p build/cov && find build/cov -name '*.gcda' -delete
 	$(MAKE) BUILD=build/cov OPT="-O0 -g --coverage" LDFLAGS=--coverage \
@@ -281,7 +288,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/preduce $(DESTDIR)$(UNITDIR)
 	install -m 755 $(BUILD)/preduced $(BUILD)/preduce-trainer \
-		$(BUILD)/preduce-sim $(BUILD)/preducectl $(TOOLS) \
+		$(BUILD)/preduce-sim $(BUILD)/preducectl \
 		$(DESTDIR)$(BINDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
@@ -297,7 +304,6 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
 		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
-		$(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
 		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PYDIR)/preduce.py \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \

@@ -19,11 +19,11 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "daemon/auth.h"
-#include "daemon/conf.h"
-#include "daemon/log.h"
-#include "daemon/node.h"
-#include "daemon/sched.h"
+#include "daemon/base/auth.h"
+#include "daemon/base/conf.h"
+#include "daemon/base/log.h"
+#include "daemon/node/node.h"
+#include "daemon/sched/sched.h"
 #include "proto/frame.h"
 
 #define DEFAULT_CONF "/etc/preduce/preduced.conf"

@@ -9,7 +9,7 @@
  *   +------+------+------+----------------------+
  *
  * type PR_FRAME_MSG carries one packed pr.v1.Msg; PR_FRAME_DATA carries a
- * binary chunk (daemon/xport.h). A receiver refuses a frame whose length
+ * binary chunk (daemon/engine/xport.h). A receiver refuses a frame whose length
  * exceeds its maximum before it buffers a single payload byte, so an
  * oversized prefix costs nothing but the header.
  *

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 
 #define DEFAULT_METRICS    "127.0.0.1:9464"
 #define DEFAULT_TIMEOUT_MS 2000

@@ -4,7 +4,7 @@
  * profile (sim.h), optionally training a real replica per worker
  * (model.h), and prints plain-text tables. See --help.
  */
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 #include "daemon/sim/model.h"
 #include "daemon/sim/scenario.h"
 #include "daemon/sim/sim.h"

@@ -4,7 +4,7 @@
  * tensors the daemon reduces; losses are accumulated in double.
  */
 #include "daemon/sim/model.h"
-#include "daemon/reduce.h"
+#include "daemon/engine/reduce.h"
 #include "daemon/sim/rng.h"
 
 #include <errno.h>

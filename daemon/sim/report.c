@@ -3,7 +3,7 @@
  * every figure comes from struct pr_sim_result.
  */
 #include "daemon/sim/sim.h"
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * pr_sim_run(); this file only chooses configurations and prints.
  */
 #include "daemon/sim/scenario.h"
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 #include "daemon/sim/model.h"
 
 #include <errno.h>

@@ -9,8 +9,8 @@
  * (pr_sim_result_fini).
  */
 #include "daemon/sim/sim.h"
-#include "daemon/conf.h"
-#include "daemon/reduce.h"
+#include "daemon/base/conf.h"
+#include "daemon/engine/reduce.h"
 #include "daemon/sim/model.h"
 #include "daemon/sim/rng.h"
 #include "daemon/sim/sim_int.h"

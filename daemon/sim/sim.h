@@ -25,7 +25,7 @@
 #ifndef PR_SIM_H
 #define PR_SIM_H
 
-#include "daemon/sched_core.h"
+#include "daemon/sched/core/sched_core.h"
 
 #include <stdint.h>
 #include <stdio.h>

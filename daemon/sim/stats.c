@@ -6,7 +6,7 @@
  * matrix.
  */
 #include "daemon/sim/sim_int.h"
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 
 #include <errno.h>
 #include <math.h>

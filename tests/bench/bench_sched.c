@@ -13,8 +13,8 @@
  * DT_US per ready event (and jumps to the core's deadline when nobody is
  * computing), so the dynamic policy's window sees a steady arrival rate.
  */
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 
 #include <errno.h>
 #include <stdint.h>

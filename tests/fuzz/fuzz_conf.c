@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: a config file and --set assignments (daemon/conf.c):
+ * libFuzzer target: a config file and --set assignments (daemon/base/conf.c):
  * whatever the text, the parser either loads it or names the line and key
  * it refuses, and the struct it leaves can be validated, dumped and freed.
  * The input: the file's text, then after a NUL byte one --set per line.
@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
+#include "daemon/engine/engine.h"
+#include "daemon/base/log.h"
 
 #define TOTAL 1000
 #define CHUNK 64

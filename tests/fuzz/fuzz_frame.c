@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: a byte stream as any control or data port reads it
- * (daemon/conn.c): the frame reader fed in pieces of the sizes the input
+ * (daemon/base/conn.c): the frame reader fed in pieces of the sizes the input
  * chooses, every whole MSG frame unpacked (and re-framed when it unpacks:
  * what a daemon parses it can also send) and every DATA frame's chunk
  * header decoded. A malformed header must end the stream with an error,
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/xport.h"
+#include "daemon/engine/xport.h"
 #include "proto/frame.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -372,7 +372,7 @@ static void fill(preduce_tensor_t **t, int nparts, uint32_t rank, uint64_t v)
  * The reference for this worker's result in double precision, for the
  * elements whose 31 i mod 1000 is c: the weighted mean sum_j w_j x_j, or
  * with `personal` (staleness weighting) this member's personal result
- * (PAPER.md):
+ * (docs/algorithm.md):
  *   (x_i + (k - 1) * (S - e_i x_i) / (1 - e_i)) / k,  S = sum_j e_j x_j.
  */
 static double reference(const unsigned *base, const double *w, size_t k,

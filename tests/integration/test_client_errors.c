@@ -8,7 +8,7 @@
  *
  * The trainers that change their own limits run in child processes, which
  * report through their exit status (and a line on stderr); the scripted
- * scheduler speaks the node's protocol (daemon/sched.h) frame by frame.
+ * scheduler speaks the node's protocol (daemon/sched/sched.h) frame by frame.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/auth.h"
+#include "daemon/base/auth.h"
 #include "preduce.h"
 #include "proto/frame.h"
 #include "tests/integration/harness.h"

@@ -1,6 +1,6 @@
 /*
- * The trainers' socket of a real node daemon (daemon/node_ipc.c), spoken by
- * hand: the branches a well-behaved libpreduce never takes. Tensors
+ * The trainers' socket of a real node daemon (daemon/node/node_ipc.c), spoken
+ * by hand: the branches a well-behaved libpreduce never takes. Tensors
  * destroyed while unknown, idle or busy in a reduce; reduces the daemon
  * refuses (one already in flight, no or too many tensors, an unknown or
  * repeated tensor id, a length the job does not reduce); a tensor over

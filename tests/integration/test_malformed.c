@@ -230,7 +230,7 @@ END_TEST
 /*
  * At most 32 connections without a hello from one address at once (64 in
  * all): the ones past that are closed, the oldest first once they are
- * past their grace (daemon/stranger.h); the nodes already joined go on
+ * past their grace (daemon/base/stranger.h); the nodes already joined go on
  * serving.
  */
 START_TEST(test_malformed_sched_strangers_capped)

@@ -1,6 +1,6 @@
 /*
- * The node daemons' peer data port (daemon/xport_tcp.c) driven by hand:
- * the test speaks the peer protocol over a plain socket to real daemons.
+ * The node daemons' peer data port (daemon/xport/tcp/xport_tcp.c) driven by
+ * hand: the test speaks the peer protocol over a plain socket to real daemons.
  *
  *  1. A connection that never says hello is closed once the handshake
  *     deadline (node.connect_timeout_ms) passes.
@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/xport.h"
+#include "daemon/engine/xport.h"
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
 

@@ -1,5 +1,5 @@
 /*
- * SIGHUP reloads of a running preduced (daemon/main.c, daemon/conf.c's
+ * SIGHUP reloads of a running preduced (daemon/main.c, daemon/base/conf.c's
  * pr_conf_reload), on the real binary: a changed reloadable key that
  * /metrics shows, a key that needs a restart, the log level, broken files
  * that are refused while the daemon keeps serving, a file that lost keys,

@@ -1,6 +1,6 @@
 /*
  * Connections that never finish their hello, on each listener of real
- * daemons (daemon/stranger.h): they are bounded per source and closed at
+ * daemons (daemon/base/stranger.h): they are bounded per source and closed at
  * their deadline, and real clients get in past them at once.
  *
  *  1. Trainer socket: idle connections, more than max_clients and than the
@@ -35,7 +35,8 @@
 #include "tests/integration/harness.h"
 #include "tests/integration/idle.h"
 
-/* The daemons' caps per source (daemon/sched_int.h, xport_tcp_int.h...). */
+/* The daemons' caps per source (daemon/sched/sched_int.h, xport_tcp_int.h...).
+ */
 #define PER_SOURCE         32
 #define METRICS_PER_SOURCE 8
 #define METRICS_READ_MS    1000

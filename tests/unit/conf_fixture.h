@@ -5,7 +5,7 @@
 #ifndef PREDUCE_TESTS_CONF_FIXTURE_H
 #define PREDUCE_TESTS_CONF_FIXTURE_H
 
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
 
 #define SHIPPED   "conf/preduced.conf"
 #define NKEYS     42

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/reduce.h"
-#include "daemon/xport.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/reduce.h"
+#include "daemon/engine/xport.h"
 
 /* The memlink that embeds a struct pr_link. */
 #define container_of(p, type, field)                                           \

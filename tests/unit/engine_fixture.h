@@ -21,8 +21,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/xport.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/xport.h"
 
 #define MAXN      5   /* nodes in one test network */
 #define MAXMB     3   /* local members per node and group */

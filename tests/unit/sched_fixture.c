@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 
 struct pr_sched_params sf_params(int policy)
 {

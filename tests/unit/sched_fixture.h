@@ -11,8 +11,8 @@
 
 #include <stdint.h>
 
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 
 /*
  * Parameters for `policy`: P = 4, groups of 2 or more, a 5 ms window

@@ -1,5 +1,5 @@
 /*
- * The cluster-key handshake (daemon/auth.h): both proofs, what a wrong or
+ * The cluster-key handshake (daemon/base/auth.h): both proofs, what a wrong or
  * missing key gets, and the key file's checks.
  */
 #include <check.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/auth.h"
+#include "daemon/base/auth.h"
 
 static char path[64];
 

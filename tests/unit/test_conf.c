@@ -1,10 +1,11 @@
 /*
- * Unit tests for daemon/conf.c, parsing: defaults, the shipped annotated
+ * Unit tests for daemon/base/conf.c, parsing: defaults, the shipped annotated
  * file, every parse error with its line and key, --set and the host:port
  * parser (test_conf_apply.c: validation, reload, dump). Runs with cwd = the
  * repository root, because it reads conf/preduced.conf.
  */
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 
 #include <check.h>
 #include <errno.h>
@@ -13,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "tests/unit/conf_fixture.h"
 
 START_TEST(test_conf_defaults)

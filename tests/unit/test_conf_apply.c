@@ -1,9 +1,10 @@
 /*
- * Unit tests for daemon/conf.c, applying a config: cross-key validation,
+ * Unit tests for daemon/base/conf.c, applying a config: cross-key validation,
  * reload (only reloadable keys move, nothing moves on error) and the dump
  * round trip (test_conf.c: parsing).
  */
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 
 #include <check.h>
 #include <errno.h>
@@ -12,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "tests/unit/conf_fixture.h"
 
 START_TEST(test_conf_validate_cross_keys)

@@ -1,8 +1,8 @@
 /*
- * Unit tests for the reduce engine (daemon/engine.c): correct results over
- * rings of every size, early chunks and their stash, several groups at once.
- * The fixture (engine_fixture.h) describes the in-memory network; failures
- * are in test_engine_fail.c, results written in place in
+ * Unit tests for the reduce engine (daemon/engine/engine.c): correct results
+ * over rings of every size, early chunks and their stash, several groups at
+ * once. The fixture (engine_fixture.h) describes the in-memory network;
+ * failures are in test_engine_fail.c, results written in place in
  * test_engine_inplace.c.
  */
 #include <check.h>
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
-#include "daemon/reduce.h"
-#include "daemon/xport.h"
+#include "daemon/engine/engine.h"
+#include "daemon/base/log.h"
+#include "daemon/engine/reduce.h"
+#include "daemon/engine/xport.h"
 #include "tests/unit/engine_fixture.h"
 
 /* ------------------------------------------------------------------ */

@@ -1,6 +1,6 @@
 /*
- * Unit tests for the reduce engine (daemon/engine.c) when things go wrong:
- * failed sends, lost links, deadlines, aborts, destroy() with groups in
+ * Unit tests for the reduce engine (daemon/engine/engine.c) when things go
+ * wrong: failed sends, lost links, deadlines, aborts, destroy() with groups in
  * flight, bad chunks and corrupted headers, and start() arguments it must
  * refuse. Failed groups leave the members' tensors as they were. The
  * fixture (engine_fixture.h) describes the in-memory network.
@@ -14,10 +14,10 @@
 #include <time.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
-#include "daemon/reduce.h"
-#include "daemon/xport.h"
+#include "daemon/engine/engine.h"
+#include "daemon/base/log.h"
+#include "daemon/engine/reduce.h"
+#include "daemon/engine/xport.h"
 #include "tests/unit/engine_fixture.h"
 
 /* ------------------------------------------------------------------ */

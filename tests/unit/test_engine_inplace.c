@@ -1,5 +1,5 @@
 /*
- * Unit tests for results written in place (daemon/engine.c,
+ * Unit tests for results written in place (daemon/engine/engine.c,
  * pr_engine_member.in_place): a group's only local member, with direct
  * sends and results that are not personal, gets its final floats straight
  * into its tensors as they arrive and forwards them from there.
@@ -19,10 +19,10 @@
 #include <string.h>
 #include <uv.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
-#include "daemon/reduce.h"
-#include "daemon/xport.h"
+#include "daemon/engine/engine.h"
+#include "daemon/base/log.h"
+#include "daemon/engine/reduce.h"
+#include "daemon/engine/xport.h"
 #include "tests/unit/engine_fixture.h"
 
 /* A ring (rings[m]) and how each of its positions is set up. */

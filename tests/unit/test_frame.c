@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/sched_core.h"
+#include "daemon/sched/core/sched_core.h"
 
 /* Every field at its longest varint or fixed encoding. */
 static Pr__V1__Msg *big_group(size_t nmembers, Pr__V1__Group *g,

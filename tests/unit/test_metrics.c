@@ -1,5 +1,5 @@
 /*
- * Unit tests for the metrics endpoint (daemon/metrics.c).
+ * Unit tests for the metrics endpoint (daemon/base/metrics.c).
  *
  * Each test runs a private libuv loop in the test thread, stepped with
  * UV_RUN_NOWAIT while plain non-blocking client sockets talk to the server
@@ -20,9 +20,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/stranger.h"
+#include "daemon/base/log.h"
+#include "daemon/base/metrics.h"
+#include "daemon/base/stranger.h"
 
 #define ANSWER_MAX (4u << 20)
 #define GET10      "GET /metrics HTTP/1.0\r\n\r\n"

@@ -1,13 +1,13 @@
 /*
  * The RDMA transport's bookkeeping without a device: credits, the
  * immediate-data encoding and the cutting of chunks into slot-sized
- * writes (daemon/rdma_flow.h).
+ * writes (daemon/xport/rdma/rdma_flow.h).
  */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/rdma_flow.h"
+#include "daemon/xport/rdma/rdma_flow.h"
 
 START_TEST(test_rdma_flow_credit_window)
 {

@@ -1,6 +1,6 @@
 /*
- * Unit tests for the reduction maths (daemon/reduce.c) and the chunk header
- * codec (daemon/xport.c): plain functions, no loop.
+ * Unit tests for the reduction maths (daemon/engine/reduce.c) and the chunk
+ * header codec (daemon/engine/xport.c): plain functions, no loop.
  */
 #include <check.h>
 #include <math.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/reduce.h"
-#include "daemon/xport.h"
+#include "daemon/engine/reduce.h"
+#include "daemon/engine/xport.h"
 
 /* A canary past the end of every output buffer: nothing may write there. */
 #define CANARY -12345.0f

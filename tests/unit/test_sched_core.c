@@ -1,7 +1,7 @@
 /*
- * Unit tests of the scheduler core (daemon/sched_core.h): the staleness
- * weights, worker bookkeeping, and the three policies driven by a fake
- * clock. The group generator is tested in test_sched_core_gen.c, its
+ * Unit tests of the scheduler core (daemon/sched/core/sched_core.h): the
+ * staleness weights, worker bookkeeping, and the three policies driven by a
+ * fake clock. The group generator is tested in test_sched_core_gen.c, its
  * adaptive hold in test_sched_core_hold.c; the fixture is sched_fixture.h.
  */
 #include <check.h>
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,16 +1,16 @@
 /*
- * Unit tests of the scheduler core's group generator (daemon/sched_core.h):
- * steering groups so that every window of member-updates connects the
- * workers, and a 1024-worker run with churn. The fixture is
- * sched_fixture.h.
+ * Unit tests of the scheduler core's group generator
+ * (daemon/sched/core/sched_core.h): steering groups so that every window of
+ * member-updates connects the workers, and a 1024-worker run with churn. The
+ * fixture is sched_fixture.h.
  */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
 
 /* ---- group generator -------------------------------------------------- */

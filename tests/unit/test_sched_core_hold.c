@@ -1,16 +1,16 @@
 /*
- * Unit tests of the group generator's adaptive hold (daemon/sched_core.h):
- * how long the scheduler holds a group back to mix in workers of another
- * component, with workers that keep a pace on a fake clock. The fixture is
- * sched_fixture.h.
+ * Unit tests of the group generator's adaptive hold
+ * (daemon/sched/core/sched_core.h): how long the scheduler holds a group back
+ * to mix in workers of another component, with workers that keep a pace on a
+ * fake clock. The fixture is sched_fixture.h.
  */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conf.h"
-#include "daemon/sched_core.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
 
 /* ---- adaptive hold: workers with a pace, on a fake clock ---------------- */

@@ -5,7 +5,8 @@
  * spectral gap, reproducibility, and the convergence model.
  */
 #include "daemon/sim/sim.h"
-#include "daemon/conf.h"
+#include "daemon/base/conf.h"
+#include "daemon/sched/core/sched_core.h"
 #include "daemon/sim/model.h"
 #include "daemon/sim/scenario.h"
 

@@ -1,9 +1,9 @@
 /*
- * Unit tests for daemon/stranger.c, the rules alone: no loop and no
+ * Unit tests for daemon/base/stranger.c, the rules alone: no loop and no
  * sockets; the caller's clock is a number and a "close" records which
  * stranger went and why.
  */
-#include "daemon/stranger.h"
+#include "daemon/base/stranger.h"
 
 #include <check.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 #define N 16
 

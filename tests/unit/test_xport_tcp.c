@@ -11,8 +11,8 @@
 #include <string.h>
 #include <uv.h>
 
-#include "daemon/xport_tcp.h"
-#include "daemon/xport_tcp_int.h"
+#include "daemon/xport/tcp/xport_tcp.h"
+#include "daemon/xport/tcp/xport_tcp_int.h"
 
 #define LIMIT_MS 5000
 

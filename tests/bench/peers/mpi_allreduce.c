@@ -1,8 +1,8 @@
 /*
  * MPI_Allreduce (sum of float32, then / size: the same mean preduce
  * computes) between the ranks mpirun started, for a few tensor sizes: the
- * anchor tests/bench/peers.sh runs next to bench_allreduce. Prints the bus
- * bandwidth as bench_allreduce defines it for 2 workers: tensor bytes per
+ * anchor tests/bench/peers/peers.sh runs next to bench_allreduce. Prints the
+ * bus bandwidth as bench_allreduce defines it for 2 workers: tensor bytes per
  * all-reduce, divided by the time of one all-reduce. Every result is
  * checked against the known mean, so a broken run cannot print a figure.
  *

@@ -1,0 +1,154 @@
+#include "daemon/base/auth.h"
+
+#include <errno.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEY_MIN 16
+#define KEY_MAX 4096
+
+int pr_auth_load(const char *path, struct pr_auth_key *key, const char **why)
+{
+    if (sodium_init() < 0)
+        return *why = "libsodium failed to initialise", -EIO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
+        *why = "cannot open the key file";
+        return rc;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return *why = "the key file is not a regular file", -EINVAL;
+    }
+    if (st.st_mode & 077) {
+        close(fd);
+        return *why = "the key file is readable by group or others "
+                      "(chmod 600 it)",
+               -EPERM;
+    }
+    uint8_t buf[KEY_MAX + 1];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof(buf) && (r = read(fd, buf + n, sizeof(buf) - n)) > 0)
+        n += (size_t)r;
+    close(fd);
+    if (n < KEY_MIN || n > KEY_MAX) {
+        sodium_memzero(buf, sizeof(buf));
+        return *why = "the key file must hold 16 to 4096 bytes", -EINVAL;
+    }
+    crypto_generichash(key->k, sizeof(key->k), buf, n, NULL, 0);
+    sodium_memzero(buf, sizeof(buf));
+    return 0;
+}
+
+void pr_auth_nonce(uint8_t nonce[PR_AUTH_NONCE_LEN])
+{
+    randombytes_buf(nonce, PR_AUTH_NONCE_LEN);
+}
+
+void pr_auth_prove(const struct pr_auth_key *key, char role,
+                   const uint8_t first[PR_AUTH_NONCE_LEN],
+                   const uint8_t second[PR_AUTH_NONCE_LEN],
+                   uint8_t proof[PR_AUTH_PROOF_LEN])
+{
+    crypto_auth_hmacsha256_state st;
+    uint8_t r = (uint8_t)role;
+    crypto_auth_hmacsha256_init(&st, key->k, sizeof(key->k));
+    crypto_auth_hmacsha256_update(&st, &r, 1);
+    crypto_auth_hmacsha256_update(&st, first, PR_AUTH_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, second, PR_AUTH_NONCE_LEN);
+    crypto_auth_hmacsha256_final(&st, proof);
+    sodium_memzero(&st, sizeof(st));
+}
+
+int pr_auth_verify(const struct pr_auth_key *key, char role,
+                   const uint8_t first[PR_AUTH_NONCE_LEN],
+                   const uint8_t second[PR_AUTH_NONCE_LEN],
+                   const uint8_t *proof, size_t len)
+{
+    uint8_t want[PR_AUTH_PROOF_LEN];
+    if (len != PR_AUTH_PROOF_LEN)
+        return -EACCES;
+    pr_auth_prove(key, role, first, second, want);
+    int ok = crypto_verify_32(want, proof) == 0;
+    sodium_memzero(want, sizeof(want));
+    return ok ? 0 : -EACCES;
+}
+
+void pr_auth_clear(struct pr_auth_key *key)
+{
+    sodium_memzero(key, sizeof(*key));
+}
+
+void pr_auth_challenge(const struct pr_auth_key *key,
+                       uint8_t ns[PR_AUTH_NONCE_LEN], Pr__V1__Challenge *ch)
+{
+    pr__v1__challenge__init(ch);
+    pr_auth_nonce(ns);
+    ch->nonce.data = ns;
+    ch->nonce.len = PR_AUTH_NONCE_LEN;
+    ch->required = key != NULL;
+}
+
+int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
+                   uint8_t ns[PR_AUTH_NONCE_LEN], uint8_t nc[PR_AUTH_NONCE_LEN],
+                   uint8_t buf[2 * PR_AUTH_NONCE_LEN], size_t *len,
+                   const char **why)
+{
+    *len = 0;
+    if (ch->nonce.len != PR_AUTH_NONCE_LEN)
+        return *why = "challenge without a nonce", -EPROTO;
+    memcpy(ns, ch->nonce.data, PR_AUTH_NONCE_LEN);
+    if (ch->required && !key)
+        return *why = "it requires a cluster key and this side has none "
+                      "(security.key_file)",
+               -EACCES;
+    if (!ch->required && key)
+        return *why = "this side has a cluster key and it does not "
+                      "authenticate",
+               -EACCES;
+    if (!key)
+        return 0;
+    pr_auth_nonce(nc);
+    memcpy(buf, nc, PR_AUTH_NONCE_LEN);
+    pr_auth_prove(key, 'C', ns, nc, buf + PR_AUTH_NONCE_LEN);
+    *len = 2 * PR_AUTH_NONCE_LEN;
+    return 0;
+}
+
+int pr_auth_check_hello(const struct pr_auth_key *key,
+                        const uint8_t ns[PR_AUTH_NONCE_LEN],
+                        const ProtobufCBinaryData *auth,
+                        uint8_t proof[PR_AUTH_PROOF_LEN], size_t *len,
+                        const char **why)
+{
+    *len = 0;
+    if (!key)
+        return 0;
+    if (auth->len != 2 * PR_AUTH_NONCE_LEN)
+        return *why = "no proof of the cluster key in its hello", -EACCES;
+    const uint8_t *nc = auth->data;
+    if (pr_auth_verify(key, 'C', ns, nc, auth->data + PR_AUTH_NONCE_LEN,
+                       PR_AUTH_PROOF_LEN) < 0)
+        return *why = "wrong proof of the cluster key (another key?)", -EACCES;
+    pr_auth_prove(key, 'S', nc, ns, proof);
+    *len = PR_AUTH_PROOF_LEN;
+    return 0;
+}
+
+int pr_auth_check_welcome(const struct pr_auth_key *key,
+                          const uint8_t nc[PR_AUTH_NONCE_LEN],
+                          const uint8_t ns[PR_AUTH_NONCE_LEN],
+                          const ProtobufCBinaryData *auth, const char **why)
+{
+    if (!key)
+        return 0;
+    if (pr_auth_verify(key, 'S', nc, ns, auth->data, auth->len) < 0)
+        return *why = "its welcome does not prove the cluster key", -EACCES;
+    return 0;
+}

@@ -1,0 +1,165 @@
+/*
+ * preduced configuration: one INI file (conf/preduced.conf documents every
+ * key), parsed with libinih through a single table of
+ * {section, name, type, field offset, default, bounds, reloadable}.
+ *
+ * Loading never touches a live configuration: pr_conf_load() fills a fresh
+ * struct, and pr_conf_reload() parses and validates a whole new file before
+ * it copies the reloadable keys into the live one (the nginx way).
+ *
+ * Keys before any [section] belong to the global section "" (role, job).
+ * Strings are heap copies owned by the struct; pr_conf_fini() frees them.
+ */
+#ifndef PR_CONF_H
+#define PR_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum pr_role {
+    PR_ROLE_NODE = 0,
+    PR_ROLE_SCHEDULER = 1,
+};
+
+enum pr_xport_kind {
+    PR_XPORT_AUTO = 0,
+    PR_XPORT_RDMA = 1,
+    PR_XPORT_TCP = 2,
+};
+
+enum pr_reload_missing {
+    PR_RELOAD_MISSING_REFUSE = 0,  /* a reload lacking keys set before fails */
+    PR_RELOAD_MISSING_DEFAULT = 1, /* such keys return to their defaults */
+};
+
+/* The largest config file pr_conf_load() reads, bytes. */
+#define PR_CONF_MAX_BYTES (1024 * 1024)
+
+struct pr_conf {
+    /* global */
+    int role;           /* enum pr_role */
+    char *job;          /* job name; daemons of one job share a scheduler */
+    int reload_missing; /* enum pr_reload_missing */
+
+    /* [node] */
+    char *node_name;           /* default: the host name */
+    char *node_socket;         /* trainers' Unix socket path */
+    char *node_scheduler;      /* host:port of the scheduler */
+    char *node_data_listen;    /* host:port peers connect to */
+    char *node_data_advertise; /* host:port given to peers; "" = listen */
+    uint32_t node_max_clients;
+    uint32_t node_max_tensor_mb;       /* per tensor, MiB */
+    uint32_t node_trainer_max_tensors; /* per trainer */
+    uint32_t node_trainer_max_mb;      /* per trainer, all its tensors */
+    uint32_t node_max_tensors;         /* all trainers of this node */
+    uint32_t node_reduce_timeout_ms;
+    uint32_t node_connect_timeout_ms;
+
+    /* [scheduler] */
+    char *sched_listen;
+    int sched_policy;           /* enum pr_policy (sched_core.h) */
+    uint32_t sched_group_size;  /* P for policy constant */
+    uint32_t sched_min_workers; /* no group before this many joined */
+    uint32_t sched_group_min;   /* dynamic: window grows below this */
+    uint32_t sched_group_max;   /* dynamic: 0 = all live workers */
+    double sched_window_ms;     /* dynamic: initial window */
+    double sched_window_min_ms;
+    double sched_window_max_ms;
+    int sched_weighting; /* enum pr_weighting (sched_core.h) */
+    double sched_staleness_alpha;
+    uint32_t sched_isolation_bound; /* B; 0 turns the generator off */
+    double sched_gen_hold_ms;       /* generator: fixed hold; 0 = adaptive */
+    double sched_gen_hold_max_ms;   /* generator: the longest hold */
+    uint32_t sched_heartbeat_ms;
+    uint32_t sched_node_timeout_ms;
+    uint32_t sched_group_timeout_ms;
+
+    /* [transport] */
+    int xport_type;          /* enum pr_xport_kind */
+    uint32_t xport_chunk_kb; /* ring chunk size, KiB */
+    uint32_t xport_inflight; /* chunks in flight per link */
+    char *xport_rdma_device; /* "" = first device */
+    uint32_t xport_rdma_port;
+    uint32_t xport_gid_index;
+    uint32_t xport_rdma_timeout; /* ack timeout: 4.096 us * 2^n */
+
+    /* [security] */
+    char *sec_key_file; /* "" = no authentication */
+
+    /* [metrics] */
+    char *metrics_listen; /* host:port for Prometheus text; "" = off */
+
+    /* [log] */
+    int log_level; /* enum pr_log_level */
+
+    /*
+     * Which keys (bit i: row i of the table) the last file loaded set, and
+     * which a pr_conf_set() did: a reload refuses a file that lost keys
+     * the previous one set (a truncated file would otherwise reset them).
+     */
+    uint64_t file_keys;
+    uint64_t set_keys;
+};
+
+/* Where a file or --set failed, for "FILE:LINE: key: reason" messages. */
+struct pr_conf_err {
+    int line;     /* 0 when not from a file */
+    char key[96]; /* "section.name" */
+    char msg[160];
+};
+
+/* Fills every key with its default. 0 or -ENOMEM. */
+int pr_conf_init(struct pr_conf *c);
+void pr_conf_fini(struct pr_conf *c);
+
+/*
+ * Parses `path` over the current values of `c` (normally fresh defaults).
+ * 0, or a negative errno with *err filled: -ENOENT (no file), -EINVAL (bad
+ * value or unknown key), -ERANGE (out of bounds).
+ */
+int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err);
+
+/* "section.name=value" (or "name=value" for global keys). */
+int pr_conf_set(struct pr_conf *c, const char *assignment,
+                struct pr_conf_err *err);
+
+/* Cross-key checks (group_min <= group_max, window bounds, ...). */
+int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err);
+
+/*
+ * Decides whether the configuration a reload would leave (`merged`: the
+ * live one with the new reloadable values) may be applied; 0, or a
+ * negative errno with *err filled (its key names what was refused).
+ */
+typedef int (*pr_conf_accept_fn)(const struct pr_conf *merged, void *ctx,
+                                 struct pr_conf_err *err);
+
+/*
+ * Parses `path` into a new struct, applies the --set overrides given,
+ * validates, then copies only reloadable keys into *live, provided the
+ * result validates too and `accept` (if not NULL) takes it. A new file
+ * that lacks a key the previous file set (and no override sets it) is
+ * refused with -EINVAL unless it says reload_missing = default. On any
+ * error, *live is untouched. 0 or negative errno; *changed counts keys
+ * changed.
+ */
+int pr_conf_reload(struct pr_conf *live, const char *path,
+                   const char *const *overrides, int noverrides,
+                   pr_conf_accept_fn accept, void *ctx, struct pr_conf_err *err,
+                   int *changed);
+
+/* Writes every key and its current value as INI text (for -T). */
+int pr_conf_dump(const struct pr_conf *c, FILE *out);
+
+/*
+ * "host:port" or "[v6addr]:port" -> host (copied into host[hostlen]) and
+ * port 0..65535; host and port may be NULL. No name lookup is done. Port 0
+ * is returned as is: callers that need a real port reject it (pr_conf_validate
+ * allows it only for the listen addresses, meaning "any free port").
+ * 0 or -EINVAL (malformed, empty host, or a host longer than hostlen - 1).
+ */
+int pr_conf_parse_hostport(const char *s, char *host, size_t hostlen,
+                           uint16_t *port);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * The config table's row type, shared by conf.c (the parser, checks, dump
+ * and reload, all driven by the table) and conf_table.c (the table: every
+ * key, its type, default, bounds and documentation). Private to the
+ * config: other modules use conf.h.
+ */
+#ifndef PR_CONF_INT_H
+#define PR_CONF_INT_H
+
+#include <stddef.h>
+
+#include "daemon/base/conf.h"
+
+enum type { T_STR, T_ENUM, T_U32, T_DBL };
+
+enum {
+    F_RELOAD = 1, /* SIGHUP may change it */
+    F_ADDR = 2,   /* T_STR holding host:port, checked by pr_conf_validate() */
+    F_EMPTY = 4,  /* F_ADDR: "" is allowed (off, or "same as") */
+    F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
+    F_SOCKPATH = 16, /* T_STR: a Unix socket path (fits sockaddr_un) */
+};
+
+struct enum_name {
+    const char *name;
+    int value;
+};
+
+struct entry {
+    const char *section; /* "" for the global keys */
+    const char *name;
+    enum type type;
+    size_t off;                    /* offsetof(struct pr_conf, field) */
+    const char *def;               /* default, parsed like a file value */
+    double lo, hi;                 /* T_U32 and T_DBL bounds, inclusive */
+    const struct enum_name *names; /* T_ENUM, ended by a NULL name */
+    int flags;                     /* F_* */
+    const char *doc;               /* one line, written by pr_conf_dump() */
+};
+
+/* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
+#define PR_CONF_NKEYS 42
+extern const struct entry *const pr_conf_keys;
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * Every configuration key, one row each (the row type is in conf_int.h).
+ * A new key is a row here, a field in struct pr_conf, PR_CONF_NKEYS
+ * bumped, and an entry in conf/preduced.conf.
+ */
+#include "daemon/base/conf_int.h"
+
+#include <stddef.h>
+
+#include "daemon/base/log.h"
+#include "daemon/sched/core/sched_core.h"
+
+static const struct enum_name roles[] = {
+    {"node", PR_ROLE_NODE}, {"scheduler", PR_ROLE_SCHEDULER}, {NULL, 0}};
+
+static const struct enum_name policies[] = {{"allreduce", PR_POLICY_ALLREDUCE},
+                                            {"constant", PR_POLICY_CONSTANT},
+                                            {"dynamic", PR_POLICY_DYNAMIC},
+                                            {NULL, 0}};
+
+static const struct enum_name weightings[] = {
+    {"uniform", PR_WEIGHT_UNIFORM},
+    {"staleness", PR_WEIGHT_STALENESS},
+    {NULL, 0}};
+
+static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
+                                          {"rdma", PR_XPORT_RDMA},
+                                          {"tcp", PR_XPORT_TCP},
+                                          {NULL, 0}};
+
+static const struct enum_name missing[] = {
+    {"refuse", PR_RELOAD_MISSING_REFUSE},
+    {"default", PR_RELOAD_MISSING_DEFAULT},
+    {NULL, 0}};
+
+static const struct enum_name levels[] = {{"error", PR_LOG_ERROR},
+                                          {"warn", PR_LOG_WARN},
+                                          {"info", PR_LOG_INFO},
+                                          {"debug", PR_LOG_DEBUG},
+                                          {NULL, 0}};
+
+#define OFF(field) offsetof(struct pr_conf, field)
+
+/*
+ * Grouped by section in file order: pr_conf_dump() relies on it. Columns:
+ * section, name, type, field, default, lo, hi, enum names, flags, doc.
+ */
+static const struct entry rows[] = {
+    {"", "role", T_ENUM, OFF(role), "node", 0, 0, roles, 0,
+     "node or scheduler"},
+    {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, 0,
+     "job name; a job's daemons share one scheduler"},
+    {"", "reload_missing", T_ENUM, OFF(reload_missing), "refuse", 0, 0, missing,
+     F_RELOAD,
+     "SIGHUP with a file lacking keys the last one set: refuse or default"},
+
+    {"node", "name", T_STR, OFF(node_name), "", 0, 0, NULL, 0,
+     "this node's name; empty = host name"},
+    {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
+     0, NULL, F_SOCKPATH, "Unix socket the local trainers connect to"},
+    {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
+     NULL, F_ADDR, "host:port of the job's scheduler"},
+    {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
+     0, NULL, F_ADDR | F_PORT0,
+     "host:port peer daemons connect to; port 0 = any free port"},
+    {"node", "data_advertise", T_STR, OFF(node_data_advertise), "", 0, 0, NULL,
+     F_ADDR | F_EMPTY, "host:port given to peers; empty = data_listen"},
+    {"node", "max_clients", T_U32, OFF(node_max_clients), "64", 1, 4096, NULL,
+     0, "trainers served at once"},
+    {"node", "max_tensor_mb", T_U32, OFF(node_max_tensor_mb), "1024", 1, 65536,
+     NULL, 0, "largest tensor, MiB"},
+    {"node", "trainer_max_tensors", T_U32, OFF(node_trainer_max_tensors),
+     "4096", 1, 65536, NULL, F_RELOAD, "tensors one trainer may hold"},
+    {"node", "trainer_max_mb", T_U32, OFF(node_trainer_max_mb), "65536", 1,
+     4194304, NULL, F_RELOAD, "MiB of tensors one trainer may hold"},
+    {"node", "max_tensors", T_U32, OFF(node_max_tensors), "32768", 1, 1048576,
+     NULL, F_RELOAD, "tensors all trainers of this node may hold"},
+    {"node", "reduce_timeout_ms", T_U32, OFF(node_reduce_timeout_ms), "30000",
+     100, 3600000, NULL, F_RELOAD,
+     "longest a reduce may take, whatever its trainer asks for, ms"},
+    {"node", "connect_timeout_ms", T_U32, OFF(node_connect_timeout_ms), "5000",
+     100, 600000, NULL, F_RELOAD,
+     "give up connecting to scheduler or peer after, ms"},
+
+    {"scheduler", "listen", T_STR, OFF(sched_listen), "127.0.0.1:7070", 0, 0,
+     NULL, F_ADDR | F_PORT0,
+     "host:port daemons connect to; port 0 = any free port"},
+    {"scheduler", "policy", T_ENUM, OFF(sched_policy), "allreduce", 0, 0,
+     policies, F_RELOAD, "allreduce, constant or dynamic"},
+    {"scheduler", "group_size", T_U32, OFF(sched_group_size), "2", 1, 65536,
+     NULL, F_RELOAD, "constant: members per group (P)"},
+    {"scheduler", "min_workers", T_U32, OFF(sched_min_workers), "0", 0, 65536,
+     NULL, F_RELOAD,
+     "no group forms before this many workers joined; 0 = at once"},
+    {"scheduler", "group_min", T_U32, OFF(sched_group_min), "2", 1, 65536, NULL,
+     F_RELOAD, "dynamic: the window grows after a group smaller than this"},
+    {"scheduler", "group_max", T_U32, OFF(sched_group_max), "0", 0, 65536, NULL,
+     F_RELOAD, "dynamic: a group closes at this size; 0 = all live workers"},
+    {"scheduler", "window_ms", T_DBL, OFF(sched_window_ms), "5", 0.001, 10000,
+     NULL, F_RELOAD, "dynamic: initial window, ms"},
+    {"scheduler", "window_min_ms", T_DBL, OFF(sched_window_min_ms), "0.01",
+     0.001, 10000, NULL, F_RELOAD, "dynamic: smallest window, ms"},
+    {"scheduler", "window_max_ms", T_DBL, OFF(sched_window_max_ms), "10", 0.001,
+     10000, NULL, F_RELOAD, "dynamic: largest window, ms"},
+    {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
+     weightings, F_RELOAD, "uniform or staleness"},
+    {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
+     0, 1, NULL, F_RELOAD,
+     "staleness: decay per version behind, strictly in (0, 1)"},
+    {"scheduler", "isolation_bound", T_U32, OFF(sched_isolation_bound), "10", 0,
+     1000000, NULL, F_RELOAD,
+     "B: connect all workers every B x N updates; 0 = off"},
+    {"scheduler", "generator_hold_ms", T_DBL, OFF(sched_gen_hold_ms), "0", 0,
+     600000, NULL, F_RELOAD,
+     "generator: fixed hold for another component, ms; 0 = adaptive"},
+    {"scheduler", "generator_hold_max_ms", T_DBL, OFF(sched_gen_hold_max_ms),
+     "5000", 1, 3600000, NULL, F_RELOAD, "generator: the longest hold, ms"},
+    {"scheduler", "heartbeat_ms", T_U32, OFF(sched_heartbeat_ms), "1000", 10,
+     600000, NULL, 0, "heartbeat period, ms"},
+    {"scheduler", "node_timeout_ms", T_U32, OFF(sched_node_timeout_ms), "5000",
+     50, 3600000, NULL, 0,
+     "a silent daemon is declared dead after, ms (>= 3 x heartbeat)"},
+    {"scheduler", "group_timeout_ms", T_U32, OFF(sched_group_timeout_ms),
+     "30000", 100, 3600000, NULL, F_RELOAD,
+     "a group not done after this is aborted, ms"},
+
+    {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
+     "auto, rdma or tcp"},
+    {"transport", "chunk_kb", T_U32, OFF(xport_chunk_kb), "1024", 4, 65536,
+     NULL, 0, "ring all-reduce chunk, KiB"},
+    {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
+     "chunks in flight per link"},
+    {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,
+     0, "verbs device name; empty = the first device"},
+    {"transport", "rdma_port", T_U32, OFF(xport_rdma_port), "1", 1, 255, NULL,
+     0, "port number on the device"},
+    {"transport", "gid_index", T_U32, OFF(xport_gid_index), "1", 0, 255, NULL,
+     0, "GID table index (RoCE v2 is usually 1 or 3)"},
+    {"transport", "rdma_timeout", T_U32, OFF(xport_rdma_timeout), "18", 8, 24,
+     NULL, 0, "RDMA ack timeout exponent: 4.096 us * 2^n"},
+
+    {"security", "key_file", T_STR, OFF(sec_key_file), "", 0, 0, NULL, 0,
+     "cluster key file; empty = no authentication"},
+
+    {"metrics", "listen", T_STR, OFF(metrics_listen), "", 0, 0, NULL,
+     F_ADDR | F_EMPTY, "host:port of the Prometheus endpoint; empty = off"},
+
+    {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, levels, F_RELOAD,
+     "error, warn, info or debug"},
+};
+
+/* struct pr_conf's file_keys and set_keys have a bit per row. */
+_Static_assert(PR_CONF_NKEYS <= 64, "file_keys holds 64 keys");
+_Static_assert(sizeof(rows) / sizeof(rows[0]) == PR_CONF_NKEYS,
+               "PR_CONF_NKEYS (conf_int.h) must count the rows above");
+
+const struct entry *const pr_conf_keys = rows;

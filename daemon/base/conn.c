@@ -1,0 +1,353 @@
+#include "daemon/base/conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/base/log.h"
+
+static const struct pr_conn_ops detached_ops;
+
+struct wreq {
+    uv_write_t req;
+    struct pr_conn *c;
+    uint8_t *owned; /* frame bytes we allocated, or NULL */
+    pr_conn_write_cb cb;
+    void *arg;
+    uint8_t hdr[PR_FRAME_HDR_LEN + 64];
+};
+
+struct creq {
+    uv_connect_t req;
+    struct pr_conn *c;
+    void (*cb)(struct pr_conn *c, int status);
+};
+
+static void conn_init(struct pr_conn *c, size_t max_frame,
+                      const struct pr_conn_ops *ops, void *owner)
+{
+    c->ops = ops;
+    c->owner = owner;
+    c->h.handle.data = c;
+    snprintf(c->name, sizeof(c->name), "?");
+    (void)max_frame;
+}
+
+struct pr_conn *pr_conn_create_tcp(uv_loop_t *loop, size_t max_frame,
+                                   const struct pr_conn_ops *ops, void *owner)
+{
+    struct pr_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    if (pr_frame_reader_init(&c->rd, max_frame) < 0) {
+        free(c);
+        return NULL;
+    }
+    uv_tcp_init(loop, &c->h.tcp);
+    conn_init(c, max_frame, ops, owner);
+    return c;
+}
+
+struct pr_conn *pr_conn_create_pipe(uv_loop_t *loop, size_t max_frame,
+                                    const struct pr_conn_ops *ops, void *owner)
+{
+    struct pr_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    if (pr_frame_reader_init(&c->rd, max_frame) < 0) {
+        free(c);
+        return NULL;
+    }
+    uv_pipe_init(loop, &c->h.pipe, 0);
+    conn_init(c, max_frame, ops, owner);
+    return c;
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    struct pr_conn *c = h->data;
+    if (c->ops->on_close)
+        c->ops->on_close(c, c->status);
+    pr_frame_reader_fini(&c->rd);
+    free(c);
+}
+
+void pr_conn_close(struct pr_conn *c, int status)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    c->status = status;
+    uv_close(&c->h.handle, close_cb);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    struct pr_conn *c = h->data;
+    void *p;
+    size_t n;
+    (void)hint;
+    /*
+     * Reads of up to 64 KiB, but no more than one frame of this conn's
+     * limit: a connection before its hello (4 KiB frames) then holds a
+     * buffer of a few KiB, not 64, however many bytes it sends.
+     */
+    size_t want = c->rd.max_len + PR_FRAME_HDR_LEN;
+    if (want > 65536)
+        want = 65536;
+    if (pr_frame_reader_reserve(&c->rd, want, &p, &n) < 0) {
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
+    buf->base = p;
+    buf->len = n;
+}
+
+static int dispatch(struct pr_conn *c, const struct pr_frame_hdr *fh,
+                    const uint8_t *payload)
+{
+    if (fh->type == PR_FRAME_DATA) {
+        if (!c->ops->on_data) {
+            pr_warn("%s: data frame on a control link: closing", c->name);
+            return -EPROTO;
+        }
+        return c->ops->on_data(c, payload, fh->len);
+    }
+    Pr__V1__Msg *m = pr_msg_unpack(payload, fh->len);
+    if (!m) {
+        pr_warn("%s: frame of %u bytes is not a valid message: closing",
+                c->name, fh->len);
+        return -EPROTO;
+    }
+    int rc = c->ops->on_msg(c, m);
+    pr_msg_free(m);
+    return rc;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct pr_conn *c = s->data;
+    (void)buf;
+    if (nread == UV_ENOBUFS) {
+        pr_err("%s: out of memory for the read buffer: closing", c->name);
+        pr_conn_close(c, -ENOMEM);
+        return;
+    }
+    if (nread < 0) {
+        size_t pending = c->rd.len - c->rd.off - c->rd.cur;
+        /*
+         * However it ended (a peer that leaves unread data behind resets
+         * rather than closes), a partial frame is reported as truncated.
+         */
+        if (pending > 0)
+            pr_warn("%s: connection closed inside a frame (%zu bytes of "
+                    "a truncated frame dropped)%s%s",
+                    c->name, pending, nread == UV_EOF ? "" : ": ",
+                    nread == UV_EOF ? "" : uv_strerror((int)nread));
+        else if (nread != UV_EOF)
+            pr_info("%s: read: %s", c->name, uv_strerror((int)nread));
+        /* An orderly EOF is a close by the peer, not an error. */
+        pr_conn_close(c, nread == UV_EOF ? 0 : (int)nread);
+        return;
+    }
+    if (nread == 0)
+        return;
+    pr_frame_reader_commit(&c->rd, (size_t)nread);
+    c->bytes_in += (size_t)nread;
+    for (;;) {
+        struct pr_frame_hdr fh;
+        const uint8_t *payload;
+        int rc = pr_frame_reader_next(&c->rd, &fh, &payload);
+        if (rc == 0)
+            return;
+        if (rc < 0) {
+            if (rc == -EMSGSIZE)
+                pr_warn("%s: frame length %u exceeds the maximum %zu: "
+                        "closing",
+                        c->name, fh.len, c->rd.max_len);
+            else
+                pr_warn("%s: frame of unknown type %u: closing", c->name,
+                        fh.type);
+            pr_conn_close(c, rc);
+            return;
+        }
+        c->last_rx_ms = uv_now(s->loop);
+        rc = dispatch(c, &fh, payload);
+        if (rc < 0) {
+            pr_conn_close(c, rc);
+            return;
+        }
+        if (c->closing)
+            return;
+    }
+}
+
+int pr_conn_start(struct pr_conn *c)
+{
+    c->last_rx_ms = uv_now(c->h.handle.loop);
+    int rc = uv_read_start(&c->h.stream, alloc_cb, read_cb);
+    return rc < 0 ? rc : 0;
+}
+
+static void connect_cb(uv_connect_t *req, int status)
+{
+    struct creq *cr = (struct creq *)req;
+    struct pr_conn *c = cr->c;
+    void (*cb)(struct pr_conn *, int) = cr->cb;
+    free(cr);
+    /* Its owner is gone (pr_conn_detach_close): nobody to tell. */
+    if (c->ops == &detached_ops)
+        return;
+    if (status == 0 && !c->closing)
+        status = pr_conn_start(c);
+    if (c->closing && status == 0)
+        status = -ECANCELED;
+    cb(c, status);
+}
+
+int pr_conn_connect(struct pr_conn *c, const char *host, uint16_t port,
+                    void (*cb)(struct pr_conn *c, int status))
+{
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        return -EINVAL;
+    struct creq *cr = calloc(1, sizeof(*cr));
+    if (!cr)
+        return -ENOMEM;
+    cr->c = c;
+    cr->cb = cb;
+    snprintf(c->name, sizeof(c->name), "%s:%u", host, port);
+    int rc =
+        uv_tcp_connect(&cr->req, &c->h.tcp, (struct sockaddr *)&ss, connect_cb);
+    if (rc < 0) {
+        free(cr);
+        return rc;
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    return 0;
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    struct wreq *w = (struct wreq *)req;
+    if (w->cb)
+        w->cb(w->arg, status < 0 ? status : 0);
+    free(w->owned);
+    free(w);
+}
+
+int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    if (c->closing)
+        return -ENOTCONN;
+    /* A peer that stops reading must not make this side queue forever. */
+    if (pr_conn_write_queue(c) > PR_CONN_MAX_QUEUED) {
+        pr_warn("%s: more than %u bytes unread by the peer: closing", c->name,
+                PR_CONN_MAX_QUEUED);
+        pr_conn_close(c, -ENOBUFS);
+        return -ENOBUFS;
+    }
+    struct wreq *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    size_t len;
+    int rc = pr_msg_frame(m, c->rd.max_len, &w->owned, &len);
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
+    w->c = c;
+    uv_buf_t b = uv_buf_init((char *)w->owned, (unsigned)len);
+    rc = uv_write(&w->req, &c->h.stream, &b, 1, write_cb);
+    if (rc < 0) {
+        free(w->owned);
+        free(w);
+        return rc;
+    }
+    c->bytes_out += len;
+    return 0;
+}
+
+int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
+                      const void *data, size_t len, pr_conn_write_cb cb,
+                      void *arg)
+{
+    if (c->closing)
+        return -ENOTCONN;
+    if (hdr_len > 64 || hdr_len + len > c->rd.max_len ||
+        hdr_len + len > UINT32_MAX)
+        return -EMSGSIZE;
+    struct wreq *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->c = c;
+    w->cb = cb;
+    w->arg = arg;
+    pr_frame_hdr_encode(w->hdr, (uint32_t)(hdr_len + len), PR_FRAME_DATA, 0);
+    memcpy(w->hdr + PR_FRAME_HDR_LEN, hdr, hdr_len);
+    uv_buf_t b[2] = {
+        uv_buf_init((char *)w->hdr, (unsigned)(PR_FRAME_HDR_LEN + hdr_len)),
+        uv_buf_init((char *)data, (unsigned)len),
+    };
+    int rc = uv_write(&w->req, &c->h.stream, b, len ? 2 : 1, write_cb);
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
+    c->bytes_out += PR_FRAME_HDR_LEN + hdr_len + len;
+    return 0;
+}
+
+/*
+ * Sends an Error and closes. The error is written at once if the socket
+ * takes it (uv_write tries a write before queueing), and then reaches the
+ * peer even though the handle closes right after; a peer that does not
+ * read loses it, and nothing waits on such a peer.
+ */
+void pr_conn_fail(struct pr_conn *c, int code, const char *reason)
+{
+    if (c->closing)
+        return;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    Pr__V1__Error e = PR__V1__ERROR__INIT;
+    e.code = code;
+    e.reason = (char *)reason;
+    m.body_case = PR__V1__MSG__BODY_ERROR;
+    m.error = &e;
+    pr_conn_send(c, &m);
+    pr_conn_close(c, code);
+}
+
+static int detached_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    (void)c;
+    (void)m;
+    return -ECANCELED;
+}
+
+static void detached_on_close(struct pr_conn *c, int status)
+{
+    (void)c;
+    (void)status;
+}
+
+static const struct pr_conn_ops detached_ops = {
+    .on_msg = detached_on_msg,
+    .on_data = NULL,
+    .on_close = detached_on_close,
+};
+
+void pr_conn_detach_close(struct pr_conn *c)
+{
+    c->ops = &detached_ops;
+    c->owner = NULL;
+    pr_conn_close(c, 0);
+}
+
+size_t pr_conn_write_queue(const struct pr_conn *c)
+{
+    return uv_stream_get_write_queue_size(&c->h.stream);
+}

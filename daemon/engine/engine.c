@@ -1,0 +1,779 @@
+#include "daemon/engine/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/engine/engine_int.h"
+#include "daemon/base/log.h"
+#include "daemon/engine/reduce.h"
+
+/* How often deadlines and the stash are swept. */
+#define SWEEP_MS 50
+/*
+ * The write-back of a group's results is counted at this many bytes per
+ * microsecond (1 GB/s, far below what memcpy manages, with room for a
+ * loaded machine): a write-back that would not end by the deadline is not
+ * started.
+ */
+#define COPY_BYTES_PER_US 1000
+
+static void finish(struct group *g, int status);
+static void sweep_cb(uv_timer_t *t);
+static void kick_cb(uv_timer_t *t);
+
+struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
+                                   size_t stash_max_bytes,
+                                   pr_engine_resolve_fn resolve, void *ctx)
+{
+    if (chunk_floats == 0 || !resolve)
+        return NULL;
+    struct pr_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->loop = loop;
+    e->chunk_floats = chunk_floats;
+    e->stash_max = stash_max_bytes;
+    e->resolve = resolve;
+    e->ctx = ctx;
+    e->stash_tail = &e->stash;
+    uv_timer_init(loop, &e->sweep);
+    uv_timer_init(loop, &e->kick);
+    e->sweep.data = e;
+    e->kick.data = e;
+    return e;
+}
+
+void pr_engine_set_allocator(struct pr_engine *e,
+                             void *(*alloc)(void *ctx, size_t bytes),
+                             void (*release)(void *ctx, void *p), void *ctx)
+{
+    e->mem_alloc = alloc;
+    e->mem_free = release;
+    e->mem_ctx = ctx;
+}
+
+void pr_engine_set_direct(struct pr_engine *e, int direct)
+{
+    e->direct = direct;
+}
+
+void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats)
+{
+    if (chunk_floats > 0)
+        e->chunk_floats = chunk_floats;
+}
+
+static void group_free(struct group *g)
+{
+    free(g->ring);
+    free(g->local);
+    if (g->scratch && g->e->mem_free)
+        g->e->mem_free(g->e->mem_ctx, g->scratch);
+    else
+        free(g->scratch);
+    for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
+        free(g->steps[i].spans);
+    free(g->steps);
+    free(g);
+}
+
+static void unlink_group(struct group *g)
+{
+    struct group **pp = &g->e->groups;
+    while (*pp && *pp != g)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = g->next;
+}
+
+/* The engine outlives destroy() until its timers closed and no send posted
+ * by one of its groups is still out with a transport. */
+static void maybe_free_engine(struct pr_engine *e)
+{
+    if (e->closing == 3 && !e->groups)
+        free(e);
+}
+
+static void engine_free_cb(uv_handle_t *h)
+{
+    struct pr_engine *e = h->data;
+    e->closing++;
+    maybe_free_engine(e);
+}
+
+void pr_engine_destroy(struct pr_engine *e)
+{
+    if (!e)
+        return;
+    struct group **pp = &e->groups;
+    while (*pp) {
+        struct group *g = *pp;
+        if (!g->reported) {
+            /*
+             * A group that finished but was not reported yet keeps its
+             * outcome: on success its results are in the members' tensors.
+             */
+            int status = g->state == G_RUNNING ? -ECANCELED : g->status;
+            g->reported = 1;
+            g->state = G_DRAINING;
+            if (g->done)
+                g->done(g->arg, g->id, status);
+        }
+        g->done = NULL;
+        if (g->sends_done == g->sends_posted) {
+            *pp = g->next;
+            group_free(g);
+        } else {
+            pp = &g->next;
+        }
+    }
+    while (e->stash) {
+        struct stashed *s = e->stash;
+        e->stash = s->next;
+        free(s);
+    }
+    e->closing = 1;
+    uv_close((uv_handle_t *)&e->sweep, engine_free_cb);
+    uv_close((uv_handle_t *)&e->kick, engine_free_cb);
+}
+
+static struct group *find(struct pr_engine *e, uint64_t id)
+{
+    for (struct group *g = e->groups; g; g = g->next)
+        if (g->id == id)
+            return g;
+    return NULL;
+}
+
+static void arm_sweep(struct pr_engine *e)
+{
+    if (!uv_is_active((uv_handle_t *)&e->sweep))
+        uv_timer_start(&e->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+}
+
+/* Segment that position `pos` receives at ring step `step`. */
+static uint32_t recv_seg(const struct group *g, uint32_t step)
+{
+    uint32_t m = g->m;
+    if (step < m - 1)
+        return (g->pos + 2 * m - step - 1) % m;
+    return (g->pos + 2 * m - (step - (m - 1))) % m;
+}
+
+static void send_done_cb(void *arg, int status)
+{
+    struct group *g = arg;
+    g->sends_done++;
+    if (status < 0 && g->state == G_RUNNING) {
+        pr_warn("group %llu: send to node %u failed: %s",
+                (unsigned long long)g->id, g->right, strerror(-status));
+        finish(g, status);
+    }
+    /* Such a group is reported once nothing reads its member's memory. */
+    if (g->state == G_DRAINING && !g->reported && g->reads_member &&
+        g->sends_done == g->sends_posted && !g->e->closing)
+        uv_timer_start(&g->e->kick, kick_cb, 0, 0);
+    if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
+        g->reported) {
+        struct pr_engine *e = g->e;
+        unlink_group(g);
+        group_free(g);
+        if (e->closing)
+            maybe_free_engine(e);
+    }
+}
+
+/* Posts floats [off, off + n) from src (NULL: the scratch vector). */
+static int post_from(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                     size_t n, const float *src)
+{
+    struct pr_link *l = g->e->resolve(g->e->ctx, g->right);
+    if (!l)
+        return -ENOTCONN;
+    struct pr_chunk_hdr h = {
+        .group_id = g->id,
+        .total = g->total,
+        .off = off,
+        .nfloats = (uint32_t)n,
+        .step = step,
+        .seg = seg,
+    };
+    if (src)
+        g->reads_member = 1;
+    int rc = l->ops->send(l, &h, src ? src : g->scratch + off, send_done_cb, g);
+    if (rc == 0)
+        g->sends_posted++;
+    return rc;
+}
+
+static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                size_t n)
+{
+    return post_from(g, step, seg, off, n, NULL);
+}
+
+/*
+ * Step 0: this daemon's own segment, cut into chunks of its chunk size. A
+ * lone local member's memory goes to the wire as it is (its region of the
+ * scratch vector is only ever written by the all-gather); otherwise each
+ * chunk is summed into the scratch vector just before it is posted. The
+ * other segments are summed when their chunks arrive (local_sum).
+ */
+static int sum_and_post_own_segment(struct group *g)
+{
+    size_t start, len;
+    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
+    size_t c = g->e->chunk_floats;
+    if (len == 0)
+        return post(g, 0, g->pos, start, 0);
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < c ? len - off : c, in_part;
+        const float *src = pr_engine_direct_src(g, start + off, &in_part);
+        if (src && in_part < n)
+            n = in_part; /* a chunk never spans two tensors */
+        if (!src)
+            pr_engine_local_sum(g, start + off, start + off + n, NULL, 0);
+        int rc = post_from(g, 0, g->pos, start + off, n, src);
+        if (rc < 0)
+            return rc;
+        off += n;
+    }
+    return 0;
+}
+
+static int past_deadline(const struct group *g)
+{
+    return uv_hrtime() >= g->deadline_ns;
+}
+
+/*
+ * Whether the results can be written into the members' tensors before the
+ * deadline (see COPY_BYTES_PER_US): a trainer whose daemon writes after it
+ * may have been told already, or have decided, that the reduce failed.
+ */
+static int write_back_fits(const struct group *g)
+{
+    uint64_t bytes = (uint64_t)g->total * sizeof(float) * g->nlocal;
+    return uv_hrtime() + bytes * 1000 / COPY_BYTES_PER_US <= g->deadline_ns;
+}
+
+/*
+ * The one transition out of G_RUNNING: records the status and schedules
+ * done(). The group stays allocated while sends that read its scratch
+ * vector are posted.
+ */
+static void finish(struct group *g, int status)
+{
+    if (g->state != G_RUNNING)
+        return;
+    if (status == 0 && !g->in_place && !write_back_fits(g)) {
+        pr_warn("group %llu: complete, but too late to write its results "
+                "(%zu floats for %zu local members) before the deadline",
+                (unsigned long long)g->id, g->total, g->nlocal);
+        status = -ETIMEDOUT;
+    }
+    g->state = G_DRAINING;
+    g->status = status;
+    if (status == 0 && g->in_place) {
+        g->e->st.bytes_reduced += g->total * sizeof(float);
+        g->e->st.groups_ok++;
+        g->e->st.groups_in_place++;
+    } else if (status == 0) {
+        pr_engine_write_results(g);
+        g->e->st.groups_ok++;
+    } else {
+        g->e->st.groups_failed++;
+    }
+    if (!g->e->closing)
+        uv_timer_start(&g->e->kick, kick_cb, 0, 0);
+}
+
+static void kick_cb(uv_timer_t *t)
+{
+    struct pr_engine *e = t->data;
+    struct group **pp = &e->groups;
+    while (*pp) {
+        struct group *g = *pp;
+        /*
+         * Sends from the member's memory (in place, or a direct step-0
+         * send) may still be reading it: its trainer gets it back once
+         * those are done (every posted send completes: a dead link fails
+         * them, and sweep_cb resets a stalled one at the deadline).
+         */
+        if (g->state == G_DRAINING && !g->reported &&
+            (!g->reads_member || g->sends_done == g->sends_posted)) {
+            g->reported = 1;
+            if (g->done)
+                g->done(g->arg, g->id, g->status);
+            /* done() may have started or aborted groups: rescan. */
+            pp = &e->groups;
+            continue;
+        }
+        if (g->state == G_DRAINING && g->sends_done == g->sends_posted) {
+            *pp = g->next;
+            group_free(g);
+            continue;
+        }
+        pp = &g->next;
+    }
+}
+
+struct fwd {
+    uint32_t step, seg;
+};
+
+/* Forwards final floats from the member's memory (a chunk per part). */
+static int post_piece(struct group *g, float *x, size_t at, size_t len,
+                      const float *in, void *arg)
+{
+    (void)in;
+    const struct fwd *f = arg;
+    return post_from(g, f->step, f->seg, at, len, x);
+}
+
+static int chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
+                    const char **why)
+{
+    size_t start, len;
+    if (h->total != g->total)
+        return *why = "vector length differs from this node's", 0;
+    if (h->step >= 2 * (g->m - 1))
+        return *why = "ring step out of range", 0;
+    if (h->seg != recv_seg(g, h->step))
+        return *why = "segment does not match the ring step", 0;
+    pr_ring_segment(g->total, g->m, h->seg, &start, &len);
+    /* off and nfloats come off the wire: no sum of them may wrap. */
+    if (h->off < start || h->nfloats > len || h->off - start > len - h->nfloats)
+        return *why = "chunk outside its segment", 0;
+    /* Only an empty segment travels as an empty chunk. */
+    if (len > 0 && h->nfloats == 0)
+        return *why = "empty chunk for a non-empty segment", 0;
+    const struct step *s = &g->steps[h->step];
+    if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
+        return *why = "more data than the segment holds", 0;
+    return 1;
+}
+
+/*
+ * Spans of one step kept apart at most: links deliver in order, so a step
+ * has one span unless a peer scatters its chunks, and each insert moves
+ * the spans after it: past this, the group fails instead of the loop
+ * stalling on a peer that sends a segment one float at a time backwards.
+ */
+#define MAX_SPANS 1024
+
+/*
+ * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
+ * them had arrived already, -E2BIG past MAX_SPANS, -ENOMEM.
+ */
+static int step_claim(struct step *s, size_t lo, size_t hi)
+{
+    if (lo == hi)
+        return 0;
+    /* Chunks mostly come in order: search from the end. */
+    size_t i = s->nspans;
+    while (i > 0 && s->spans[i - 1].lo >= lo)
+        i--;
+    struct span *pred = i > 0 ? &s->spans[i - 1] : NULL;
+    struct span *succ = i < s->nspans ? &s->spans[i] : NULL;
+    if ((pred && pred->hi > lo) || (succ && succ->lo < hi))
+        return -EPROTO;
+    if (pred && pred->hi == lo && succ && succ->lo == hi) {
+        pred->hi = succ->hi;
+        memmove(succ, succ + 1, (s->nspans - i - 1) * sizeof(*succ));
+        s->nspans--;
+    } else if (pred && pred->hi == lo) {
+        pred->hi = hi;
+    } else if (succ && succ->lo == hi) {
+        succ->lo = lo;
+    } else {
+        if (s->nspans == MAX_SPANS)
+            return -E2BIG;
+        if (s->nspans == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 4;
+            struct span *n = realloc(s->spans, cap * sizeof(*n));
+            if (!n)
+                return -ENOMEM;
+            s->spans = n;
+            s->cap = cap;
+        }
+        memmove(&s->spans[i + 1], &s->spans[i],
+                (s->nspans - i) * sizeof(*s->spans));
+        s->spans[i] = (struct span){lo, hi};
+        s->nspans++;
+    }
+    return 0;
+}
+
+static void apply_chunk(struct group *g, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    const char *why = NULL;
+    int claimed = 0;
+    /*
+     * A chunk after the deadline (the loop was held up, or the sweep has
+     * not come round yet) fails the group first: in place it would be
+     * written into a member's tensors.
+     */
+    if (past_deadline(g)) {
+        pr_warn("group %llu: deadline passed with %u of %u ring steps "
+                "missing",
+                (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
+        finish(g, -ETIMEDOUT);
+        return;
+    }
+    /*
+     * Only the left neighbour sends into this group: a chunk from another
+     * node (a stray of an older session with the same id, or a node that
+     * is not in the group) is dropped, so it cannot fail the group.
+     */
+    if (from != g->left) {
+        g->e->st.chunks_dropped++;
+        /* Once per group: a peer that keeps sending cannot flood the log. */
+        if (!g->stray_logged)
+            pr_warn("group %llu: chunk from node %u, which is not the left "
+                    "neighbour (node %u): dropped (and any more)",
+                    (unsigned long long)g->id, from, g->left);
+        g->stray_logged = 1;
+        return;
+    }
+    if (chunk_ok(g, h, &why)) {
+        claimed = step_claim(&g->steps[h->step], h->off, h->off + h->nfloats);
+        if (claimed == -EPROTO)
+            why = "floats that had arrived already";
+        else if (claimed == -E2BIG)
+            why = "chunks scattered over too many pieces";
+    }
+    if (claimed == -ENOMEM) {
+        finish(g, -ENOMEM);
+        return;
+    }
+    if (why) {
+        pr_warn("group %llu: bad chunk from node %u (step %u seg %u off "
+                "%llu n %u): %s",
+                (unsigned long long)g->id, from, h->step, h->seg,
+                (unsigned long long)h->off, h->nfloats, why);
+        finish(g, -EPROTO);
+        return;
+    }
+    uint32_t m = g->m;
+    /* From the last reduce-scatter step on, the floats are final. */
+    int final = h->step >= m - 2;
+    if (final && g->in_place)
+        pr_engine_each_piece(g, h->off, h->nfloats,
+                             h->step == m - 2 ? pr_engine_final_in_place
+                                              : pr_engine_copy_in_place,
+                             data, NULL);
+    else if (h->step < m - 1)
+        pr_engine_local_sum(g, h->off, h->off + h->nfloats, data,
+                            h->step == m - 2 ? g->mean_scale : 0);
+    else
+        memcpy(g->scratch + h->off, data, h->nfloats * sizeof(float));
+
+    struct step *s = &g->steps[h->step];
+    s->got += h->nfloats;
+    s->chunks++;
+    size_t start, len;
+    pr_ring_segment(g->total, m, h->seg, &start, &len);
+    if (s->got == len)
+        g->steps_left--;
+
+    /* Forward: the chunk just completed is the next step's chunk. */
+    if (h->step + 1 < 2 * (m - 1)) {
+        struct fwd f = {h->step + 1, h->seg};
+        /* (An empty segment's chunk has no piece: it goes as it came.) */
+        int rc = final && g->in_place && h->nfloats > 0
+                     ? pr_engine_each_piece(g, h->off, h->nfloats, post_piece,
+                                            NULL, &f)
+                     : post(g, h->step + 1, h->seg, h->off, h->nfloats);
+        if (rc < 0) {
+            finish(g, rc);
+            return;
+        }
+    }
+    if (g->steps_left == 0)
+        finish(g, 0);
+}
+
+static void stash_drop(struct pr_engine *e, struct stashed **pp)
+{
+    struct stashed *s = *pp;
+    *pp = s->next;
+    if (!*pp)
+        e->stash_tail = pp;
+    e->stash_bytes -= s->h.nfloats * sizeof(float);
+    free(s);
+}
+
+/* Replays the chunks that arrived before this group, in arrival order. */
+static void replay(struct pr_engine *e, struct group *g)
+{
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        struct stashed *s = *pp;
+        if (s->h.group_id != g->id) {
+            pp = &s->next;
+            continue;
+        }
+        if (g->state == G_RUNNING)
+            apply_chunk(g, s->from, &s->h, s->data);
+        stash_drop(e, pp);
+    }
+}
+
+int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
+{
+    if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
+        !spec->ring || spec->k < spec->nlocal || spec->total == 0)
+        return -EINVAL;
+    if (find(e, spec->id))
+        return -EEXIST;
+    for (size_t i = 0; i < spec->nlocal; i++) {
+        size_t sum = 0;
+        for (size_t p = 0; p < spec->local[i].nparts; p++)
+            sum += spec->local[i].parts[p].len;
+        if (sum != spec->total)
+            return -EINVAL;
+    }
+    uint32_t m = spec->m;
+    if (m > 1) {
+        if (!e->resolve(e->ctx, spec->ring[(spec->pos + 1) % m]) ||
+            !e->resolve(e->ctx, spec->ring[(spec->pos + m - 1) % m]))
+            return -ENOTCONN;
+    }
+
+    struct group *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->e = e;
+    g->id = spec->id;
+    g->total = spec->total;
+    g->k = spec->k;
+    g->m = m;
+    g->pos = spec->pos;
+    g->personal = spec->personal;
+    g->mean_scale = pr_engine_uniform_scale(spec);
+    /* Forwarding from the member's memory needs direct sends. */
+    g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
+                  !spec->personal && e->direct;
+    g->done = spec->done;
+    g->arg = spec->arg;
+    g->nlocal = spec->nlocal;
+    g->ring = malloc(m * sizeof(*g->ring));
+    g->local = malloc(spec->nlocal * sizeof(*g->local));
+    g->scratch = e->mem_alloc
+                     ? e->mem_alloc(e->mem_ctx, spec->total * sizeof(float))
+                     : malloc(spec->total * sizeof(float));
+    g->steps = calloc(m > 1 ? 2 * (m - 1) : 1, sizeof(*g->steps));
+    if (!g->ring || !g->local || !g->scratch || !g->steps) {
+        group_free(g);
+        return -ENOMEM;
+    }
+    memcpy(g->ring, spec->ring, m * sizeof(*g->ring));
+    memcpy(g->local, spec->local, spec->nlocal * sizeof(*g->local));
+    g->left = g->ring[(g->pos + m - 1) % m];
+    g->right = g->ring[(g->pos + 1) % m];
+    g->steps_left = m > 1 ? 2 * (m - 1) : 0;
+    g->deadline_ns = uv_hrtime() + (uint64_t)spec->timeout_ms * 1000000;
+
+    g->next = e->groups;
+    e->groups = g;
+    if (g->id > e->max_started)
+        e->max_started = g->id;
+    arm_sweep(e);
+
+    /* 1. The weighted local sum, straight from the members' memory. */
+    if (m == 1) {
+        pr_engine_local_sum(g, 0, g->total, NULL, 0);
+        if (g->mean_scale != 0)
+            pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
+        finish(g, 0);
+        return 0;
+    }
+    /* 2. Our segment goes right; then what came early from the left. */
+    int rc = sum_and_post_own_segment(g);
+    if (rc < 0)
+        finish(g, rc);
+    /* Even a failed group takes its early chunks out of the stash. */
+    replay(e, g);
+    return 0;
+}
+
+static void stash_chunk(struct pr_engine *e, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    size_t bytes = (size_t)h->nfloats * sizeof(float);
+    if (e->stash_bytes + bytes > e->stash_max) {
+        e->st.chunks_dropped++;
+        pr_warn("group %llu: early chunk from node %u dropped: stash full "
+                "(%zu bytes)",
+                (unsigned long long)h->group_id, from, e->stash_bytes);
+        return;
+    }
+    struct stashed *s = malloc(sizeof(*s) + bytes);
+    if (!s) {
+        e->st.chunks_dropped++;
+        return;
+    }
+    s->next = NULL;
+    s->from = from;
+    s->h = *h;
+    /* An early chunk waits at most as long as a group may run. */
+    s->expires_ms = uv_now(e->loop) + 60000;
+    memcpy(s->data, data, bytes);
+    *e->stash_tail = s;
+    e->stash_tail = &s->next;
+    e->stash_bytes += bytes;
+    e->st.chunks_stashed++;
+    arm_sweep(e);
+}
+
+void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    struct group *g = find(e, h->group_id);
+    if (g) {
+        if (g->state == G_RUNNING)
+            apply_chunk(g, from, h, data);
+        return;
+    }
+    if (h->group_id <= e->max_started) {
+        e->st.chunks_dropped++;
+        pr_dbg("group %llu: stale chunk from node %u dropped",
+               (unsigned long long)h->group_id, from);
+        return;
+    }
+    stash_chunk(e, from, h, data);
+}
+
+void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
+{
+    for (struct group *g = e->groups; g; g = g->next) {
+        if (g->state != G_RUNNING)
+            continue;
+        for (uint32_t i = 0; i < g->m; i++) {
+            if (g->ring[i] == node) {
+                pr_warn("group %llu: node %u lost: %s",
+                        (unsigned long long)g->id, node, strerror(-status));
+                finish(g, status);
+                break;
+            }
+        }
+    }
+    /* Early chunks from that node belong to groups that cannot finish. */
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        if ((*pp)->from == node)
+            stash_drop(e, pp);
+        else
+            pp = &(*pp)->next;
+    }
+}
+
+void pr_engine_new_session(struct pr_engine *e, uint64_t id_base)
+{
+    if (id_base < e->max_started)
+        e->max_started = id_base;
+}
+
+int pr_engine_abort(struct pr_engine *e, uint64_t id, int status)
+{
+    struct group *g = find(e, id);
+    if (!g || g->state != G_RUNNING)
+        return -ENOENT;
+    finish(g, status);
+    return 0;
+}
+
+int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank)
+{
+    struct group *g = find(e, id);
+    if (!g || g->state != G_RUNNING)
+        return -ENOENT;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        if (g->local[i].rank == rank) {
+            /*
+             * In place, final floats keep going into its tensors (they are
+             * what is forwarded), within that contract: each float as it
+             * was or at its final value.
+             */
+            g->local[i].detached = 1;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+static void sweep_cb(uv_timer_t *t)
+{
+    struct pr_engine *e = t->data;
+    uint64_t now = uv_now(e->loop);
+    for (struct group *g = e->groups; g; g = g->next) {
+        int late = past_deadline(g);
+        if (g->state == G_RUNNING && late) {
+            pr_warn("group %llu: deadline passed with %u of %u ring steps "
+                    "missing",
+                    (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
+            finish(g, -ETIMEDOUT);
+        }
+        /*
+         * Past the deadline a group that waits for sends from its member's
+         * memory drops the right link, which fails them: the trainer gets
+         * its answer within its timeout, and the neighbour cannot finish
+         * on floats the trainer changes afterwards.
+         */
+        if (g->state == G_DRAINING && !g->reported && g->reads_member &&
+            g->sends_done != g->sends_posted && !g->reset_sent && late) {
+            struct pr_link *l = e->resolve(e->ctx, g->right);
+            g->reset_sent = 1;
+            pr_warn("group %llu: %zu sends from a trainer's memory still out "
+                    "at the deadline",
+                    (unsigned long long)g->id, g->sends_posted - g->sends_done);
+            if (l && l->ops->reset)
+                l->ops->reset(l, -ETIMEDOUT);
+        }
+    }
+    struct stashed **pp = &e->stash;
+    while (*pp) {
+        if (now >= (*pp)->expires_ms) {
+            e->st.chunks_dropped++;
+            stash_drop(e, pp);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    if (!e->groups && !e->stash)
+        uv_timer_stop(&e->sweep);
+}
+
+void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st)
+{
+    *st = e->st;
+}
+
+size_t pr_engine_running(const struct pr_engine *e)
+{
+    size_t n = 0;
+    for (const struct group *g = e->groups; g; g = g->next)
+        if (g->state == G_RUNNING)
+            n++;
+    return n;
+}
+
+static void sink_on_chunk(void *ctx, uint32_t node,
+                          const struct pr_chunk_hdr *h, const float *data)
+{
+    pr_engine_on_chunk(ctx, node, h, data);
+}
+
+static void sink_on_link_down(void *ctx, uint32_t node, int status)
+{
+    pr_engine_link_down(ctx, node, status);
+}
+
+struct pr_link_sink pr_engine_sink(struct pr_engine *e)
+{
+    return (struct pr_link_sink){
+        .on_chunk = sink_on_chunk, .on_link_down = sink_on_link_down, .ctx = e};
+}

@@ -1,0 +1,132 @@
+/*
+ * What engine.c (a group's life: chunks in and out, deadlines, the stash)
+ * and engine_local.c (a group's arithmetic over its local members' memory)
+ * share. Private to the engine: other modules use engine.h.
+ */
+#ifndef PR_ENGINE_INT_H
+#define PR_ENGINE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/engine/engine.h"
+
+enum gstate {
+    G_RUNNING,  /* receiving and forwarding chunks */
+    G_DRAINING, /* done() has run; waiting for posted sends to complete */
+};
+
+/* A stretch [lo, hi) of a segment's floats that has arrived. */
+struct span {
+    size_t lo, hi;
+};
+
+/*
+ * Per ring step: how much of its segment has arrived, and which floats (a
+ * sorted list of disjoint spans, merged as they touch: one span when chunks
+ * come in order), so a chunk repeated or overlapping another is refused,
+ * whatever order the links deliver in.
+ */
+struct step {
+    size_t got;    /* floats received */
+    size_t chunks; /* chunks received */
+    struct span *spans;
+    size_t nspans, cap;
+};
+
+struct group {
+    struct group *next;
+    struct pr_engine *e;
+    uint64_t id;
+    size_t total;
+    uint32_t k, m, pos;
+    int personal;
+    /*
+     * Uniform weights (1/k each, no personal results): members are summed
+     * unscaled and each daemon divides only the segment it completes, once,
+     * before the all-gather: a third fewer float passes than weighting every
+     * member up front, and the same mean on every member.
+     */
+    float mean_scale; /* 1/k when uniform, else 0 */
+    /* Final values go straight into the lone local member's tensors. */
+    int in_place;
+    /*
+     * Some send posted from the member's memory (a direct send, or any in
+     * place): done() waits until every send completed, since the trainer
+     * may change or free its tensors once it has its answer.
+     */
+    int reads_member;
+    int reset_sent;   /* the right link was reset: sends stalled too long */
+    int stray_logged; /* a chunk from a non-neighbour was logged */
+    uint32_t *ring;
+    uint32_t left, right;
+    struct pr_engine_member *local;
+    size_t nlocal;
+    float *scratch;
+    struct step *steps;  /* 2m - 2 entries */
+    uint32_t steps_left; /* steps not yet complete */
+    size_t sends_posted, sends_done;
+    enum gstate state;
+    int status; /* set when done() is due */
+    int reported;
+    /*
+     * uv_hrtime() at which the group fails: no result goes into a member's
+     * tensors after it (the node daemon's promise to its trainers), so it
+     * is read from the clock where a write is decided, not from the loop's
+     * cached time, which a stopped or busy loop leaves behind.
+     */
+    uint64_t deadline_ns;
+    pr_engine_done_cb done;
+    void *arg;
+};
+
+/* A chunk that came before its group. */
+struct stashed {
+    struct stashed *next;
+    uint32_t from;
+    struct pr_chunk_hdr h;
+    uint64_t expires_ms;
+    float data[];
+};
+
+struct pr_engine {
+    uv_loop_t *loop;
+    uv_timer_t sweep;
+    uv_timer_t kick; /* delivers done() outside of the caller's stack */
+    size_t chunk_floats;
+    size_t stash_max;
+    size_t stash_bytes;
+    pr_engine_resolve_fn resolve;
+    void *ctx;
+    struct group *groups;
+    struct stashed *stash, **stash_tail;
+    uint64_t max_started;
+    struct pr_engine_stats st;
+    int closing;
+    int direct; /* members' memory may be posted as it is */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *p);
+    void *mem_ctx;
+};
+
+/*
+ * engine_local.c: floats are numbered across the members' parts, as in
+ * the group's vector.
+ */
+void pr_engine_local_sum(struct group *g, size_t a, size_t b, const float *in,
+                         float scale);
+int pr_engine_each_piece(struct group *g, size_t off, size_t n,
+                         int (*fn)(struct group *g, float *x, size_t at,
+                                   size_t len, const float *in, void *arg),
+                         const float *in, void *arg);
+int pr_engine_final_in_place(struct group *g, float *x, size_t at, size_t len,
+                             const float *in, void *arg);
+int pr_engine_copy_in_place(struct group *g, float *x, size_t at, size_t len,
+                            const float *in, void *arg);
+const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n);
+/* The results into every local member's tensors (not in place). */
+void pr_engine_write_results(struct group *g);
+float pr_engine_uniform_scale(const struct pr_engine_group *spec);
+
+#endif

@@ -1,0 +1,52 @@
+#include "daemon/engine/xport.h"
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+void pr_chunk_hdr_encode(uint8_t out[PR_CHUNK_HDR_LEN],
+                         const struct pr_chunk_hdr *h)
+{
+    put64(out, h->group_id);
+    put64(out + 8, h->total);
+    put64(out + 16, h->off);
+    put32(out + 24, h->nfloats);
+    put32(out + 28, h->step);
+    put32(out + 32, h->seg);
+    put32(out + 36, 0);
+}
+
+void pr_chunk_hdr_decode(const uint8_t in[PR_CHUNK_HDR_LEN],
+                         struct pr_chunk_hdr *h)
+{
+    h->group_id = get64(in);
+    h->total = get64(in + 8);
+    h->off = get64(in + 16);
+    h->nfloats = get32(in + 24);
+    h->step = get32(in + 28);
+    h->seg = get32(in + 32);
+}

@@ -1,0 +1,85 @@
+/*
+ * The transport interface between node daemons: what the reduce engine
+ * (engine.c) needs from a link to one peer, and nothing more, so that TCP,
+ * RDMA verbs and the tests' in-memory links plug in behind it.
+ *
+ * The model is the RDMA one: a send is a one-sided write of one chunk
+ * (header + float32 payload) into the peer, with a completion callback that
+ * fires exactly once when the payload buffer may be reused. The receiving
+ * side hands each chunk up through its pr_link_sink (the engine's, given
+ * by whoever wires the two together) with a pointer that is valid only
+ * during that call: TCP points into its read buffer,
+ * RDMA into a registered receive slot whose credit goes back to the sender
+ * when the call returns. A transport with credits (RDMA) queues sends
+ * beyond its window itself; the engine may post any number.
+ *
+ * Chunk header on the wire (PR_FRAME_DATA payload prefix, little-endian,
+ * PR_CHUNK_HDR_LEN bytes): group_id u64, total u64 (floats in the group's
+ * vector), off u64 (first float), nfloats u32, step u32, seg u32, pad u32.
+ */
+#ifndef PR_XPORT_H
+#define PR_XPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PR_CHUNK_HDR_LEN 40
+
+struct pr_chunk_hdr {
+    uint64_t group_id;
+    uint64_t total;
+    uint64_t off;
+    uint32_t nfloats;
+    uint32_t step; /* ring step: 0..m-2 reduce-scatter, m-1..2m-3 gather */
+    uint32_t seg;
+};
+
+void pr_chunk_hdr_encode(uint8_t out[PR_CHUNK_HDR_LEN],
+                         const struct pr_chunk_hdr *h);
+void pr_chunk_hdr_decode(const uint8_t in[PR_CHUNK_HDR_LEN],
+                         struct pr_chunk_hdr *h);
+
+/* Called once per send: status 0, or a negative errno if it was dropped. */
+typedef void (*pr_send_cb)(void *arg, int status);
+
+struct pr_link;
+
+struct pr_link_ops {
+    /*
+     * Posts one chunk. `data` (h->nfloats floats) must stay valid until cb.
+     * 0 (cb will run), or a negative errno (cb will not run).
+     */
+    int (*send)(struct pr_link *l, const struct pr_chunk_hdr *h,
+                const float *data, pr_send_cb cb, void *arg);
+    /*
+     * Optional (may be NULL). Drops the link because sends on it stopped
+     * completing: every send still out completes with an error, soon, and
+     * the peer sees the link go down (and fails its groups) too.
+     */
+    void (*reset)(struct pr_link *l, int status);
+};
+
+/*
+ * What a transport hands up, and to whom: chunks as they arrive and the
+ * loss of a link. The transport knows only this struct, never the engine
+ * (pr_engine_sink() fills one in; tests may plug in their own).
+ */
+struct pr_link_sink {
+    /* One chunk from peer `node`; data valid during the call only. */
+    void (*on_chunk)(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
+                     const float *data);
+    /* The link to `node` is gone: its sends have failed or will fail. */
+    void (*on_link_down)(void *ctx, uint32_t node, int status);
+    void *ctx;
+};
+
+/* One peer as the engine sees it; embedded in the transport's own struct. */
+struct pr_link {
+    const struct pr_link_ops *ops;
+    uint32_t node_id;
+    const char *kind; /* "tcp", "rdma", "mem": for logs and metrics */
+    uint64_t bytes_sent;
+    uint64_t bytes_recv;
+};
+
+#endif

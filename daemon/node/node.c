@@ -1,0 +1,782 @@
+/*
+ * The node role's control half: the link to the scheduler and the groups it
+ * sends. See sched.h for the protocol on this link; node_ipc.c serves the
+ * trainers, engine.c runs the reductions.
+ */
+#include "daemon/node/node.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/base/log.h"
+#include "daemon/base/metrics.h"
+#include "daemon/node/node_int.h"
+#include "daemon/xport/rdma/rdma.h"
+#include "preduce.h"
+
+/*
+ * A trainer waits PREDUCE_REDUCE_SLACK_MS past its deadline for the answer
+ * the daemon sends by PR_NODE_GRACE_MS past it: the rest is for the answer's
+ * way (a tick, a sweep, a loaded loop, the trainer's scheduling).
+ */
+_Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
+               "the daemon's grace leaves the library's slack no margin");
+
+#define TICK_MS         20
+#define BACKOFF_MIN_MS  100
+#define BACKOFF_MAX_MS  5000
+#define STASH_MAX_BYTES (256u << 20)
+#define MAX_CHUNK_BYTES (64u << 20) /* transport.chunk_kb's upper bound */
+
+/* This node's part of one group, kept until the engine calls back. */
+struct ngroup {
+    struct ngroup *next;
+    struct pr_node *n;
+    uint64_t id;
+    size_t nlocal;
+    struct nclient **clients; /* nlocal */
+    double *local_weight;     /* nlocal */
+    uint32_t *local_rank;     /* nlocal: the rank this group knows them by */
+    size_t k;
+    uint32_t *ranks; /* k: the whole group, for the trainers' results */
+    uint64_t *versions;
+    double *weights;
+    uint64_t max_version;
+};
+
+static void connect_sched(struct pr_node *n);
+static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m);
+
+int pr_node_sched_up(const struct pr_node *n)
+{
+    return n->sstate == S_UP && n->sched;
+}
+
+int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
+{
+    if (!n->sched || n->sstate < S_HELLO)
+        return -ENOTCONN;
+    int rc = pr_conn_send(n->sched, m);
+    if (rc < 0)
+        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
+    return rc;
+}
+
+int pr_node_fail_status(int64_t status)
+{
+    return status < 0 && status >= -4095 ? (int)status : -EPROTO;
+}
+
+void pr_node_group_detach(struct pr_node *n, struct nclient *c)
+{
+    for (struct ngroup *g = n->groups; g; g = g->next) {
+        if (g->id != c->group_id)
+            continue;
+        for (size_t i = 0; i < g->nlocal; i++) {
+            if (g->clients[i] != c)
+                continue;
+            /* The engine knows the member by the rank the group used. */
+            int rc = pr_engine_detach(n->engine, g->id, g->local_rank[i]);
+            if (rc == 0)
+                pr_info("group %llu: worker %u left: its tensors will not "
+                        "be written",
+                        (unsigned long long)g->id, g->local_rank[i]);
+            else
+                pr_warn("group %llu: pr_engine_detach(worker %u): %s",
+                        (unsigned long long)g->id, g->local_rank[i],
+                        strerror(-rc));
+            return;
+        }
+    }
+}
+
+static void ngroup_free(struct ngroup *g)
+{
+    free(g->clients);
+    free(g->local_weight);
+    free(g->local_rank);
+    free(g->ranks);
+    free(g->versions);
+    free(g->weights);
+    free(g);
+}
+
+static void send_group_done(struct pr_node *n, uint64_t id, int status)
+{
+    Pr__V1__GroupDone d = PR__V1__GROUP_DONE__INIT;
+    d.id = id;
+    d.status = status;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_GROUP_DONE;
+    m.group_done = &d;
+    if (pr_node_sched_up(n))
+        pr_node_send(n, &m);
+}
+
+/* The engine finished (or failed) this node's part: answer the trainers. */
+static void group_done_cb(void *arg, uint64_t id, int status)
+{
+    struct ngroup *g = arg;
+    struct pr_node *n = g->n;
+    struct ngroup **pp = &n->groups;
+    while (*pp && *pp != g)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = g->next;
+    if (status < 0)
+        pr_warn("group %llu failed: %s", (unsigned long long)id,
+                strerror(-status));
+    for (size_t i = 0; i < g->nlocal; i++) {
+        struct nclient *c = g->clients[i];
+        Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+        d.seq = c->seq;
+        d.status = status;
+        d.group_id = id;
+        d.n_members = g->k;
+        d.members = g->ranks;
+        d.weight = g->local_weight[i];
+        d.version = status == 0 ? g->max_version : c->version;
+        d.n_member_versions = g->k;
+        d.member_versions = g->versions;
+        d.n_member_weights = g->k;
+        d.member_weights = g->weights;
+        d.rank = g->local_rank[i];
+        pr_node_reduce_reply(c, &d);
+    }
+    if (!n->stopping)
+        send_group_done(n, id, status);
+    ngroup_free(g);
+}
+
+/* Fails the local members found so far and tells the scheduler. */
+static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
+                         size_t nfound, int status, const char *why)
+{
+    pr_warn("group %llu refused: %s", (unsigned long long)id, why);
+    for (size_t i = 0; i < nfound; i++)
+        pr_node_reduce_fail(found[i], status);
+    send_group_done(n, id, status);
+}
+
+/*
+ * How long the engine may run this group, in ms: the scheduler's group
+ * timeout, but never past a local member's reduce deadline plus
+ * PR_NODE_GRACE_MS. The engine writes no result into a member's tensors
+ * after that (engine.c finish, apply_chunk), and its trainer has its answer
+ * by then, well before its library gives up: a trainer told that its
+ * reduce failed, or that gave up on it, finds its tensors untouched. A
+ * member already past it gets 0: the group fails without writing.
+ */
+static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
+                               const struct ngroup *g)
+{
+    uint64_t now = uv_hrtime();
+    uint64_t limit =
+        gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        uint64_t end = g->clients[i]->reduce_deadline_ns +
+                       (uint64_t)PR_NODE_GRACE_MS * 1000000;
+        /* Rounded down: never a millisecond past the end. */
+        uint64_t left = end > now ? (end - now) / 1000000 : 0;
+        if (left < limit)
+            limit = left;
+    }
+    return (uint32_t)limit;
+}
+
+static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
+{
+    uint32_t pos = UINT32_MAX;
+    for (size_t i = 0; i < gm->n_ring; i++)
+        if (gm->ring[i] == n->self)
+            pos = (uint32_t)i;
+    struct ngroup *g = calloc(1, sizeof(*g));
+    size_t k = gm->n_members;
+    struct pr_engine_member *em = calloc(k ? k : 1, sizeof(*em));
+    if (g) {
+        g->clients = calloc(k ? k : 1, sizeof(*g->clients));
+        g->local_weight = calloc(k ? k : 1, sizeof(double));
+        g->local_rank = calloc(k ? k : 1, sizeof(uint32_t));
+        g->ranks = calloc(k ? k : 1, sizeof(uint32_t));
+        g->versions = calloc(k ? k : 1, sizeof(uint64_t));
+        g->weights = calloc(k ? k : 1, sizeof(double));
+    }
+    if (!g || !em || !g->clients || !g->local_weight || !g->local_rank ||
+        !g->ranks || !g->versions || !g->weights) {
+        if (g)
+            ngroup_free(g);
+        free(em);
+        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
+        return;
+    }
+    g->n = n;
+    g->id = gm->id;
+    g->k = k;
+    g->max_version = gm->max_version;
+    const char *why = NULL;
+    int status = -EPROTO;
+    if (k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
+        why = "malformed group (no members, or this node not in the ring)";
+    for (size_t i = 0; i < k; i++) {
+        const Pr__V1__Member *mb = gm->members[i];
+        g->ranks[i] = mb->rank;
+        g->versions[i] = mb->version;
+        g->weights[i] = mb->weight;
+    }
+    /*
+     * Every local member must have this very reduce waiting, once. On a
+     * refusal, every local member that matched is failed too: its READY
+     * was used up by this group.
+     */
+    for (size_t i = 0; i < k && pos != UINT32_MAX; i++) {
+        const Pr__V1__Member *mb = gm->members[i];
+        if (mb->node_id != n->self)
+            continue;
+        struct nclient *c = pr_node_client_by_rank(n, mb->rank);
+        int dup = 0;
+        for (size_t j = 0; c && j < g->nlocal; j++)
+            dup |= g->clients[j] == c;
+        if (!c || dup || c->seq != mb->seq ||
+            (c->rstate != R_QUEUED && c->rstate != R_CANCELLING)) {
+            why = dup ? "a member appears twice"
+                      : "a local member has no reduce waiting";
+            status = -ESRCH;
+            continue;
+        }
+        size_t total = 0;
+        for (size_t p = 0; p < c->nparts; p++)
+            total += c->parts[p].len;
+        if (total != gm->nfloats) {
+            why = "a local member's tensors differ in length from the group";
+            status = -EINVAL;
+        }
+        /*
+         * A trainer that hung up while its reduce was queued (R_CANCELLING,
+         * no connection) was told it failed: its tensors must keep their
+         * inputs, whatever the group does with its floats.
+         */
+        em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
+                                                  .weight = mb->weight,
+                                                  .parts = c->parts,
+                                                  .nparts = c->nparts,
+                                                  .in_place = c->in_place,
+                                                  .detached = !c->conn};
+        g->local_weight[g->nlocal] = mb->weight;
+        g->local_rank[g->nlocal] = mb->rank;
+        g->clients[g->nlocal++] = c;
+    }
+    if (!why && g->nlocal == 0)
+        why = "no member of the group is on this node";
+    if (why) {
+        group_refuse(n, gm->id, g->clients, g->nlocal, status, why);
+        ngroup_free(g);
+        free(em);
+        return;
+    }
+    struct pr_engine_group spec = {
+        .id = gm->id,
+        .total = gm->nfloats,
+        .k = (uint32_t)k,
+        .personal = gm->personal,
+        .m = (uint32_t)gm->n_ring,
+        .pos = pos,
+        .ring = gm->ring,
+        .local = em,
+        .nlocal = g->nlocal,
+        .timeout_ms = group_deadline(n, gm, g),
+        .done = group_done_cb,
+        .arg = g,
+    };
+    int rc = pr_engine_start(n->engine, &spec);
+    free(em);
+    if (rc < 0) {
+        /*
+         * The spec was checked above: what is left is no link to a
+         * neighbour (yet), a group id running already, or no memory.
+         */
+        group_refuse(n, gm->id, g->clients, g->nlocal,
+                     rc == -ENOMEM ? rc : -ECONNRESET,
+                     "the engine could not start it");
+        ngroup_free(g);
+        return;
+    }
+    for (size_t i = 0; i < g->nlocal; i++) {
+        g->clients[i]->rstate = R_GROUPED;
+        g->clients[i]->group_id = gm->id;
+    }
+    g->next = n->groups;
+    n->groups = g;
+}
+
+static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
+{
+    struct pr_tcp_peer_info *pi =
+        calloc(pl->n_peers ? pl->n_peers : 1, sizeof(*pi));
+    if (!pi)
+        return;
+    for (size_t i = 0; i < pl->n_peers; i++) {
+        pi[i].node_id = pl->peers[i]->node_id;
+        pi[i].addr = pl->peers[i]->data_addr ? pl->peers[i]->data_addr : "";
+    }
+    pr_tcp_xport_set_peers(n->xport, pi, pl->n_peers);
+    free(pi);
+}
+
+static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
+{
+    struct nclient *c = pr_node_client_by_rank(n, r->rank);
+    if (!c || c->seq != r->seq ||
+        (c->rstate != R_QUEUED && c->rstate != R_CANCELLING))
+        return;
+    if (r->status != -ETIMEDOUT)
+        pr_warn("worker %u: reduce %llu refused by the scheduler: %s", r->rank,
+                (unsigned long long)r->seq, r->reason ? r->reason : "");
+    /* The reason (both layouts of a mismatch, say) goes to the trainer. */
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = c->seq;
+    d.status = r->status; /* pr_node_reduce_reply maps it */
+    d.version = c->version;
+    d.rank = r->rank;
+    d.reason = r->reason ? r->reason : "";
+    pr_node_reduce_reply(c, &d);
+}
+
+static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+{
+    struct pr_node *n = conn->owner;
+    if (n->sstate == S_CHALLENGE && m->body_case != PR__V1__MSG__BODY_ERROR)
+        return on_challenge(n, m);
+    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE) {
+        if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+            pr_err("scheduler refused this node: %s",
+                   m->error->reason ? m->error->reason : "");
+            return m->error->code < 0 ? m->error->code : -EPROTO;
+        }
+        if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
+            m->welcome->version != PR_PROTO_VERSION) {
+            pr_warn("scheduler: expected a welcome of version %u, got %s: "
+                    "closing",
+                    PR_PROTO_VERSION, pr_msg_name(m));
+            return -EPROTO;
+        }
+        const char *why;
+        if (pr_auth_check_welcome(n->key, n->nc, n->ns, &m->welcome->auth,
+                                  &why) < 0) {
+            pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
+            return -EACCES;
+        }
+        n->self = m->welcome->id;
+        n->sstate = S_UP;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        pr_tcp_xport_set_self(n->xport, n->self);
+        /* A new scheduler session numbers groups from its own clock. */
+        uint64_t base = m->welcome->group_id_base;
+        if (base != 0 && base != n->sched_id_base) {
+            pr_engine_new_session(n->engine, base);
+            n->sched_id_base = base;
+        }
+        pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+        pr_node_ipc_sched_up(n);
+        return 0;
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_PEER_LIST:
+        on_peer_list(n, m->peer_list);
+        return 0;
+    case PR__V1__MSG__BODY_WORKER_JOINED: {
+        const Pr__V1__WorkerJoined *j = m->worker_joined;
+        struct nclient *c = pr_node_client_by_cookie(n, j->cookie);
+        if (c) {
+            pr_node_client_joined(c, j->status, j->rank);
+        } else if (j->status == 0) {
+            Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+            l.rank = j->rank;
+            Pr__V1__Msg r = PR_MSG_INIT;
+            r.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
+            r.worker_leave = &l;
+            pr_node_send(n, &r);
+        }
+        return 0;
+    }
+    case PR__V1__MSG__BODY_GROUP:
+        on_group(n, m->group);
+        return 0;
+    case PR__V1__MSG__BODY_GROUP_ABORT:
+        /*
+         * The group failed on another node, for that node's reason (its
+         * trainer's wrong length, its memory...): for the trainers here,
+         * a peer was lost, or the group ran out of time.
+         */
+        pr_engine_abort(n->engine, m->group_abort->id,
+                        m->group_abort->status == -ETIMEDOUT ? -ETIMEDOUT
+                                                             : -ECONNRESET);
+        return 0;
+    case PR__V1__MSG__BODY_REJECT:
+        on_reject(n, m->reject);
+        return 0;
+    case PR__V1__MSG__BODY_PING: {
+        Pr__V1__Msg r = PR_MSG_INIT;
+        r.body_case = PR__V1__MSG__BODY_PONG;
+        r.pong = m->ping;
+        pr_node_send(n, &r);
+        return 0;
+    }
+    case PR__V1__MSG__BODY_PONG:
+        return 0;
+    case PR__V1__MSG__BODY_ERROR:
+        pr_err("scheduler: error %d: %s", m->error->code,
+               m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    default:
+        pr_warn("scheduler: unexpected %s message: closing", pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+    struct pr_node *n = t->data;
+    if (n->sstate == S_CONNECTING || n->sstate == S_CHALLENGE ||
+        n->sstate == S_HELLO) {
+        pr_warn("scheduler %s: no answer within %u ms", n->conf->node_scheduler,
+                n->conf->node_connect_timeout_ms);
+        pr_conn_close(n->sched, -ETIMEDOUT);
+        return;
+    }
+    if (n->sstate == S_DOWN && !n->stopping)
+        connect_sched(n);
+}
+
+static void sched_on_close(struct pr_conn *conn, int status)
+{
+    struct pr_node *n = conn->owner;
+    if (n->sched != conn)
+        return;
+    int was_up = n->sstate == S_UP;
+    n->sched = NULL;
+    n->sstate = S_DOWN;
+    if (n->stopping)
+        return;
+    if (was_up) {
+        pr_warn("scheduler link lost: %s; reconnecting",
+                status ? strerror(-status) : "closed");
+        pr_node_ipc_sched_lost(n);
+    }
+    uv_timer_start(&n->sched_retry, retry_cb, n->backoff_ms, 0);
+    n->backoff_ms =
+        n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
+}
+
+static const struct pr_conn_ops sched_ops = {
+    .on_msg = sched_on_msg,
+    .on_data = NULL,
+    .on_close = sched_on_close,
+};
+
+static void sched_connected(struct pr_conn *c, int status)
+{
+    struct pr_node *n = c->owner;
+    if (n->sched != c)
+        return;
+    if (status < 0) {
+        if (n->backoff_ms <= BACKOFF_MIN_MS)
+            pr_warn("scheduler %s: %s; retrying", n->conf->node_scheduler,
+                    uv_strerror(status));
+        pr_conn_close(c, status);
+        return;
+    }
+    /* The scheduler speaks first: its challenge (auth.h). */
+    n->sstate = S_CHALLENGE;
+}
+
+/* The scheduler's challenge came: answer with the hello. */
+static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
+{
+    if (m->body_case != PR__V1__MSG__BODY_CHALLENGE) {
+        pr_warn("scheduler: expected a challenge, got %s: closing",
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
+    size_t len;
+    const char *why;
+    int rc =
+        pr_auth_answer(n->key, m->challenge, n->ns, n->nc, buf, &len, &why);
+    if (rc < 0) {
+        pr_err("scheduler %s: %s", n->conf->node_scheduler, why);
+        return rc;
+    }
+    Pr__V1__Hello h = PR__V1__HELLO__INIT;
+    h.version = PR_PROTO_VERSION;
+    h.role = PR__V1__ROLE__ROLE_NODE;
+    h.name = n->conf->node_name;
+    h.data_addr = n->data_addr;
+    h.auth.data = buf;
+    h.auth.len = len;
+    Pr__V1__Msg r = PR_MSG_INIT;
+    r.body_case = PR__V1__MSG__BODY_HELLO;
+    r.hello = &h;
+    n->sstate = S_HELLO;
+    return pr_node_send(n, &r);
+}
+
+static void connect_sched(struct pr_node *n)
+{
+    char host[96];
+    uint16_t port;
+    if (pr_conf_parse_hostport(n->conf->node_scheduler, host, sizeof(host),
+                               &port) < 0)
+        return;
+    n->sched = pr_conn_create_tcp(n->loop, PR_CTRL_MAX_FRAME, &sched_ops, n);
+    if (!n->sched)
+        return;
+    n->sstate = S_CONNECTING;
+    int rc = pr_conn_connect(n->sched, host, port, sched_connected);
+    if (rc < 0) {
+        pr_err("scheduler %s: %s", n->conf->node_scheduler, uv_strerror(rc));
+        pr_conn_close(n->sched, rc);
+        return;
+    }
+    snprintf(n->sched->name, sizeof(n->sched->name), "scheduler %s",
+             n->conf->node_scheduler);
+    uv_timer_start(&n->sched_retry, retry_cb, n->conf->node_connect_timeout_ms,
+                   0);
+}
+
+static void tick_cb(uv_timer_t *t)
+{
+    struct pr_node *n = t->data;
+    uint64_t now = uv_now(n->loop);
+    pr_node_ipc_tick(n, now);
+    if (n->sstate != S_UP)
+        return;
+    if (now - n->sched->last_rx_ms > n->conf->sched_node_timeout_ms) {
+        pr_warn("scheduler silent for %llu ms: dropping the link",
+                (unsigned long long)(now - n->sched->last_rx_ms));
+        pr_conn_close(n->sched, -ETIMEDOUT);
+        return;
+    }
+    if (now - n->last_ping_ms >= n->conf->sched_heartbeat_ms) {
+        n->last_ping_ms = now;
+        Pr__V1__Ping p = PR__V1__PING__INIT;
+        p.nonce = now;
+        Pr__V1__Msg m = PR_MSG_INIT;
+        m.body_case = PR__V1__MSG__BODY_PING;
+        m.ping = &p;
+        pr_node_send(n, &m);
+    }
+}
+
+static struct pr_link *resolve(void *ctx, uint32_t node_id)
+{
+    struct pr_node *n = ctx;
+    return pr_tcp_xport_link(n->xport, node_id);
+}
+
+static size_t chunk_floats(const struct pr_conf *c)
+{
+    return (size_t)c->xport_chunk_kb * 1024 / sizeof(float);
+}
+
+/*
+ * transport = auto uses RDMA when this node has a usable device (and each
+ * peer link then uses it if the peer has one too); rdma requires it; tcp
+ * never opens a device.
+ */
+static int open_rdma(struct pr_node *n)
+{
+    const struct pr_conf *c = n->conf;
+    if (c->xport_type == PR_XPORT_TCP)
+        return 0;
+    struct pr_rdma_conf rc_conf = {
+        .device = c->xport_rdma_device,
+        .port = (uint8_t)c->xport_rdma_port,
+        .gid_index = (int)c->xport_gid_index,
+        .timeout = (uint8_t)c->xport_rdma_timeout,
+        .slots = c->xport_inflight,
+        .slot_payload = chunk_floats(c) * sizeof(float),
+    };
+    int rc = pr_rdma_open(n->loop, &rc_conf, pr_tcp_xport_rdma_ops(), n->xport,
+                          &n->rdma);
+    if (rc < 0) {
+        if (c->xport_type == PR_XPORT_RDMA) {
+            pr_err("transport = rdma, but RDMA device '%s' is not usable: "
+                   "%s",
+                   c->xport_rdma_device[0] ? c->xport_rdma_device : "(any)",
+                   strerror(-rc));
+            return rc;
+        }
+        pr_info("no usable RDMA device (%s): peers use TCP", strerror(-rc));
+        n->rdma = NULL;
+        return 0;
+    }
+    pr_tcp_xport_set_rdma(n->xport, n->rdma, c->xport_type == PR_XPORT_RDMA);
+    pr_engine_set_allocator(n->engine, pr_rdma_alloc, pr_rdma_free, n->rdma);
+    return 0;
+}
+
+/* The kernel's limit on this process's memory maps, or 0 if unknown. */
+static uint64_t read_max_map_count(void)
+{
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
+                   const struct pr_auth_key *key, struct pr_node **out)
+{
+    struct pr_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    n->loop = loop;
+    n->conf = conf;
+    n->key = key;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_init(loop, &n->sched_retry);
+    uv_timer_init(loop, &n->tick);
+    n->sched_retry.data = n;
+    n->tick.data = n;
+    n->handles = 2;
+    n->max_map_count = read_max_map_count();
+    if (n->max_map_count &&
+        n->max_map_count < conf->node_max_tensors + PR_NODE_MAP_RESERVE)
+        pr_warn(
+            "vm.max_map_count is %llu: this node maps at most %llu "
+            "trainers' tensors (node.max_tensors = %u)",
+            (unsigned long long)n->max_map_count,
+            n->max_map_count > PR_NODE_MAP_RESERVE
+                ? (unsigned long long)(n->max_map_count - PR_NODE_MAP_RESERVE)
+                : 0ULL,
+            conf->node_max_tensors);
+    int rc = 0;
+    char host[96];
+    uint16_t port, bound = 0;
+    /*
+     * Forwarded chunks keep their originator's size, which may be another
+     * node's chunk_kb (or ours before a reload): accept up to the largest
+     * chunk any configuration allows. The reader grows only as needed.
+     */
+    n->xport = pr_tcp_xport_create(loop, 0, MAX_CHUNK_BYTES,
+                                   conf->node_connect_timeout_ms);
+    n->engine =
+        pr_engine_create(loop, chunk_floats(conf), STASH_MAX_BYTES, resolve, n);
+    if (!n->xport || !n->engine) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    struct pr_link_sink sink = pr_engine_sink(n->engine);
+    pr_tcp_xport_set_sink(n->xport, &sink);
+    pr_tcp_xport_set_key(n->xport, key);
+    /* TCP reads any memory; with RDMA every tensor is registered. */
+    pr_engine_set_direct(n->engine, 1);
+    rc = open_rdma(n);
+    if (rc < 0)
+        goto fail;
+    rc = pr_conf_parse_hostport(conf->node_data_listen, host, sizeof(host),
+                                &port);
+    if (rc == 0)
+        rc = pr_tcp_xport_listen(n->xport, host, port, &bound);
+    if (rc < 0) {
+        pr_err("peer listener on %s: %s", conf->node_data_listen,
+               rc == -EINVAL ? "bad address" : uv_strerror(rc));
+        goto fail;
+    }
+    if (conf->node_data_advertise && conf->node_data_advertise[0])
+        snprintf(n->data_addr, sizeof(n->data_addr), "%s",
+                 conf->node_data_advertise);
+    else
+        snprintf(n->data_addr, sizeof(n->data_addr),
+                 strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
+    rc = pr_node_ipc_listen(n);
+    if (rc == 0 && conf->metrics_listen[0])
+        rc = pr_metrics_start(loop, conf->metrics_listen,
+                              pr_node_render_metrics, n, &n->metrics);
+    if (rc < 0)
+        goto fail;
+    pr_info("node '%s': peers connect to %s; scheduler at %s", conf->node_name,
+            n->data_addr, conf->node_scheduler);
+    connect_sched(n);
+    uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
+    *out = n;
+    return 0;
+fail:
+    pr_node_destroy(n);
+    return rc;
+}
+
+int pr_node_reload(struct pr_node *n)
+{
+    pr_engine_set_chunk(n->engine, chunk_floats(n->conf));
+    return 0;
+}
+
+static void node_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    if (--n->handles == 0)
+        free(n);
+}
+
+void pr_node_destroy(struct pr_node *n)
+{
+    if (!n)
+        return;
+    n->stopping = 1;
+    pr_metrics_stop(n->metrics);
+    n->metrics = NULL;
+    if (n->xport) {
+        struct pr_tcp_xport_stats ts;
+        pr_tcp_xport_stats(n->xport, &ts);
+        struct pr_rdma_stats rs = {0};
+        if (n->rdma)
+            pr_rdma_stats(n->rdma, &rs);
+        pr_info("data sent: %llu bytes over tcp, %llu over rdma; received: "
+                "%llu over tcp, %llu over rdma (rdma: %llu data writes, "
+                "%llu credit messages, %llu completion events)",
+                (unsigned long long)ts.bytes_sent,
+                (unsigned long long)rs.bytes_sent,
+                (unsigned long long)ts.bytes_recv,
+                (unsigned long long)rs.bytes_recv,
+                (unsigned long long)rs.writes,
+                (unsigned long long)rs.credit_msgs,
+                (unsigned long long)rs.cq_events);
+    }
+    /*
+     * The transports stop first, so that no send reads a trainer's tensor
+     * any more when its group is answered below (the trainer may change it
+     * at once, and a neighbour must not finish on such floats).
+     */
+    pr_tcp_xport_destroy(n->xport);
+    n->xport = NULL;
+    /* After the links: it fails and reaps their queue pairs' requests. */
+    pr_rdma_close(n->rdma);
+    n->rdma = NULL;
+    if (n->engine) {
+        struct pr_engine_stats es;
+        pr_engine_stats(n->engine, &es);
+        pr_info("groups: %llu ok (%llu in place), %llu failed",
+                (unsigned long long)es.groups_ok,
+                (unsigned long long)es.groups_in_place,
+                (unsigned long long)es.groups_failed);
+    }
+    /* Groups still running fail, so their trainers still get an answer. */
+    pr_engine_destroy(n->engine);
+    n->engine = NULL;
+    pr_node_ipc_close(n);
+    if (n->sched) {
+        struct pr_conn *c = n->sched;
+        n->sched = NULL;
+        pr_conn_detach_close(c);
+    }
+    uv_close((uv_handle_t *)&n->sched_retry, node_closed_cb);
+    uv_close((uv_handle_t *)&n->tick, node_closed_cb);
+}

@@ -1,0 +1,195 @@
+/*
+ * State shared by the node role's two halves: node.c (scheduler link,
+ * groups) and node_ipc.c (trainers). Everything here is owned by the loop
+ * thread.
+ */
+#ifndef PR_NODE_INT_H
+#define PR_NODE_INT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "daemon/base/auth.h"
+#include "daemon/base/conf.h"
+#include "daemon/base/conn.h"
+#include "daemon/engine/engine.h"
+#include "daemon/base/stranger.h"
+#include "daemon/xport/tcp/xport_tcp.h"
+
+struct ntensor {
+    uint32_t id;
+    float *data; /* the daemon's mapping of the trainer's memfd */
+    size_t n;    /* floats */
+    int busy;    /* used by the reduce in flight */
+    int doomed;  /* destroyed by the trainer while busy: free after */
+};
+
+enum cstate {
+    C_HELLO,   /* waiting for the trainer's hello */
+    C_WAIT,    /* hello taken; the scheduler link is not up yet */
+    C_JOINING, /* WorkerJoin sent to the scheduler */
+    C_UP,
+};
+
+/* Where a trainer's current reduce is. */
+enum rstate {
+    R_NONE,
+    R_QUEUED,     /* READY sent; waiting for a Group or a Reject */
+    R_CANCELLING, /* deadline passed, Cancel sent */
+    R_GROUPED,    /* its group is running in the engine */
+};
+
+struct nclient {
+    struct nclient *next;
+    struct pr_node *node;
+    struct pr_conn *conn; /* NULL once the trainer hung up */
+    uint32_t cookie;
+    char name[64];
+    int64_t rank;      /* -1 until the scheduler answered */
+    int64_t prev_rank; /* the rank of the last scheduler session, or -1 */
+    enum cstate state;
+    struct ntensor *tensors;
+    size_t ntensors, cap;
+    uint32_t next_tensor_id;
+    enum rstate rstate;
+    uint64_t seq;
+    uint64_t version;
+    uint64_t deadline_ms; /* C_WAIT: when to give up on the scheduler */
+    /*
+     * The reduce's deadline on uv_hrtime()'s clock (CLOCK_MONOTONIC, ns):
+     * the trainer's own, capped by node.reduce_timeout_ms (on_reduce).
+     */
+    uint64_t reduce_deadline_ns;
+    struct pr_engine_part *parts;
+    size_t nparts;
+    int in_place; /* of the reduce waiting: Reduce.in_place */
+    uint64_t group_id;
+    uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
+    struct pr_stranger st;    /* listed until its hello is taken */
+};
+
+enum sstate {
+    S_DOWN,
+    S_CONNECTING,
+    S_CHALLENGE, /* connected; waiting for the scheduler's challenge */
+    S_HELLO,
+    S_UP,
+};
+
+struct pr_node {
+    uv_loop_t *loop;
+    struct pr_conf *conf;
+    struct pr_conn *sched;
+    enum sstate sstate;
+    uv_timer_t sched_retry;
+    uint32_t backoff_ms;
+    uint32_t self;
+    uint64_t sched_id_base; /* the scheduler session last joined */
+    char data_addr[128];
+    uv_pipe_t ipc;
+    int ipc_open;
+    uint64_t ntensors;      /* trainers' tensors mapped now, all trainers */
+    uint64_t max_map_count; /* vm.max_map_count at start; 0 = unknown */
+    /* The socket file this daemon bound (removed at close only if so). */
+    dev_t ipc_dev;
+    ino_t ipc_ino;
+    /*
+     * Accepts a trainer that cannot be served, only to close it (node_ipc.c
+     * refuse()): busy while it closes; pending while a connection waits
+     * for it.
+     */
+    uv_pipe_t refused;
+    int refused_busy;
+    int refused_pending;
+    struct nclient *clients;
+    uint32_t nclients;
+    uint32_t next_cookie;
+    struct pr_tcp_xport *xport;
+    struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
+    struct pr_engine *engine;
+    struct ngroup *groups;
+    uv_timer_t tick;
+    uint64_t last_ping_ms;
+    int stopping;
+    int handles;
+    uint64_t reduces_ok, reduces_failed;
+    const struct pr_auth_key *key; /* NULL: no cluster key */
+    uint8_t nc[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
+    uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
+    struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
+    /*
+     * Trainer connections before their hello (node_ipc.c): they do not
+     * count against max_clients; nclients - strangers.count do.
+     */
+    struct pr_strangers strangers;
+};
+
+/*
+ * How long past a trainer's reduce deadline the daemon may still end that
+ * reduce: its group may run (and write the results) until then, a cancel
+ * wait for the scheduler's answer until then. Well below the library's
+ * PREDUCE_REDUCE_SLACK_MS (node.c checks), which leaves room for the answer
+ * to come through a loaded machine: a trainer that gave up waiting finds
+ * its tensors as they were, as long as the daemon was not held up itself.
+ */
+#define PR_NODE_GRACE_MS 250
+/* Maps left to the daemon itself below vm.max_map_count (node_tensor.c). */
+#define PR_NODE_MAP_RESERVE 4096
+
+/* node.c */
+int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
+int pr_node_sched_up(const struct pr_node *n);
+/*
+ * A scheduler's refusal of a trainer's registration as the trainer may see
+ * it: a negative errno in -4095..-1 as it is, anything else (0, positive,
+ * out of range) -EPROTO. (A reduce's status goes through pr_reduce_status,
+ * proto/status.h, instead.)
+ */
+int pr_node_fail_status(int64_t status);
+/*
+ * Trainer c left while its reduce is R_GROUPED: its group runs on without
+ * writing c's tensors (pr_engine_detach).
+ */
+void pr_node_group_detach(struct pr_node *n, struct nclient *c);
+
+/* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
+struct pr_metrics_buf;
+int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
+
+/* node_ipc.c */
+int pr_node_ipc_listen(struct pr_node *n);
+void pr_node_ipc_close(struct pr_node *n);
+struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie);
+struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank);
+void pr_node_client_joined(struct nclient *c, int status, uint32_t rank);
+/*
+ * Answers the trainer's reduce (its status through pr_reduce_status) and
+ * releases its tensors.
+ */
+void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d);
+void pr_node_reduce_fail(struct nclient *c, int status);
+/* Deadlines of queued reduces; called by the node's tick. */
+void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
+/* The scheduler link went down: fail what waited on it. */
+void pr_node_ipc_sched_lost(struct pr_node *n);
+/* The scheduler link came (back) up: join every trainer again. */
+void pr_node_ipc_sched_up(struct pr_node *n);
+/* An Error frame to the trainer; the connection stays open. */
+void pr_node_reply_error(struct nclient *c, int code, const char *reason);
+
+/* node_tensor.c */
+/*
+ * TensorCreate: a shared tensor, or an Error frame when it cannot be made
+ * (0 either way); a negative errno when the connection must close.
+ */
+int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t);
+/* TensorDestroy: now, or when the reduce that reads it ends (doomed). */
+void pr_node_tensor_destroy(struct nclient *c, uint32_t id);
+/* A live tensor of c's by id, or NULL. */
+struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id);
+/* Unmaps t (and unregisters it from RDMA); the slot stays. */
+void pr_node_tensor_free(struct pr_node *n, struct ntensor *t);
+
+#endif

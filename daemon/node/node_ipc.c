@@ -1,0 +1,815 @@
+/*
+ * The trainers' side of a node daemon: a Unix socket where each trainer
+ * (libpreduce) registers, creates shared tensors and asks for reduces.
+ *
+ * Protocol with a trainer, in order:
+ *  1. trainer -> Hello{version, role CLIENT, name}; the daemon registers the
+ *     worker with the scheduler and answers Welcome{id = rank} or Error.
+ *     A name is 1..63 bytes without control characters (it goes into log
+ *     lines and metrics), as libpreduce requires too. Until its hello, a
+ *     connection is a stranger (stranger.h: at most STRANGERS_MAX, closed
+ *     after connect_timeout_ms) and no trainer: only those past it count
+ *     against max_clients, and one more gets Error{-EUSERS}.
+ *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
+ *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
+ *     seals the memfd's size first, so a trainer cannot truncate it under
+ *     the daemon's mapping (which would SIGBUS the daemon). A tensor the
+ *     daemon cannot make (over max_tensor_mb: -EINVAL; memfd, mmap or RDMA
+ *     registration failed: their errno) is answered with Error{code,
+ *     reason} instead, and the connection stays: creates are answered in
+ *     order, which is how the trainer knows which create an Error answers.
+ *  3. Reduce{seq, version, tensor_ids, timeout_ms, deadline_ns} -> READY
+ *     to the scheduler; then ReduceDone{seq, status, group, ...} when the
+ *     group ran, the scheduler refused, or the deadline passed. The
+ *     deadline is the trainer's (deadline_ns, or timeout_ms from now), no
+ *     later than node.reduce_timeout_ms from now; the answer comes at most
+ *     PR_NODE_GRACE_MS after it. A status is one of proto/status.h's
+ *     (pr_reduce_status maps whatever the group, the scheduler or this
+ *     daemon produced).
+ *  4. TensorDestroy{id}: no answer.
+ * Any other failure is answered with Error, and the connection closes.
+ * A trainer that hangs up mid-reduce leaves its tensors mapped here until
+ * its group (if one comes) has finished: the group never waits on it, and
+ * (in the default mode) no longer writes its result into them, since the
+ * trainer may still hold them and was never told the reduce succeeded.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/base/log.h"
+#include "daemon/node/node_int.h"
+#include "daemon/xport/rdma/rdma.h"
+#include "proto/status.h"
+
+#define MAX_TENSORS_PER_REDUCE 4096
+/*
+ * Trainer connections before their hello (stranger.h): at most
+ * STRANGERS_MAX, STRANGERS_PER_UID of them from one user, each for
+ * connect_timeout_ms. They do not count against max_clients.
+ */
+#define STRANGERS_MAX     64
+#define STRANGERS_PER_UID 32
+
+static const struct pr_conn_ops client_ops;
+
+struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie)
+{
+    for (struct nclient *c = n->clients; c; c = c->next)
+        if (c->cookie == cookie)
+            return c;
+    return NULL;
+}
+
+struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank)
+{
+    for (struct nclient *c = n->clients; c; c = c->next)
+        if (c->rank == (int64_t)rank)
+            return c;
+    return NULL;
+}
+
+static void send_to(struct nclient *c, Pr__V1__Msg *m)
+{
+    if (!c->conn)
+        return;
+    int rc = pr_conn_send(c->conn, m);
+    if (rc < 0)
+        pr_warn("%s: send %s: %s", c->conn->name, pr_msg_name(m),
+                strerror(-rc));
+}
+
+static void send_leave(struct nclient *c)
+{
+    if (c->rank < 0 || !pr_node_sched_up(c->node))
+        return;
+    Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+    l.rank = (uint32_t)c->rank;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
+    m.worker_leave = &l;
+    pr_node_send(c->node, &m);
+}
+
+/* Frees a client whose trainer is gone and whose reduce has ended. */
+static void client_free(struct nclient *c)
+{
+    struct pr_node *n = c->node;
+    struct nclient **pp = &n->clients;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = c->next;
+    n->nclients--;
+    pr_stranger_remove(&c->st);
+    send_leave(c);
+    for (size_t i = 0; i < c->ntensors; i++)
+        pr_node_tensor_free(c->node, &c->tensors[i]);
+    free(c->tensors);
+    free(c->parts);
+    free(c);
+}
+
+static void release_tensors(struct nclient *c)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < c->ntensors; i++) {
+        struct ntensor *t = &c->tensors[i];
+        t->busy = 0;
+        if (t->doomed)
+            pr_node_tensor_free(c->node, t);
+        else
+            c->tensors[w++] = *t;
+    }
+    c->ntensors = w;
+    free(c->parts);
+    c->parts = NULL;
+    c->nparts = 0;
+    c->rstate = R_NONE;
+}
+
+void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
+{
+    release_tensors(c);
+    if (!c->conn) {
+        client_free(c);
+        return;
+    }
+    /* Only the codes the library documents to its trainers. */
+    Pr__V1__ReduceDone out = *d;
+    out.status = pr_reduce_status(out.status);
+    if (out.status == 0) {
+        c->version = out.version;
+        c->node->reduces_ok++;
+        c->node->reduce_us_sum += uv_hrtime() / 1000 - c->reduce_start_us;
+        c->node->reduce_us_count++;
+    } else {
+        c->node->reduces_failed++;
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
+    m.reduce_done = &out;
+    send_to(c, &m);
+}
+
+void pr_node_reduce_fail(struct nclient *c, int status)
+{
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = c->seq;
+    d.status = status;
+    d.version = c->version;
+    d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+    pr_node_reduce_reply(c, &d);
+}
+
+void pr_node_reply_error(struct nclient *c, int code, const char *reason)
+{
+    Pr__V1__Error e = PR__V1__ERROR__INIT;
+    e.code = code;
+    e.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_ERROR;
+    m.error = &e;
+    send_to(c, &m);
+}
+
+static int send_join(struct nclient *c);
+
+/* A worker name must not carry control characters into log lines. */
+static int has_control_chars(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return 1;
+    }
+    return 0;
+}
+
+static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
+{
+    struct pr_node *n = c->node;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
+                c->conn->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(c->conn, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    size_t len = h->name ? strlen(h->name) : 0;
+    if (h->role != PR__V1__ROLE__ROLE_CLIENT || len == 0 ||
+        len >= sizeof(c->name)) {
+        pr_warn("%s: hello with role %d and a name of %zu bytes: closing",
+                c->conn->name, (int)h->role, len);
+        pr_conn_fail(c->conn, -EINVAL, "expected a client hello with a name");
+        return 0;
+    }
+    if (has_control_chars(h->name, len)) {
+        pr_warn("%s: hello with a name of %zu bytes that has control "
+                "characters: closing",
+                c->conn->name, len);
+        pr_conn_fail(c->conn, -EINVAL,
+                     "a worker name may not contain control characters");
+        return 0;
+    }
+    /* c is still a stranger: these are the trainers past their hello. */
+    uint32_t trainers = n->nclients - n->strangers.count;
+    if (trainers >= n->conf->node_max_clients) {
+        /*
+         * -EUSERS, not -EMFILE: the trainer's own descriptors are fine, it
+         * is this node that serves max_clients trainers already.
+         */
+        pr_warn("%s: %u trainers (max_clients) already: refusing '%.*s'",
+                c->conn->name, trainers, (int)len, h->name);
+        pr_conn_fail(c->conn, -EUSERS, "too many trainers on this node");
+        return 0;
+    }
+    pr_stranger_remove(&c->st);
+    memcpy(c->name, h->name, len + 1);
+    snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
+    if (!pr_node_sched_up(n)) {
+        /*
+         * A trainer may start with its daemon (at boot, in a test): it
+         * waits until the scheduler link is up, at most connect_timeout_ms
+         * (pr_node_ipc_tick), within its own connect timeout.
+         */
+        c->state = C_WAIT;
+        c->deadline_ms = uv_now(n->loop) + n->conf->node_connect_timeout_ms;
+        return 0;
+    }
+    return send_join(c);
+}
+
+/* Registers the trainer with the scheduler (WorkerJoin, C_JOINING). */
+static int send_join(struct nclient *c)
+{
+    struct pr_node *n = c->node;
+    Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+    j.cookie = c->cookie;
+    j.name = c->name;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
+    m.worker_join = &j;
+    int rc = pr_node_send(n, &m);
+    if (rc < 0) {
+        pr_conn_fail(c->conn, rc, "the scheduler is unreachable");
+        return 0;
+    }
+    c->state = C_JOINING;
+    return 0;
+}
+
+void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
+{
+    if (status != 0)
+        status = pr_node_fail_status(status);
+    if (status == 0)
+        c->rank = rank;
+    if (!c->conn) {
+        /*
+         * The trainer left while joining: undo the registration, unless a
+         * group of an earlier scheduler session still uses its tensors.
+         */
+        if (c->rstate == R_NONE)
+            client_free(c);
+        return;
+    }
+    if (c->state == C_UP) {
+        /* A re-join after the scheduler came back. */
+        if (status < 0) {
+            pr_conn_fail(c->conn, status, "re-registration refused");
+            c->rank = -1;
+        }
+        return;
+    }
+    if (status < 0) {
+        pr_conn_fail(c->conn, status,
+                     status == -EEXIST ? "worker name already in use"
+                                       : "registration refused");
+        return;
+    }
+    c->state = C_UP;
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = rank;
+    w.job = c->node->conf->job;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WELCOME;
+    m.welcome = &w;
+    send_to(c, &m);
+    pr_info("trainer '%s' is worker %u", c->name, rank);
+}
+
+static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
+                          const char *why)
+{
+    pr_warn("%s: reduce %llu refused: %s", c->conn->name,
+            (unsigned long long)seq, why);
+    Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
+    d.seq = seq;
+    d.status = pr_reduce_status(status);
+    d.version = c->version;
+    d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
+    m.reduce_done = &d;
+    send_to(c, &m);
+}
+
+/*
+ * The reduce's deadline on uv_hrtime()'s clock: the one the trainer sends
+ * (its library reads CLOCK_MONOTONIC too), or timeout_ms from now for a
+ * library that sends none, but never later than node.reduce_timeout_ms
+ * from now: the key caps what a trainer may ask for (as read now, so a
+ * reload applies from the next reduce on). A deadline already past (a
+ * request that waited long in the socket) just times out at the next tick.
+ */
+static uint64_t reduce_deadline(const struct pr_node *n,
+                                const Pr__V1__Reduce *r)
+{
+    uint64_t now = uv_hrtime();
+    uint64_t end = now + (uint64_t)n->conf->node_reduce_timeout_ms * 1000000;
+    if (r->timeout_ms && now + (uint64_t)r->timeout_ms * 1000000 < end)
+        end = now + (uint64_t)r->timeout_ms * 1000000;
+    if (r->deadline_ns && r->deadline_ns < end)
+        end = r->deadline_ns;
+    return end;
+}
+
+static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
+{
+    struct pr_node *n = c->node;
+    if (c->rstate != R_NONE) {
+        reduce_refuse(c, r->seq, -EBUSY, "a reduce is already in flight");
+        return 0;
+    }
+    if (r->n_tensor_ids == 0 || r->n_tensor_ids > MAX_TENSORS_PER_REDUCE) {
+        reduce_refuse(c, r->seq, -EINVAL, "no tensors, or too many");
+        return 0;
+    }
+    /*
+     * -ECONNRESET, as for a reduce whose scheduler goes away while it is
+     * queued: retry later. (-ENOTCONN would tell the trainer that its own
+     * connection is gone.)
+     */
+    if (!pr_node_sched_up(n) || c->rank < 0) {
+        reduce_refuse(c, r->seq, -ECONNRESET, "the scheduler is unreachable");
+        return 0;
+    }
+    struct pr_engine_part *parts = calloc(r->n_tensor_ids, sizeof(*parts));
+    if (!parts) {
+        reduce_refuse(c, r->seq, -ENOMEM, "out of memory");
+        return 0;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < r->n_tensor_ids; i++) {
+        struct ntensor *t = pr_node_tensor_by_id(c, r->tensor_ids[i]);
+        if (!t || t->busy) {
+            for (size_t j = 0; j < c->ntensors; j++)
+                c->tensors[j].busy = 0;
+            free(parts);
+            reduce_refuse(c, r->seq, -EINVAL,
+                          t ? "a tensor appears twice" : "unknown tensor id");
+            return 0;
+        }
+        t->busy = 1;
+        parts[i].data = t->data;
+        parts[i].len = t->n;
+        total += t->n;
+    }
+    c->parts = parts;
+    c->nparts = r->n_tensor_ids;
+    c->in_place = r->in_place;
+    c->seq = r->seq;
+    c->reduce_start_us = uv_hrtime() / 1000;
+    c->reduce_deadline_ns = reduce_deadline(n, r);
+    Pr__V1__Ready rd = PR__V1__READY__INIT;
+    rd.rank = (uint32_t)c->rank;
+    rd.version = r->version;
+    rd.nfloats = total;
+    rd.seq = r->seq;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_READY;
+    m.ready = &rd;
+    c->rstate = R_QUEUED;
+    int rc = pr_node_send(n, &m);
+    if (rc < 0)
+        pr_node_reduce_fail(c, rc);
+    return 0;
+}
+
+static int client_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+{
+    struct nclient *c = conn->owner;
+    if (c->state == C_HELLO) {
+        if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+            pr_warn("%s: %s message before hello: closing", conn->name,
+                    pr_msg_name(m));
+            return -EPROTO;
+        }
+        return on_hello(c, m->hello);
+    }
+    if (c->state != C_UP) {
+        pr_warn("%s: %s message before the welcome: closing", conn->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_TENSOR_CREATE:
+        return pr_node_tensor_create(c, m->tensor_create);
+    case PR__V1__MSG__BODY_TENSOR_DESTROY:
+        pr_node_tensor_destroy(c, m->tensor_destroy->tensor_id);
+        return 0;
+    case PR__V1__MSG__BODY_REDUCE:
+        return on_reduce(c, m->reduce);
+    default:
+        pr_warn("%s: unexpected %s message: closing", conn->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+static void send_cancel(struct nclient *c)
+{
+    Pr__V1__Cancel k = PR__V1__CANCEL__INIT;
+    k.rank = (uint32_t)c->rank;
+    k.seq = c->seq;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CANCEL;
+    m.cancel = &k;
+    c->rstate = R_CANCELLING;
+    if (pr_node_send(c->node, &m) < 0)
+        pr_node_reduce_fail(c, -ETIMEDOUT);
+}
+
+static void client_on_close(struct pr_conn *conn, int status)
+{
+    struct nclient *c = conn->owner;
+    c->conn = NULL;
+    if (c->state == C_UP || c->state == C_JOINING)
+        pr_info("trainer '%s' (worker %lld) disconnected%s%s", c->name,
+                (long long)c->rank, status ? ": " : "",
+                status ? strerror(-status) : "");
+    switch (c->rstate) {
+    case R_QUEUED:
+        /* A group may already be on its way: withdraw, then free. */
+        send_cancel(c);
+        return;
+    case R_GROUPED:
+        /*
+         * The group goes on for the others, but the trainer will never
+         * hear how it ended (a library client whose connection broke has
+         * reported a failure already) and may still hold its tensors: they
+         * must keep their inputs.
+         */
+        pr_node_group_detach(c->node, c);
+        return; /* freed when the reduce ends */
+    case R_CANCELLING:
+        return; /* freed when the reduce ends */
+    case R_NONE:
+        break;
+    }
+    if (c->state == C_JOINING)
+        return; /* freed when the scheduler answers */
+    client_free(c);
+}
+
+static const struct pr_conn_ops client_ops = {
+    .on_msg = client_on_msg,
+    .on_data = NULL,
+    .on_close = client_on_close,
+};
+
+static void on_connection(uv_stream_t *server, int status);
+
+static void refused_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    int again = n->refused_pending && !n->stopping;
+    n->refused_busy = 0;
+    n->refused_pending = 0;
+    if (--n->handles == 0) {
+        free(n);
+        return;
+    }
+    /* libuv holds the connection that waited, and accepts no other. */
+    if (again)
+        on_connection((uv_stream_t *)&n->ipc, 0);
+}
+
+/*
+ * A trainer this daemon cannot take on (no memory for it): accept it into
+ * the spare handle and close it, so that the trainer sees the connection
+ * end. Left unaccepted, it would stop libuv from accepting on this socket
+ * for good. While the spare is still closing, the connection waits (and
+ * libuv with it) until refused_closed_cb tries it again.
+ */
+static void refuse(struct pr_node *n, uv_stream_t *server)
+{
+    if (n->refused_busy) {
+        n->refused_pending = 1;
+        return;
+    }
+    int rc = uv_pipe_init(n->loop, &n->refused, 0);
+    if (rc < 0) {
+        pr_err("trainer socket: uv_pipe_init: %s", uv_strerror(rc));
+        return;
+    }
+    n->refused.data = n;
+    n->refused_busy = 1;
+    n->handles++;
+    rc = uv_accept(server, (uv_stream_t *)&n->refused);
+    if (rc < 0)
+        pr_warn("trainer socket: accept: %s", uv_strerror(rc));
+    uv_close((uv_handle_t *)&n->refused, refused_closed_cb);
+}
+
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "trainer socket",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_UID,
+};
+
+/* A trainer before its hello: told why, as a slow real one may read it. */
+static void stranger_close(struct pr_stranger *st, int status)
+{
+    struct nclient *c =
+        (struct nclient *)((char *)st - offsetof(struct nclient, st));
+    if (!c->conn)
+        return;
+    if (status == -ETIMEDOUT)
+        pr_conn_fail(c->conn, -ETIMEDOUT, "no hello in time");
+    else
+        pr_conn_fail(c->conn, -EAGAIN,
+                     "too many connections without a hello: try again");
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_node *n = server->data;
+    if (status < 0) {
+        pr_warn("trainer socket: %s", uv_strerror(status));
+        return;
+    }
+    struct nclient *c = calloc(1, sizeof(*c));
+    if (c) {
+        c->conn =
+            pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &client_ops, c);
+    }
+    if (!c || !c->conn) {
+        pr_err("trainer socket: out of memory for a trainer: refusing it");
+        free(c);
+        refuse(n, server);
+        return;
+    }
+    c->node = n;
+    c->rank = -1;
+    c->prev_rank = -1;
+    c->cookie = ++n->next_cookie;
+    snprintf(c->conn->name, sizeof(c->conn->name), "trainer connection %u",
+             c->cookie);
+    c->next = n->clients;
+    n->clients = c;
+    n->nclients++;
+    if (uv_accept(server, &c->conn->h.stream) < 0) {
+        pr_conn_close(c->conn, -ECONNABORTED);
+        return;
+    }
+    pr_source_pipe(&c->conn->h.pipe, c->st.source, sizeof(c->st.source));
+    c->st.name = c->conn->name;
+    c->st.close = stranger_close;
+    if (pr_strangers_admit(&n->strangers, &stranger_rules, &c->st,
+                           uv_now(n->loop)) < 0) {
+        pr_conn_fail(c->conn, -EAGAIN,
+                     "too many connections without a hello: try again");
+        return;
+    }
+    if (pr_conn_start(c->conn) < 0)
+        pr_conn_close(c->conn, -EIO);
+}
+
+static int mkdir_parent(const char *path)
+{
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/*
+ * What is at the socket path before this daemon binds it: 0 when nothing
+ * is, or a stale socket file that nobody answers on (removed, with a log
+ * line); -EADDRINUSE when a daemon answers there (taking its path would
+ * leave it running but unreachable); -EEXIST when it is no socket.
+ */
+static int clear_socket_path(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) {
+        pr_err("trainer socket: %s exists and is not a socket: not "
+               "starting",
+               path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+    close(fd);
+    /* EAGAIN: its backlog is full, so a daemon is there (and busy). */
+    if (rc == 0 || rc == -EAGAIN) {
+        pr_err("trainer socket: %s is in use by a running daemon: not "
+               "starting (give this one another node.socket)",
+               path);
+        return -EADDRINUSE;
+    }
+    if (rc != -ECONNREFUSED) {
+        pr_err("trainer socket: probing %s: connect: %s", path, strerror(-rc));
+        return rc;
+    }
+    pr_info("trainer socket: %s is stale (nobody answers): replacing it", path);
+    if (unlink(path) < 0 && errno != ENOENT) {
+        rc = -errno;
+        pr_err("trainer socket: unlink %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+int pr_node_ipc_listen(struct pr_node *n)
+{
+    const char *path = n->conf->node_socket;
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        pr_err("trainer socket: %s: %zu bytes, a Unix socket path holds "
+               "%zu at most",
+               path, strlen(path), sizeof(sa.sun_path) - 1);
+        return -ENAMETOOLONG;
+    }
+    int rc = mkdir_parent(path);
+    if (rc < 0) {
+        pr_err("trainer socket: mkdir for %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    rc = clear_socket_path(path);
+    if (rc < 0)
+        return rc;
+    uv_pipe_init(n->loop, &n->ipc, 0);
+    n->ipc.data = n;
+    n->ipc_open = 1;
+    rc = uv_pipe_bind(&n->ipc, path);
+    if (rc == 0) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            n->ipc_dev = st.st_dev;
+            n->ipc_ino = st.st_ino;
+        }
+        rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
+    }
+    if (rc < 0) {
+        pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
+        return rc;
+    }
+    pr_info("trainers connect to %s", path);
+    return 0;
+}
+
+static void ipc_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    if (--n->handles == 0)
+        free(n);
+}
+
+void pr_node_ipc_close(struct pr_node *n)
+{
+    while (n->clients) {
+        struct nclient *c = n->clients;
+        if (c->conn) {
+            /* Detach: the conn's close callback must not see c. */
+            struct pr_conn *conn = c->conn;
+            c->conn = NULL;
+            pr_conn_detach_close(conn);
+        }
+        n->clients = c->next;
+        pr_stranger_remove(&c->st);
+        for (size_t i = 0; i < c->ntensors; i++)
+            pr_node_tensor_free(c->node, &c->tensors[i]);
+        free(c->tensors);
+        free(c->parts);
+        free(c);
+    }
+    if (n->ipc_open) {
+        n->handles++;
+        uv_close((uv_handle_t *)&n->ipc, ipc_closed_cb);
+        /* Only the file this daemon bound: another's would be cut off. */
+        struct stat st;
+        if (n->ipc_ino && stat(n->conf->node_socket, &st) == 0 &&
+            st.st_dev == n->ipc_dev && st.st_ino == n->ipc_ino)
+            unlink(n->conf->node_socket);
+    }
+}
+
+void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
+{
+    uint64_t now_ns = uv_hrtime();
+    pr_strangers_sweep(&n->strangers, &stranger_rules,
+                       n->conf->node_connect_timeout_ms, now_ms);
+    struct nclient *c = n->clients;
+    while (c) {
+        struct nclient *next = c->next;
+        if (c->state == C_WAIT && now_ms >= c->deadline_ms) {
+            c->state = C_HELLO;
+            if (c->conn)
+                pr_conn_fail(c->conn, -ENOTCONN,
+                             "the scheduler is unreachable");
+        } else if (c->rstate == R_QUEUED && now_ns >= c->reduce_deadline_ns) {
+            send_cancel(c);
+        } else if (c->rstate == R_CANCELLING &&
+                   now_ns >= c->reduce_deadline_ns +
+                                 (uint64_t)PR_NODE_GRACE_MS * 1000000) {
+            /*
+             * Neither a Group nor a Reject came in the grace: give up, so
+             * that the trainer hears in time. A Group that still comes
+             * finds no reduce waiting and is refused.
+             */
+            pr_warn("worker %lld: no answer to its cancel: failing its "
+                    "reduce",
+                    (long long)c->rank);
+            pr_node_reduce_fail(c, -ETIMEDOUT);
+        }
+        c = next;
+    }
+}
+
+void pr_node_ipc_sched_lost(struct pr_node *n)
+{
+    struct nclient *c = n->clients;
+    while (c) {
+        struct nclient *next = c->next;
+        /*
+         * Ranks belong to the scheduler session that gave them; the next
+         * session is asked for the same one (pr_node_ipc_sched_up).
+         */
+        if (c->rank >= 0)
+            c->prev_rank = c->rank;
+        c->rank = -1;
+        if (c->rstate == R_QUEUED || c->rstate == R_CANCELLING) {
+            pr_node_reduce_fail(c, -ECONNRESET);
+        } else if (c->state == C_JOINING) {
+            /* No WorkerJoined will come: the trainer must start over. */
+            c->state = C_HELLO;
+            if (c->conn)
+                pr_conn_fail(c->conn, -ECONNRESET, "the scheduler went away");
+            else
+                client_free(c);
+        }
+        c = next;
+    }
+}
+
+void pr_node_ipc_sched_up(struct pr_node *n)
+{
+    for (struct nclient *c = n->clients; c; c = c->next) {
+        if (c->state == C_WAIT && c->conn) {
+            send_join(c);
+            continue;
+        }
+        if (c->state != C_UP || !c->conn)
+            continue;
+        c->rank = -1;
+        Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+        j.cookie = c->cookie;
+        j.name = c->name;
+        j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
+        Pr__V1__Msg m = PR_MSG_INIT;
+        m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
+        m.worker_join = &j;
+        pr_node_send(n, &m);
+    }
+}

@@ -1,0 +1,141 @@
+/*
+ * The node role's metrics (metrics.h): what the node, its reduce engine and
+ * its transports counted since start, and each local trainer's version.
+ * Read on the loop thread, like everything in struct pr_node.
+ */
+#include <stdio.h>
+
+#include "daemon/base/metrics.h"
+#include "daemon/node/node_int.h"
+#include "daemon/xport/rdma/rdma.h"
+
+static void counter2(struct pr_metrics_buf *b, const char *name,
+                     const char *help, const char *label, const char *v1,
+                     uint64_t x1, const char *v2, uint64_t x2)
+{
+    pr_metrics_header(b, name, "counter", help);
+    pr_metrics_printf(b, "%s{%s=\"%s\"} %llu\n%s{%s=\"%s\"} %llu\n", name,
+                      label, v1, (unsigned long long)x1, name, label, v2,
+                      (unsigned long long)x2);
+}
+
+static void one(struct pr_metrics_buf *b, const char *name, const char *type,
+                const char *help, uint64_t x)
+{
+    pr_metrics_header(b, name, type, help);
+    pr_metrics_printf(b, "%s %llu\n", name, (unsigned long long)x);
+}
+
+static void gauge(struct pr_metrics_buf *b, const char *name, const char *help,
+                  uint64_t x)
+{
+    one(b, name, "gauge", help, x);
+}
+
+static void counter(struct pr_metrics_buf *b, const char *name,
+                    const char *help, uint64_t x)
+{
+    one(b, name, "counter", help, x);
+}
+
+static void bytes(struct pr_metrics_buf *b, const char *transport,
+                  uint64_t sent, uint64_t recv)
+{
+    pr_metrics_printf(b,
+                      "preduce_node_bytes_total{transport=\"%s\","
+                      "direction=\"sent\"} %llu\n"
+                      "preduce_node_bytes_total{transport=\"%s\","
+                      "direction=\"received\"} %llu\n",
+                      transport, (unsigned long long)sent, transport,
+                      (unsigned long long)recv);
+}
+
+int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
+{
+    const struct pr_node *n = ctx;
+    const struct pr_conf *c = n->conf;
+    char job[2 * 64 + 1], name[2 * 64 + 1];
+    struct pr_engine_stats es = {0};
+    struct pr_tcp_xport_stats ts = {0};
+    struct pr_rdma_stats rs = {0};
+    if (n->engine)
+        pr_engine_stats(n->engine, &es);
+    if (n->xport)
+        pr_tcp_xport_stats(n->xport, &ts);
+    if (n->rdma)
+        pr_rdma_stats(n->rdma, &rs);
+
+    pr_metrics_header(b, "preduce_info", "gauge",
+                      "This daemon: role, job and name.");
+    pr_metrics_printf(b,
+                      "preduce_info{role=\"node\",job=\"%s\",name=\"%s\","
+                      "node_id=\"%u\"} 1\n",
+                      pr_metrics_escape(c->job, job, sizeof(job)),
+                      pr_metrics_escape(c->node_name, name, sizeof(name)),
+                      n->self);
+    gauge(b, "preduce_node_scheduler_up",
+          "1 while the link to the scheduler is up.",
+          (uint64_t)pr_node_sched_up(n));
+    /* Connections before their hello are no trainers yet (stranger.h). */
+    gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
+          n->nclients - n->strangers.count);
+    counter2(b, "preduce_node_reduces_total",
+             "Trainers' reduces answered, by outcome.", "status", "ok",
+             n->reduces_ok, "failed", n->reduces_failed);
+    pr_metrics_header(b, "preduce_node_reduce_seconds", "summary",
+                      "Time from a trainer's reduce request to its "
+                      "successful answer.");
+    pr_metrics_printf(b,
+                      "preduce_node_reduce_seconds_sum %.6f\n"
+                      "preduce_node_reduce_seconds_count %llu\n",
+                      (double)n->reduce_us_sum / 1e6,
+                      (unsigned long long)n->reduce_us_count);
+    counter2(b, "preduce_node_groups_total",
+             "This node's parts of groups run by the reduce engine, by "
+             "outcome.",
+             "status", "ok", es.groups_ok, "failed", es.groups_failed);
+    counter(b, "preduce_node_groups_in_place_total",
+            "Of the groups that ended ok, those whose results went straight "
+            "into the tensor of a trainer that asked for it "
+            "(preduce_set_in_place).",
+            es.groups_in_place);
+    gauge(b, "preduce_node_groups_running", "Groups in the reduce engine now.",
+          n->engine ? pr_engine_running(n->engine) : 0);
+    counter2(b, "preduce_node_stash_chunks_total",
+             "Chunks that arrived before their group: kept for it, or "
+             "dropped (stale, or the stash full).",
+             "result", "stashed", es.chunks_stashed, "dropped",
+             es.chunks_dropped);
+    counter(b, "preduce_node_reduced_bytes_total",
+            "Result bytes written back into trainers' tensors.",
+            es.bytes_reduced);
+    pr_metrics_header(b, "preduce_node_bytes_total", "counter",
+                      "Data bytes to and from peer daemons, by transport.");
+    bytes(b, "tcp", ts.bytes_sent, ts.bytes_recv);
+    bytes(b, "rdma", rs.bytes_sent, rs.bytes_recv);
+    gauge(b, "preduce_node_links_up", "Links to peer daemons that are up.",
+          ts.links_up);
+    gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
+          n->rdma != NULL);
+    counter2(b, "preduce_node_rdma_writes_total",
+             "RDMA writes posted to peer daemons: data (returned credits "
+             "ride along) and credit-only messages.",
+             "kind", "data", rs.writes, "credit", rs.credit_msgs);
+    counter(b, "preduce_node_rdma_cq_events_total",
+            "Completion-channel events read (wake-ups for RDMA completions).",
+            rs.cq_events);
+
+    pr_metrics_header(b, "preduce_worker_version", "gauge",
+                      "Model version of each local trainer after its last "
+                      "reduce (rank -1: not registered).");
+    for (const struct nclient *w = n->clients; w; w = w->next) {
+        if (!w->conn || !w->name[0])
+            continue;
+        pr_metrics_printf(b,
+                          "preduce_worker_version{worker=\"%s\",rank=\"%lld\"}"
+                          " %llu\n",
+                          pr_metrics_escape(w->name, name, sizeof(name)),
+                          (long long)w->rank, (unsigned long long)w->version);
+    }
+    return b->err;
+}

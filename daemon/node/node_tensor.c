@@ -1,0 +1,241 @@
+/*
+ * Trainers' tensors on the node: shared memory (a sealed memfd, mapped here
+ * and passed to the trainer on its TensorCreated frame), registered for
+ * RDMA when there is a device, and freed once no reduce reads them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/base/log.h"
+#include "daemon/node/node_int.h"
+#include "daemon/xport/rdma/rdma.h"
+
+void pr_node_tensor_free(struct pr_node *n, struct ntensor *t)
+{
+    if (t->data) {
+        if (n->rdma)
+            pr_rdma_unreg(n->rdma, t->data);
+        munmap(t->data, t->n * sizeof(float));
+        n->ntensors--;
+    }
+    t->data = NULL;
+}
+
+/*
+ * The most tensors this node maps at once: node.max_tensors, but never so
+ * many that the kernel's map count limit (vm.max_map_count) is reached,
+ * where every mmap fails (trainers of any node would get -ENOMEM and time
+ * out). PR_NODE_MAP_RESERVE maps are kept for the daemon's own (libraries,
+ * scratch buffers, RDMA registrations).
+ */
+static uint64_t node_tensor_cap(const struct pr_node *n)
+{
+    uint64_t cap = n->conf->node_max_tensors;
+    if (n->max_map_count > PR_NODE_MAP_RESERVE &&
+        n->max_map_count - PR_NODE_MAP_RESERVE < cap)
+        cap = n->max_map_count - PR_NODE_MAP_RESERVE;
+    return cap;
+}
+
+/*
+ * Per-trainer and per-node limits, checked before anything is allocated:
+ * 0, or an errno with why[] filled in: -EDQUOT for the trainer's own
+ * quota (count or MiB), -ENOSPC when the node holds all it may.
+ */
+static int check_limits(const struct nclient *c, uint64_t nfloats, char *why,
+                        size_t why_len)
+{
+    const struct pr_conf *conf = c->node->conf;
+    if (c->ntensors >= conf->node_trainer_max_tensors) {
+        snprintf(why, why_len,
+                 "the trainer holds %zu tensors, at most %u "
+                 "(node.trainer_max_tensors)",
+                 c->ntensors, conf->node_trainer_max_tensors);
+        return -EDQUOT;
+    }
+    uint64_t bytes = nfloats * sizeof(float);
+    for (size_t i = 0; i < c->ntensors; i++)
+        bytes += (uint64_t)c->tensors[i].n * sizeof(float);
+    uint64_t max_bytes = (uint64_t)conf->node_trainer_max_mb << 20;
+    if (bytes > max_bytes) {
+        snprintf(why, why_len,
+                 "the trainer's tensors would take %llu MiB, at most %u "
+                 "(node.trainer_max_mb)",
+                 (unsigned long long)((bytes + (1 << 20) - 1) >> 20),
+                 conf->node_trainer_max_mb);
+        return -EDQUOT;
+    }
+    uint64_t cap = node_tensor_cap(c->node);
+    if (c->node->ntensors >= cap) {
+        snprintf(why, why_len,
+                 "this node holds %llu tensors, at most %llu "
+                 "(node.max_tensors, vm.max_map_count)",
+                 (unsigned long long)c->node->ntensors,
+                 (unsigned long long)cap);
+        return -ENOSPC;
+    }
+    return 0;
+}
+
+/*
+ * Sends one frame with `fd` attached. libuv cannot pass an arbitrary fd on
+ * a stream, so this writes the frame itself; it is only safe when nothing
+ * is queued ahead of it on the stream, which holds for this request/answer
+ * protocol (the trainer waits for this answer and reads meanwhile).
+ */
+static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = pr_msg_frame(m, PR_CTRL_MAX_FRAME, &buf, &len);
+    if (rc < 0)
+        return rc;
+    uv_os_fd_t sock;
+    if (pr_conn_write_queue(c->conn) != 0 ||
+        uv_fileno(&c->conn->h.handle, &sock) < 0) {
+        free(buf);
+        return -EAGAIN;
+    }
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t w;
+    do
+        w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        rc = -errno;
+        free(buf);
+        return rc;
+    }
+    if ((size_t)w < len) {
+        /* The fd went with the first byte; the rest may queue normally. */
+        uv_buf_t b = uv_buf_init((char *)buf + w, (unsigned)(len - (size_t)w));
+        rc = uv_try_write(&c->conn->h.stream, &b, 1);
+        if (rc < 0 || (size_t)rc < b.len) {
+            free(buf);
+            return -EAGAIN;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
+{
+    struct pr_node *n = c->node;
+    uint64_t max =
+        (uint64_t)n->conf->node_max_tensor_mb * 1024 * 1024 / sizeof(float);
+    if (t->nfloats == 0 || t->nfloats > max) {
+        char why[128];
+        snprintf(why, sizeof(why),
+                 "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
+                 (unsigned long long)t->nfloats, (unsigned long long)max);
+        pr_warn("%s: %s", c->conn->name, why);
+        pr_node_reply_error(c, -EINVAL, why);
+        return 0;
+    }
+    char why[160];
+    int rc = check_limits(c, t->nfloats, why, sizeof(why));
+    if (rc < 0) {
+        pr_warn("%s: tensor of %llu floats refused: %s", c->conn->name,
+                (unsigned long long)t->nfloats, why);
+        pr_node_reply_error(c, rc, why);
+        return 0;
+    }
+    if (c->ntensors == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 8;
+        struct ntensor *nt = realloc(c->tensors, cap * sizeof(*nt));
+        if (!nt) {
+            pr_node_reply_error(c, -ENOMEM, "out of memory");
+            return 0;
+        }
+        c->tensors = nt;
+        c->cap = cap;
+    }
+    size_t bytes = (size_t)t->nfloats * sizeof(float);
+    char label[96];
+    snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
+             c->next_tensor_id + 1);
+    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *p = MAP_FAILED;
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+            MAP_FAILED)
+        rc = -errno;
+    if (rc < 0) {
+        pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
+               c->conn->name, bytes, strerror(-rc));
+        if (fd >= 0)
+            close(fd);
+        pr_node_reply_error(c, rc, "cannot allocate shared memory");
+        return 0;
+    }
+    /*
+     * With RDMA the tensor is registered once, here, so a group can post it
+     * to the wire as it is (engine.c direct sends).
+     */
+    if (n->rdma && (rc = pr_rdma_reg(n->rdma, p, bytes)) < 0) {
+        munmap(p, bytes);
+        close(fd);
+        pr_node_reply_error(c, rc, "cannot register the tensor for RDMA");
+        return 0;
+    }
+    struct ntensor *nt = &c->tensors[c->ntensors];
+    *nt =
+        (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
+    n->ntensors++; /* pr_node_tensor_free() takes it back */
+    Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
+    r.tensor_id = nt->id;
+    r.nfloats = t->nfloats;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATED;
+    m.tensor_created = &r;
+    rc = send_with_fd(c, &m, fd);
+    close(fd);
+    if (rc < 0) {
+        pr_warn("%s: passing the tensor's memfd: %s", c->conn->name,
+                strerror(-rc));
+        pr_node_tensor_free(n, nt);
+        return rc;
+    }
+    c->ntensors++;
+    return 0;
+}
+
+struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id)
+{
+    for (size_t i = 0; i < c->ntensors; i++)
+        if (c->tensors[i].id == id && !c->tensors[i].doomed)
+            return &c->tensors[i];
+    return NULL;
+}
+
+void pr_node_tensor_destroy(struct nclient *c, uint32_t id)
+{
+    struct ntensor *t = pr_node_tensor_by_id(c, id);
+    if (!t)
+        return;
+    if (t->busy) {
+        t->doomed = 1;
+        return;
+    }
+    pr_node_tensor_free(c->node, t);
+    *t = c->tensors[--c->ntensors];
+}

@@ -1,0 +1,553 @@
+/*
+ * The scheduler's decision logic (see sched_core.h): worker states, the
+ * ready queue and the three policies. The group generator lives in
+ * sched_gen.c, the staleness weights in sched_weights.c.
+ *
+ * Costs: per-worker state is an array indexed by rank, grown by doubling.
+ * The ready queue is an intrusive doubly linked FIFO through that array, so
+ * ready(), cancel() and the "is a group due" test are O(1) (plus one
+ * union-find find for the generator's bookkeeping); forming a group costs
+ * O(group size). Nothing scans all workers except remove_worker() of a
+ * worker that shares a component, the generator's window reset, and a
+ * generator hold that lasts over 1 ms (its bound, its expiry: at most one
+ * scan per millisecond held, see sched_gen.c).
+ *
+ * Dynamic policy: one adapted window per core, not per worker. A group is
+ * opened by the oldest queued worker, so a per-worker window would in
+ * effect be that worker's; one window shared by the core adapts to the
+ * cluster as a whole and keeps deadline_us() O(1). After every dynamic
+ * group: size < min(group_min, live) doubles it (from at least 1 us, up to
+ * window_max_ms), else it is multiplied by 0.9 (down to window_min_ms).
+ */
+#include "daemon/sched/core/sched_core.h"
+#include "daemon/sched/core/sched_core_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Times in params are at most this many milliseconds (about 11.6 days). */
+#define MS_LIMIT    1e9
+#define INITIAL_CAP 16u
+/* The smallest window doubling starts from, so that 0 can still grow. */
+#define WINDOW_FLOOR_MS 0.001
+
+uint64_t pr_sched_ms_to_us(double ms)
+{
+    return (uint64_t)ceil(ms * 1000.0);
+}
+
+static int ms_ok(double ms)
+{
+    return ms >= 0.0 && ms <= MS_LIMIT; /* false for NaN */
+}
+
+/*
+ * Groups may form from the moment min_workers workers are live (now_us:
+ * when; a dynamic window opens no earlier than that).
+ */
+static void check_started(struct pr_sched_core *c, uint64_t now_us)
+{
+    if (!c->started && c->live >= c->p.min_workers) {
+        c->started = 1;
+        c->started_us = now_us;
+    }
+}
+
+void pr_sched_core_mark_started(struct pr_sched_core *c, uint64_t now_us)
+{
+    if (c != NULL && !c->started) {
+        c->started = 1;
+        c->started_us = now_us;
+    }
+}
+
+static int params_ok(const struct pr_sched_params *p)
+{
+    if (p == NULL) {
+        return 0;
+    }
+    switch (p->policy) {
+    case PR_POLICY_ALLREDUCE:
+        break;
+    case PR_POLICY_CONSTANT:
+        if (p->group_size < 1) {
+            return 0;
+        }
+        break;
+    case PR_POLICY_DYNAMIC:
+        if (p->group_max != 0 && p->group_min > p->group_max) {
+            return 0;
+        }
+        if (!ms_ok(p->window_min_ms) || !ms_ok(p->window_ms) ||
+            !ms_ok(p->window_max_ms) || p->window_min_ms > p->window_ms ||
+            p->window_ms > p->window_max_ms) {
+            return 0;
+        }
+        break;
+    default:
+        return 0;
+    }
+    switch (p->weighting) {
+    case PR_WEIGHT_UNIFORM:
+        break;
+    case PR_WEIGHT_STALENESS:
+        if (!(p->staleness_alpha > 0.0 && p->staleness_alpha < 1.0)) {
+            return 0;
+        }
+        break;
+    default:
+        return 0;
+    }
+    return ms_ok(p->gen_hold_ms) && ms_ok(p->gen_hold_max_ms);
+}
+
+struct pr_sched_core *pr_sched_core_create(const struct pr_sched_params *p)
+{
+    struct pr_sched_core *c;
+
+    if (!params_ok(p)) {
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->p = *p;
+    c->head = PR_SCHED_NIL;
+    c->tail = PR_SCHED_NIL;
+    c->next_id = 1;
+    c->window_ms = p->window_ms;
+    check_started(c, 0);
+    pr_sched_gen_params_changed(c);
+    return c;
+}
+
+void pr_sched_core_destroy(struct pr_sched_core *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    free(c->w);
+    free(c);
+}
+
+int pr_sched_core_check_params(const struct pr_sched_params *p)
+{
+    return params_ok(p) ? 0 : -EINVAL;
+}
+
+int pr_sched_core_set_params(struct pr_sched_core *c,
+                             const struct pr_sched_params *p)
+{
+    if (c == NULL || !params_ok(p)) {
+        return -EINVAL;
+    }
+    int restart =
+        c->p.policy != PR_POLICY_DYNAMIC || c->p.window_ms != p->window_ms;
+
+    c->p = *p;
+    /* Lowered to what has joined: the queued ones have waited enough. */
+    check_started(c, 0);
+    /* A new initial window restarts adaptation; else keep what was learnt */
+    if (restart) {
+        c->window_ms = p->window_ms;
+    }
+    if (c->window_ms < p->window_min_ms) {
+        c->window_ms = p->window_min_ms;
+    }
+    if (c->window_ms > p->window_max_ms) {
+        c->window_ms = p->window_max_ms;
+    }
+    pr_sched_gen_params_changed(c);
+    return 0;
+}
+
+static int grow(struct pr_sched_core *c, uint32_t rank)
+{
+    uint32_t cap = c->cap > 0 ? c->cap : INITIAL_CAP;
+    struct pr_sched_wk *w;
+
+    while (cap <= rank) {
+        cap *= 2;
+    }
+    if (cap > PR_SCHED_MAX) {
+        cap = PR_SCHED_MAX;
+    }
+    w = realloc(c->w, (size_t)cap * sizeof(*w));
+    if (w == NULL) {
+        return -ENOMEM;
+    }
+    memset(&w[c->cap], 0, (size_t)(cap - c->cap) * sizeof(*w));
+    c->w = w;
+    c->cap = cap;
+    return 0;
+}
+
+static int known(const struct pr_sched_core *c, uint32_t rank)
+{
+    return rank < c->cap && c->w[rank].state != PR_SCHED_ABSENT;
+}
+
+int pr_sched_core_add_worker(struct pr_sched_core *c, uint32_t rank,
+                             uint32_t node, uint64_t now_us)
+{
+    if (c == NULL || rank >= PR_SCHED_MAX) {
+        return -EINVAL;
+    }
+    if (known(c, rank)) {
+        return -EEXIST;
+    }
+    if (rank >= c->cap) {
+        int rc = grow(c, rank);
+
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    struct pr_sched_wk *k = &c->w[rank];
+
+    memset(k, 0, sizeof(*k));
+    k->state = PR_SCHED_IDLE;
+    k->node = node;
+    k->prev = PR_SCHED_NIL;
+    k->next = PR_SCHED_NIL;
+    c->live++;
+    check_started(c, now_us);
+    pr_sched_gen_add(c, rank, now_us);
+    return 0;
+}
+
+static void enqueue(struct pr_sched_core *c, uint32_t rank)
+{
+    struct pr_sched_wk *k = &c->w[rank];
+
+    k->prev = c->tail;
+    k->next = PR_SCHED_NIL;
+    if (c->tail != PR_SCHED_NIL) {
+        c->w[c->tail].next = rank;
+    } else {
+        c->head = rank;
+    }
+    c->tail = rank;
+    c->queued++;
+    pr_sched_gen_enqueued(c, rank);
+}
+
+static void unlink_ready(struct pr_sched_core *c, uint32_t rank)
+{
+    struct pr_sched_wk *k = &c->w[rank];
+
+    if (k->prev != PR_SCHED_NIL) {
+        c->w[k->prev].next = k->next;
+    } else {
+        c->head = k->next;
+    }
+    if (k->next != PR_SCHED_NIL) {
+        c->w[k->next].prev = k->prev;
+    } else {
+        c->tail = k->prev;
+    }
+    k->prev = PR_SCHED_NIL;
+    k->next = PR_SCHED_NIL;
+    c->queued--;
+    pr_sched_gen_dequeued(c, rank);
+    if (c->queued == 0) {
+        c->holding = 0;
+    }
+}
+
+int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
+                                uint64_t now_us)
+{
+    (void)now_us;
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    if (!known(c, rank)) {
+        return -ENOENT;
+    }
+    if (c->w[rank].state == PR_SCHED_READY) {
+        unlink_ready(c, rank);
+    }
+    pr_sched_gen_remove(c, rank);
+    c->w[rank].state = PR_SCHED_ABSENT;
+    c->live--;
+    /* Everybody left: a job that comes next waits for min_workers again. */
+    if (c->live == 0) {
+        c->started = 0;
+    }
+    pr_sched_gen_check(c);
+    return 0;
+}
+
+/*
+ * The worker's pace, for the generator's hold (sched_gen.c, design 5): an
+ * EWMA (weight 1/4) of its ready-to-ready interval, each sample capped at
+ * the longest hold. The first READY since it joined gives no interval.
+ */
+static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
+                 uint64_t now_us)
+{
+    if (k->readied) {
+        uint64_t dt = now_us > k->ready_us ? now_us - k->ready_us : 0;
+
+        if (dt > c->hold_max_us) {
+            dt = c->hold_max_us;
+        }
+        k->ewma_us = k->timed ? k->ewma_us - k->ewma_us / 4 + dt / 4 : dt;
+        k->timed = 1;
+    }
+    k->readied = 1;
+}
+
+int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
+                        uint64_t version, uint64_t seq, uint64_t now_us)
+{
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    if (!known(c, rank)) {
+        return -ENOENT;
+    }
+    struct pr_sched_wk *k = &c->w[rank];
+
+    if (k->state == PR_SCHED_READY) {
+        return -EALREADY;
+    }
+    /* From IDLE, or GROUPED: a new READY means its group part ended. */
+    pace(c, k, now_us);
+    if (k->late) {
+        pr_sched_gen_unlate(c, rank);
+    }
+    k->state = PR_SCHED_READY;
+    k->version = version;
+    k->seq = seq;
+    k->ready_us = now_us;
+    enqueue(c, rank);
+    return 0;
+}
+
+int pr_sched_core_cancel(struct pr_sched_core *c, uint32_t rank, uint64_t seq,
+                         uint64_t now_us)
+{
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    if (!known(c, rank) || c->w[rank].state != PR_SCHED_READY ||
+        c->w[rank].seq != seq) {
+        return -ENOENT;
+    }
+    unlink_ready(c, rank);
+    c->w[rank].state = PR_SCHED_IDLE;
+    c->w[rank].left_us = now_us;
+    return 0;
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
+/*
+ * Is a group due at now_us? If so, *n is how many queued workers it takes
+ * and *cap the most it could ever hold (for the generator's hold rule).
+ */
+/*
+ * When the dynamic window opened: when the oldest queued worker became
+ * ready, or when min_workers were reached if that came later.
+ */
+static uint64_t window_open_us(const struct pr_sched_core *c)
+{
+    uint64_t t = c->w[c->head].ready_us;
+    return t > c->started_us ? t : c->started_us;
+}
+
+static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
+               uint32_t *cap)
+{
+    if (c->queued == 0 || !c->started) {
+        return 0;
+    }
+    switch (c->p.policy) {
+    case PR_POLICY_ALLREDUCE:
+        *n = *cap = c->live;
+        return c->queued == c->live;
+    case PR_POLICY_CONSTANT:
+        *n = *cap = min_u32(c->p.group_size, c->live);
+        return c->queued >= *n;
+    default: {
+        uint32_t gmax = c->live;
+
+        if (c->p.group_max != 0) {
+            gmax = min_u32(c->p.group_max, c->live);
+        }
+        *cap = gmax;
+        *n = min_u32(c->queued, gmax);
+        if (c->queued >= gmax) {
+            return 1;
+        }
+        return now_us >= window_open_us(c) + pr_sched_ms_to_us(c->window_ms);
+    }
+    }
+}
+
+static void adapt_window(struct pr_sched_core *c, uint32_t n)
+{
+    uint32_t gmin = min_u32(c->p.group_min, c->live);
+    double win = c->window_ms;
+
+    if (n < gmin) {
+        win *= 2.0;
+        if (win < WINDOW_FLOOR_MS) {
+            win = WINDOW_FLOOR_MS;
+        }
+        if (win > c->p.window_max_ms) {
+            win = c->p.window_max_ms;
+        }
+    } else {
+        win *= 0.9;
+        if (win < c->p.window_min_ms) {
+            win = c->p.window_min_ms;
+        }
+    }
+    c->window_ms = win;
+}
+
+int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
+                             struct pr_sched_group *g)
+{
+    uint32_t n = 0;
+    uint32_t cap = 0;
+    uint64_t max_version = 0;
+    int personal = 0;
+
+    if (c == NULL || g == NULL) {
+        return -EINVAL;
+    }
+    memset(g, 0, sizeof(*g));
+    if (!due(c, now_us, &n, &cap)) {
+        c->holding = 0;
+        return 0;
+    }
+    if (pr_sched_gen_hold(c, cap, now_us)) {
+        return 0;
+    }
+    struct pr_sched_member *m = calloc(n, sizeof(*m));
+
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    /* Choose; nothing observable changes until the weights are in. */
+    if (c->steering) {
+        pr_sched_gen_select(c, n, m);
+    } else {
+        uint32_t i = c->head;
+
+        for (uint32_t j = 0; j < n; j++, i = c->w[i].next) {
+            m[j].rank = i;
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        const struct pr_sched_wk *k = &c->w[m[j].rank];
+
+        m[j].node = k->node;
+        m[j].version = k->version;
+        m[j].seq = k->seq;
+        m[j].weight = 1.0 / (double)n;
+        if (k->version > max_version) {
+            max_version = k->version;
+        }
+    }
+    if (c->p.policy != PR_POLICY_ALLREDUCE &&
+        c->p.weighting == PR_WEIGHT_STALENESS) {
+        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
+
+        if (rc < 0) {
+            free(m);
+            return rc;
+        }
+        personal = 1;
+    }
+
+    /* Commit. */
+    for (uint32_t j = 0; j < n; j++) {
+        unlink_ready(c, m[j].rank);
+        c->w[m[j].rank].state = PR_SCHED_GROUPED;
+        c->w[m[j].rank].left_us = now_us;
+    }
+    c->holding = 0;
+    pr_sched_gen_formed(c, m, n);
+    if (c->p.policy == PR_POLICY_DYNAMIC) {
+        adapt_window(c, n);
+    }
+    g->id = c->next_id++;
+    g->n = n;
+    g->members = m;
+    g->max_version = max_version;
+    g->personal = personal;
+    return 1;
+}
+
+void pr_sched_group_fini(struct pr_sched_group *g)
+{
+    if (g == NULL) {
+        return;
+    }
+    free(g->members);
+    g->members = NULL;
+    g->n = 0;
+}
+
+int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
+{
+    if (c == NULL || c->queued == 0 || !c->started) {
+        return -1;
+    }
+    if (c->holding) {
+        return (int64_t)c->hold_until_us;
+    }
+    if (c->p.policy == PR_POLICY_DYNAMIC) {
+        return (int64_t)(window_open_us(c) + pr_sched_ms_to_us(c->window_ms));
+    }
+    return -1;
+}
+
+uint32_t pr_sched_core_live(const struct pr_sched_core *c)
+{
+    return c != NULL ? c->live : 0;
+}
+
+uint32_t pr_sched_core_queued(const struct pr_sched_core *c)
+{
+    return c != NULL ? c->queued : 0;
+}
+
+void pr_sched_core_stats(const struct pr_sched_core *c,
+                         struct pr_sched_stats *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    if (c == NULL) {
+        memset(st, 0, sizeof(*st));
+        return;
+    }
+    *st = c->st;
+}
+
+uint32_t pr_sched_core_components(const struct pr_sched_core *c)
+{
+    return c != NULL ? c->ncomp : 0;
+}
+
+int pr_sched_core_steering(const struct pr_sched_core *c)
+{
+    return c != NULL && c->steering;
+}
+
+double pr_sched_core_window_ms(const struct pr_sched_core *c)
+{
+    return c != NULL ? c->window_ms : 0.0;
+}

@@ -1,0 +1,536 @@
+#include "daemon/sched/sched.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/base/conn.h"
+#include "daemon/base/log.h"
+#include "daemon/base/metrics.h"
+#include "daemon/sched/core/sched_core.h"
+#include "daemon/sched/sched_int.h"
+
+static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->policy = c->sched_policy;
+    p->group_size = c->sched_group_size;
+    p->min_workers = c->sched_min_workers;
+    p->group_min = c->sched_group_min;
+    p->group_max = c->sched_group_max;
+    p->window_ms = c->sched_window_ms;
+    p->window_min_ms = c->sched_window_min_ms;
+    p->window_max_ms = c->sched_window_max_ms;
+    p->weighting = c->sched_weighting;
+    p->staleness_alpha = c->sched_staleness_alpha;
+    p->isolation_bound = c->sched_isolation_bound;
+    p->gen_hold_ms = c->sched_gen_hold_ms;
+    p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
+}
+
+struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id)
+{
+    for (struct snode *n = s->nodes; n; n = n->next)
+        if (n->id == id)
+            return n;
+    return NULL;
+}
+
+void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
+{
+    int rc = pr_conn_send(n->conn, m);
+    if (rc < 0)
+        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
+}
+
+static void broadcast_peers(struct pr_sched *s)
+{
+    size_t n = 0;
+    for (struct snode *x = s->nodes; x; x = x->next)
+        n += x->id != 0;
+    Pr__V1__Peer *peers = calloc(n ? n : 1, sizeof(*peers));
+    Pr__V1__Peer **pp = calloc(n ? n : 1, sizeof(*pp));
+    if (!peers || !pp) {
+        free(peers);
+        free(pp);
+        return;
+    }
+    size_t i = 0;
+    for (struct snode *x = s->nodes; x; x = x->next) {
+        if (!x->id)
+            continue;
+        pr__v1__peer__init(&peers[i]);
+        peers[i].node_id = x->id;
+        peers[i].data_addr = x->data_addr;
+        pp[i] = &peers[i];
+        i++;
+    }
+    Pr__V1__PeerList pl = PR__V1__PEER_LIST__INIT;
+    pl.n_peers = n;
+    pl.peers = pp;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_PEER_LIST;
+    m.peer_list = &pl;
+    for (struct snode *x = s->nodes; x; x = x->next)
+        if (x->id)
+            pr_sched_send(x, &m);
+    free(peers);
+    free(pp);
+}
+
+static void sched_release(struct pr_sched *s);
+
+/* Sends group `g` to every daemon that hosts a member. */
+
+/* Forms every group that is due and re-arms the deadline timer. */
+
+static void node_forget(struct pr_sched *s, struct snode *n, const char *why);
+
+static int on_hello(struct snode *n, const Pr__V1__Hello *h)
+{
+    struct pr_sched *s = n->s;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this scheduler speaks %u: closing",
+                n->conn->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(n->conn, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    char host[96];
+    uint16_t port;
+    if (h->role != PR__V1__ROLE__ROLE_NODE || !h->data_addr ||
+        pr_conf_parse_hostport(h->data_addr, host, sizeof(host), &port) < 0 ||
+        port == 0) {
+        pr_warn("%s: hello is not from a node daemon with a data address: "
+                "closing",
+                n->conn->name);
+        pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
+        return 0;
+    }
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    const char *why;
+    if (pr_auth_check_hello(s->key, n->ns, &h->auth, proof, &plen, &why) < 0) {
+        pr_warn("%s (node '%s'): authentication failed: %s: closing",
+                n->conn->name, h->name ? h->name : "", why);
+        pr_conn_fail(n->conn, -EACCES, "authentication failed");
+        return 0;
+    }
+    /* A known node: no stranger, and its frames may be control-sized. */
+    pr_stranger_remove(&n->st);
+    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
+    /*
+     * A node daemon listens on its data address alone: a node of the same
+     * name already known there is this one's previous life, whose
+     * connection has not looked dead yet (a reset that never arrived, or
+     * its close not yet seen). Forget it now, or its workers would keep
+     * their names from the ones this daemon registers again next.
+     */
+    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
+    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    int forgot = 0;
+    const struct snode *namesake = NULL;
+    for (struct snode *old = s->nodes; old; old = old->next) {
+        if (old == n || !old->id || strcmp(old->name, n->name))
+            continue;
+        if (!strcmp(old->data_addr, n->data_addr)) {
+            node_forget(s, old, "its daemon connected again");
+            pr_conn_close(old->conn, -ECONNRESET);
+            forgot = 1;
+        } else if (!old->conn->closing) {
+            namesake = old;
+        }
+    }
+    n->id = ++s->next_node_id;
+    /*
+     * Two live daemons of one name (a copied config, a host cloned): both
+     * are served, but logs, metrics and preducectl cannot tell them apart.
+     */
+    if (namesake)
+        pr_warn("node %u: name '%s' is node %u's too (data at %s); this one's "
+                "data is at %s: two daemons with one name (set node.name)",
+                n->id, n->name, namesake->id, namesake->data_addr,
+                n->data_addr);
+    snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
+             n->name);
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = n->id;
+    w.job = s->conf->job;
+    w.auth.data = proof;
+    w.auth.len = plen;
+    w.group_id_base = s->id_base;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WELCOME;
+    m.welcome = &w;
+    pr_sched_send(n, &m);
+    pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
+    broadcast_peers(s);
+    /* Without the workers forgotten, a group may be due. */
+    if (forgot)
+        pr_sched_schedule(s);
+    return 0;
+}
+
+static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct snode *n = c->owner;
+    if (!n->id) {
+        if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+            pr_warn("%s: %s message before hello: closing", c->name,
+                    pr_msg_name(m));
+            return -EPROTO;
+        }
+        return on_hello(n, m->hello);
+    }
+    switch (m->body_case) {
+    case PR__V1__MSG__BODY_WORKER_JOIN:
+        pr_sched_on_worker_join(n, m->worker_join);
+        return 0;
+    case PR__V1__MSG__BODY_WORKER_LEAVE:
+        pr_sched_on_worker_leave(n, m->worker_leave);
+        return 0;
+    case PR__V1__MSG__BODY_READY:
+        pr_sched_on_ready(n, m->ready);
+        return 0;
+    case PR__V1__MSG__BODY_CANCEL:
+        pr_sched_on_cancel(n, m->cancel);
+        return 0;
+    case PR__V1__MSG__BODY_GROUP_DONE:
+        pr_sched_on_group_done(n, m->group_done);
+        return 0;
+    case PR__V1__MSG__BODY_PING: {
+        Pr__V1__Msg r = PR_MSG_INIT;
+        r.body_case = PR__V1__MSG__BODY_PONG;
+        r.pong = m->ping;
+        pr_sched_send(n, &r);
+        return 0;
+    }
+    case PR__V1__MSG__BODY_PONG:
+        return 0;
+    default:
+        pr_warn("%s: unexpected %s message: closing", c->name, pr_msg_name(m));
+        return -EPROTO;
+    }
+}
+
+/*
+ * Node n is gone: its workers leave and its groups in flight fail on the
+ * other nodes. It keeps its place on the node list (its connection closes
+ * later) with id 0, as one that never said hello.
+ */
+static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
+{
+    pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live && s->workers[r].node == n->id)
+            pr_sched_remove_worker(s, r);
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        int in = 0;
+        for (uint32_t i = 0; i < g->nnodes; i++)
+            in |= g->nodes[i] == n->id;
+        if (in) {
+            pr_sched_send_abort(s, g, n->id, -ECONNRESET);
+            *gp = g->next;
+            pr_sched_group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+    n->id = 0;
+}
+
+static void node_on_close(struct pr_conn *c, int status)
+{
+    struct snode *n = c->owner;
+    struct pr_sched *s = n->s;
+    pr_stranger_remove(&n->st);
+    struct snode **pp = &s->nodes;
+    while (*pp != n)
+        pp = &(*pp)->next;
+    *pp = n->next;
+    if (s->stopping) {
+        free(n);
+        sched_release(s);
+        return;
+    }
+    if (!n->id) {
+        free(n);
+        return;
+    }
+    node_forget(s, n, status ? strerror(-status) : "closed");
+    free(n);
+    broadcast_peers(s);
+    pr_sched_schedule(s);
+}
+
+static const struct pr_conn_ops node_ops = {
+    .on_msg = node_on_msg,
+    .on_data = NULL,
+    .on_close = node_on_close,
+};
+
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "scheduler listener",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_SOURCE,
+};
+
+static void stranger_close(struct pr_stranger *st, int status)
+{
+    struct snode *n = (struct snode *)((char *)st - offsetof(struct snode, st));
+    pr_conn_close(n->conn, status);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_sched *s = server->data;
+    if (status < 0) {
+        pr_warn("scheduler listener: %s", uv_strerror(status));
+        return;
+    }
+    struct snode *n = calloc(1, sizeof(*n));
+    if (!n)
+        return;
+    n->s = s;
+    n->conn = pr_conn_create_tcp(s->loop, HELLO_MAX, &node_ops, n);
+    if (!n->conn) {
+        free(n);
+        return;
+    }
+    n->next = s->nodes;
+    s->nodes = n;
+    if (uv_accept(server, &n->conn->h.stream) < 0) {
+        pr_conn_close(n->conn, -ECONNABORTED);
+        return;
+    }
+    pr_source_tcp(&n->conn->h.tcp, n->st.source, sizeof(n->st.source));
+    snprintf(n->conn->name, sizeof(n->conn->name), "scheduler link from %s",
+             n->st.source);
+    n->st.name = n->conn->name;
+    n->st.close = stranger_close;
+    if (pr_strangers_admit(&s->strangers, &stranger_rules, &n->st,
+                           uv_now(s->loop)) < 0 ||
+        pr_conn_start(n->conn) < 0) {
+        pr_conn_close(n->conn, -EBUSY);
+        return;
+    }
+    uv_tcp_nodelay(&n->conn->h.tcp, 1);
+    Pr__V1__Challenge ch;
+    pr_auth_challenge(s->key, n->ns, &ch);
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
+    m.challenge = &ch;
+    pr_sched_send(n, &m);
+}
+
+static void heartbeat_cb(uv_timer_t *t)
+{
+    struct pr_sched *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    Pr__V1__Ping p = PR__V1__PING__INIT;
+    p.nonce = now;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_PING;
+    m.ping = &p;
+    /*
+     * After this loop was held up (a long callback, or the whole process
+     * off the CPU), timers run before the reads that waited: every node
+     * would look silent. Such a late tick judges no one; the next does.
+     */
+    int late = s->last_beat_ms && now - s->last_beat_ms >
+                                      2 * (uint64_t)s->conf->sched_heartbeat_ms;
+    if (late)
+        pr_warn("scheduler: heartbeat %llu ms late: no node is judged "
+                "silent on this tick",
+                (unsigned long long)(now - s->last_beat_ms -
+                                     s->conf->sched_heartbeat_ms));
+    s->last_beat_ms = now;
+    uint32_t limit = s->conf->sched_node_timeout_ms;
+    if (!late)
+        pr_strangers_sweep(&s->strangers, &stranger_rules, limit, now);
+    for (struct snode *n = s->nodes; n; n = n->next) {
+        if (n->conn->closing)
+            continue;
+        if (!late && now - n->conn->last_rx_ms > limit) {
+            pr_warn("%s: silent for %llu ms: dropping it", n->conn->name,
+                    (unsigned long long)(now - n->conn->last_rx_ms));
+            pr_conn_close(n->conn, -ETIMEDOUT);
+            continue;
+        }
+        if (n->id)
+            pr_sched_send(n, &m);
+    }
+    /* Records of groups whose daemons never answered. */
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        if (now >= g->expires_ms) {
+            *gp = g->next;
+            pr_sched_group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+/* metrics.h's callback: a snapshot of the live workers for rendering. */
+static int render_metrics(void *ctx, struct pr_metrics_buf *out)
+{
+    struct pr_sched *s = ctx;
+    struct pr_sched_stats st;
+    pr_sched_core_stats(s->core, &st);
+    struct pr_sched_view v = {.job = s->conf->job,
+                              .now_us = pr_sched_now_us(),
+                              .live = pr_sched_live_workers(s),
+                              .queued = pr_sched_core_queued(s->core),
+                              .window_ms = pr_sched_core_window_ms(s->core),
+                              .core = &st,
+                              .sizes = s->sizes};
+    for (struct snode *n = s->nodes; n; n = n->next)
+        v.nodes += n->id != 0;
+    struct pr_sched_worker_view *w =
+        calloc(s->nworkers_cap ? s->nworkers_cap : 1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live)
+            w[v.nworkers++] = (struct pr_sched_worker_view){
+                s->workers[r].name, r, s->workers[r].node, &s->workers[r].st};
+    v.workers = w;
+    int rc = pr_sched_metrics_render(&v, out);
+    free(w);
+    return rc;
+}
+
+int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
+                    const struct pr_auth_key *key, struct pr_sched **out)
+{
+    struct pr_sched_params p;
+    params_from_conf(conf, &p);
+    struct pr_sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->loop = loop;
+    s->conf = conf;
+    s->key = key;
+    s->core = pr_sched_core_create(&p);
+    if (!s->core) {
+        free(s);
+        return -EINVAL;
+    }
+    /*
+     * Group ids rise across scheduler restarts too, so a daemon never takes
+     * a new group for a stale one: start from the wall clock.
+     */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->id_base = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+    char host[96];
+    uint16_t port;
+    int rc =
+        pr_conf_parse_hostport(conf->sched_listen, host, sizeof(host), &port);
+    struct sockaddr_storage ss;
+    if (rc == 0 && uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        rc = -EINVAL;
+    uv_tcp_init(loop, &s->listener);
+    uv_timer_init(loop, &s->deadline);
+    uv_timer_init(loop, &s->heartbeat);
+    s->listener.data = s;
+    s->deadline.data = s;
+    s->heartbeat.data = s;
+    if (rc == 0)
+        rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+    if (rc < 0) {
+        pr_err("scheduler: listen on %s: %s", conf->sched_listen,
+               rc == -EINVAL ? "bad address" : uv_strerror(rc));
+        pr_sched_destroy(s);
+        return rc;
+    }
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    uv_timer_start(&s->heartbeat, heartbeat_cb, conf->sched_heartbeat_ms,
+                   conf->sched_heartbeat_ms);
+    if (conf->metrics_listen[0] &&
+        (rc = pr_metrics_start(loop, conf->metrics_listen, render_metrics, s,
+                               &s->metrics)) < 0) {
+        pr_sched_destroy(s);
+        return rc;
+    }
+    pr_info("scheduler for job '%s' listening on %s:%u, policy %s", conf->job,
+            host, s->port,
+            conf->sched_policy == PR_POLICY_ALLREDUCE  ? "allreduce"
+            : conf->sched_policy == PR_POLICY_CONSTANT ? "constant"
+                                                       : "dynamic");
+    *out = s;
+    return 0;
+}
+
+int pr_sched_check_conf(const struct pr_conf *conf)
+{
+    struct pr_sched_params p;
+    params_from_conf(conf, &p);
+    return pr_sched_core_check_params(&p);
+}
+
+int pr_sched_reload(struct pr_sched *s)
+{
+    struct pr_sched_params p;
+    params_from_conf(s->conf, &p);
+    int rc = pr_sched_core_set_params(s->core, &p);
+    if (rc == 0)
+        pr_sched_schedule(s);
+    return rc;
+}
+
+uint16_t pr_sched_port(const struct pr_sched *s)
+{
+    return s->port;
+}
+
+/* Drops one of the references that destroy() counted; frees at zero. */
+static void sched_release(struct pr_sched *s)
+{
+    if (--s->handles == 0) {
+        pr_sched_core_destroy(s->core);
+        while (s->groups) {
+            struct sgroup *g = s->groups;
+            s->groups = g->next;
+            pr_sched_group_free(g);
+        }
+        free(s->workers);
+        free(s);
+    }
+}
+
+static void sched_closed_cb(uv_handle_t *h)
+{
+    sched_release(h->data);
+}
+
+void pr_sched_destroy(struct pr_sched *s)
+{
+    if (!s)
+        return;
+    s->stopping = 1;
+    pr_metrics_stop(s->metrics);
+    s->metrics = NULL;
+    /* Close callbacks run in any order: s lives until the last of them. */
+    s->handles = 3;
+    for (struct snode *n = s->nodes; n; n = n->next) {
+        s->handles++;
+        pr_conn_close(n->conn, 0);
+    }
+    uv_close((uv_handle_t *)&s->listener, sched_closed_cb);
+    uv_close((uv_handle_t *)&s->deadline, sched_closed_cb);
+    uv_close((uv_handle_t *)&s->heartbeat, sched_closed_cb);
+}

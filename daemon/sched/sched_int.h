@@ -1,0 +1,119 @@
+/*
+ * What the scheduler's two halves share: sched.c (the server: node
+ * connections, hellos, heartbeats, metrics, create and reload) and
+ * sched_work.c (the job: workers joining and leaving, READY and cancel,
+ * groups dispatched, their outcomes). Private to the scheduler: other
+ * modules use sched.h. All of it runs on the scheduler's loop thread.
+ */
+#ifndef PR_SCHED_INT_H
+#define PR_SCHED_INT_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/base/auth.h"
+#include "daemon/base/conf.h"
+#include "daemon/base/conn.h"
+#include "daemon/base/metrics.h"
+#include "daemon/sched/sched.h"
+#include "daemon/sched/core/sched_core.h"
+#include "daemon/base/stranger.h"
+
+/*
+ * Connections that have not said hello yet: their frames may be HELLO_MAX
+ * bytes, not PR_CTRL_MAX_FRAME (anyone can connect, and a reader buffers a
+ * whole frame); at most STRANGERS_MAX at once, STRANGERS_PER_SOURCE of
+ * them from one IP address, each for node_timeout_ms (stranger.h: a new
+ * connection takes the oldest one's place).
+ */
+#define HELLO_MAX            4096
+#define STRANGERS_MAX        64
+#define STRANGERS_PER_SOURCE 32
+
+struct snode {
+    struct snode *next;
+    struct pr_sched *s;
+    struct pr_conn *conn;
+    struct pr_stranger st; /* listed until its hello passes */
+    uint32_t id;           /* 0 until the hello */
+    char name[64];
+    char data_addr[128];
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
+};
+
+struct sworker {
+    int live;
+    uint32_t node;
+    uint64_t nfloats; /* its layout: its last accepted READY's; 0 = none */
+    char name[64];
+    struct pr_sched_wstats st;
+};
+
+/* A group in flight: which nodes still owe a GroupDone. */
+struct sgroup {
+    struct sgroup *next;
+    uint64_t id;
+    uint32_t nnodes;
+    uint32_t *nodes;
+    uint8_t *done; /* per node */
+    uint64_t expires_ms;
+};
+
+struct pr_sched {
+    uv_loop_t *loop;
+    struct pr_conf *conf;
+    uv_tcp_t listener;
+    uv_timer_t deadline; /* the core's next due time */
+    uv_timer_t heartbeat;
+    struct pr_sched_core *core;
+    struct snode *nodes;
+    uint32_t next_node_id;
+    struct sworker *workers; /* by rank */
+    uint32_t nworkers_cap;
+    /*
+     * The job's layout (floats per reduce) and how many live workers hold
+     * it: defined by a READY that finds no holder, kept while any remains.
+     */
+    uint64_t job_nfloats;
+    uint32_t job_holders;
+    struct sgroup *groups;
+    uint16_t port;
+    int handles;
+    uint64_t last_beat_ms; /* when heartbeat_cb last ran */
+    uint64_t groups_formed;
+    uint64_t id_base; /* wire group id = id_base + the core's id */
+    int stopping;
+    struct pr_metrics *metrics;
+    const struct pr_auth_key *key;      /* NULL: no authentication */
+    uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
+    struct pr_strangers strangers;      /* connections before their hello */
+};
+
+static inline uint64_t pr_sched_now_us(void)
+{
+    return uv_hrtime() / 1000;
+}
+
+/* sched.c */
+struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id);
+/* Sends m to node n; a failure closes n's connection (logged). */
+void pr_sched_send(struct snode *n, Pr__V1__Msg *m);
+
+/* sched_work.c */
+void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j);
+/* A node's own worker left (a WorkerLeave for another node's is ignored). */
+void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l);
+void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r);
+void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c);
+void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d);
+void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank);
+uint32_t pr_sched_live_workers(const struct pr_sched *s);
+/* Forms and dispatches every group that is due; re-arms the deadline. */
+void pr_sched_schedule(struct pr_sched *s);
+void pr_sched_deadline_cb(uv_timer_t *t);
+/* GroupAbort{status} to g's nodes but `except` and those done. */
+void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
+                         int status);
+void pr_sched_group_free(struct sgroup *g);
+
+#endif

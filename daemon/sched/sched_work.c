@@ -1,0 +1,378 @@
+/*
+ * The scheduler's job: workers join (a rank each, kept across a scheduler
+ * restart when free) and leave, READY and Cancel feed the decision core
+ * (sched_core.c), and the groups it forms go to their nodes as Group
+ * messages; a GroupDone per node closes each, a failure aborts it on the
+ * others.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/base/log.h"
+#include "daemon/sched/sched_int.h"
+
+void pr_sched_group_free(struct sgroup *g)
+{
+    free(g->nodes);
+    free(g->done);
+    free(g);
+}
+
+void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
+                         int status)
+{
+    Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
+    a.id = g->id;
+    a.status = status;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
+    m.group_abort = &a;
+    for (uint32_t i = 0; i < g->nnodes; i++) {
+        struct snode *n;
+        if (g->nodes[i] == except || g->done[i] ||
+            !(n = pr_sched_node_by_id(s, g->nodes[i])))
+            continue;
+        pr_sched_send(n, &m);
+    }
+}
+
+void pr_sched_deadline_cb(uv_timer_t *t)
+{
+    pr_sched_schedule(t->data);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
+{
+    struct sgroup *sg = calloc(1, sizeof(*sg));
+    uint32_t *ring = calloc(g->n, sizeof(*ring));
+    Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
+    Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
+    if (!sg || !ring || !mem || !mp)
+        goto out;
+    /* The ring: distinct nodes of the members, in node id order. */
+    for (uint32_t i = 0; i < g->n; i++)
+        ring[i] = g->members[i].node;
+    qsort(ring, g->n, sizeof(*ring), cmp_u32);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (m == 0 || ring[m - 1] != ring[i])
+            ring[m++] = ring[i];
+    for (uint32_t i = 0; i < g->n; i++) {
+        pr__v1__member__init(&mem[i]);
+        mem[i].rank = g->members[i].rank;
+        mem[i].node_id = g->members[i].node;
+        mem[i].weight = g->members[i].weight;
+        mem[i].version = g->members[i].version;
+        mem[i].seq = g->members[i].seq;
+        mp[i] = &mem[i];
+    }
+    Pr__V1__Group gm = PR__V1__GROUP__INIT;
+    gm.id = s->id_base + g->id;
+    gm.n_members = g->n;
+    gm.members = mp;
+    gm.n_ring = m;
+    gm.ring = ring;
+    gm.max_version = g->max_version;
+    gm.nfloats = s->job_nfloats;
+    gm.personal = g->personal != 0;
+    gm.timeout_ms = s->conf->sched_group_timeout_ms;
+    Pr__V1__Msg msg = PR_MSG_INIT;
+    msg.body_case = PR__V1__MSG__BODY_GROUP;
+    msg.group = &gm;
+
+    sg->id = gm.id;
+    sg->nnodes = m;
+    sg->nodes = malloc(m * sizeof(*sg->nodes));
+    sg->done = calloc(m, 1);
+    if (!sg->nodes || !sg->done)
+        goto out;
+    memcpy(sg->nodes, ring, m * sizeof(*ring));
+    sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
+    for (uint32_t i = 0; i < m; i++) {
+        struct snode *n = pr_sched_node_by_id(s, ring[i]);
+        if (n)
+            pr_sched_send(n, &msg);
+    }
+    pr_dbg("group %llu: %u members on %u nodes", (unsigned long long)g->id,
+           g->n, m);
+    sg->next = s->groups;
+    s->groups = sg;
+    sg = NULL;
+    s->groups_formed++;
+out:
+    if (sg) {
+        pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
+        pr_sched_group_free(sg);
+    }
+    free(ring);
+    free(mem);
+    free(mp);
+}
+
+void pr_sched_schedule(struct pr_sched *s)
+{
+    struct pr_sched_group g;
+    int rc;
+    while ((rc = pr_sched_core_next_group(s->core, pr_sched_now_us(), &g)) ==
+           1) {
+        s->sizes[g.n <= PR_SCHED_SIZES ? g.n : 0]++;
+        for (uint32_t i = 0; i < g.n; i++)
+            s->workers[g.members[i].rank].st.grouped_us = pr_sched_now_us();
+        dispatch(s, &g);
+        pr_sched_group_fini(&g);
+    }
+    if (rc < 0)
+        pr_err("scheduler core: %s", strerror(-rc));
+    int64_t due = pr_sched_core_deadline_us(s->core);
+    if (due < 0) {
+        uv_timer_stop(&s->deadline);
+        return;
+    }
+    int64_t wait_us = due - (int64_t)pr_sched_now_us();
+    uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
+    uv_timer_start(&s->deadline, pr_sched_deadline_cb, wait_ms, 0);
+}
+
+static int ensure_workers(struct pr_sched *s, uint32_t rank)
+{
+    if (rank < s->nworkers_cap)
+        return 0;
+    uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
+    while (cap <= rank)
+        cap *= 2;
+    struct sworker *w = realloc(s->workers, cap * sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
+    s->workers = w;
+    s->nworkers_cap = cap;
+    return 0;
+}
+
+uint32_t pr_sched_live_workers(const struct pr_sched *s)
+{
+    return pr_sched_core_live(s->core);
+}
+
+/* Worker w no longer holds a layout (it left, or its model changed). */
+static void drop_layout(struct pr_sched *s, struct sworker *w)
+{
+    if (w->nfloats && w->nfloats == s->job_nfloats && s->job_holders > 0)
+        s->job_holders--;
+    w->nfloats = 0;
+}
+
+void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank)
+{
+    if (rank >= s->nworkers_cap || !s->workers[rank].live)
+        return;
+    s->workers[rank].live = 0;
+    drop_layout(s, &s->workers[rank]);
+    pr_sched_core_remove_worker(s->core, rank, pr_sched_now_us());
+    pr_info("worker %u (%s) left", rank, s->workers[rank].name);
+}
+
+/*
+ * The job's layout is negotiated, not pinned by whoever came first: a
+ * worker holds the layout of its last accepted READY, and a READY that
+ * finds no live holder of the job's layout defines it anew (a rolling
+ * upgrade to a changed model: once the last trainer of the old model has
+ * left or changed, the new one is the job's). A READY of another layout
+ * while holders remain is refused alone, with both layouts in the reason.
+ * Returns 0, or -EINVAL with why[] filled in.
+ */
+static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
+                        char *why, size_t why_len)
+{
+    if (w->nfloats != nfloats)
+        drop_layout(s, w);
+    if (s->job_holders == 0 && s->job_nfloats != nfloats) {
+        if (s->job_nfloats)
+            pr_info("the job's layout is now %llu floats (was %llu: no live "
+                    "worker holds it)",
+                    (unsigned long long)nfloats,
+                    (unsigned long long)s->job_nfloats);
+        s->job_nfloats = nfloats;
+    }
+    if (nfloats != s->job_nfloats) {
+        snprintf(why, why_len,
+                 "reduce of %llu floats, but this job reduces %llu (the "
+                 "layout of %u live worker%s; it changes once none is left)",
+                 (unsigned long long)nfloats,
+                 (unsigned long long)s->job_nfloats, s->job_holders,
+                 s->job_holders == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    if (w->nfloats == 0) {
+        w->nfloats = nfloats;
+        s->job_holders++;
+    }
+    return 0;
+}
+
+void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
+{
+    struct pr_sched *s = n->s;
+    Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
+    r.cookie = j->cookie;
+    const char *name = j->name ? j->name : "";
+    uint32_t rank = 0, free_rank = UINT32_MAX;
+    for (rank = 0; rank < s->nworkers_cap; rank++) {
+        if (s->workers[rank].live && !strcmp(s->workers[rank].name, name))
+            break;
+        if (!s->workers[rank].live && free_rank == UINT32_MAX)
+            free_rank = rank;
+    }
+    if (!name[0] || strlen(name) >= sizeof(s->workers[0].name)) {
+        r.status = -EINVAL;
+    } else if (rank < s->nworkers_cap) {
+        pr_warn("node %u: worker name '%s' is taken by rank %u", n->id, name,
+                rank);
+        r.status = -EEXIST;
+    } else {
+        rank = free_rank != UINT32_MAX ? free_rank : s->nworkers_cap;
+        /* A worker re-registering after a scheduler restart keeps its rank
+         * when nobody took it in the meantime. */
+        uint32_t want = j->prev_rank_plus1 - 1;
+        if (j->prev_rank_plus1 > 0 && want < PR_SCHED_MAX &&
+            (want >= s->nworkers_cap || !s->workers[want].live))
+            rank = want;
+        if (rank >= PR_SCHED_MAX || ensure_workers(s, rank) < 0) {
+            r.status = -ENOSPC;
+        } else {
+            r.status = pr_sched_core_add_worker(s->core, rank, n->id,
+                                                pr_sched_now_us());
+        }
+        if (r.status == 0) {
+            struct sworker *w = &s->workers[rank];
+            w->live = 1;
+            w->node = n->id;
+            w->nfloats = 0;
+            memset(&w->st, 0, sizeof(w->st));
+            snprintf(w->name, sizeof(w->name), "%s", name);
+            r.rank = rank;
+            /*
+             * A worker of an earlier scheduler session: the job had
+             * started, and min_workers must not wait for workers that left
+             * while no scheduler was there to see them go.
+             */
+            if (j->prev_rank_plus1 > 0)
+                pr_sched_core_mark_started(s->core, pr_sched_now_us());
+            pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
+        }
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_WORKER_JOINED;
+    m.worker_joined = &r;
+    pr_sched_send(n, &m);
+    /* allreduce may have been waiting for nobody but this worker's peers */
+    pr_sched_schedule(s);
+}
+
+static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
+                   const char *reason)
+{
+    Pr__V1__Reject r = PR__V1__REJECT__INIT;
+    r.rank = rank;
+    r.seq = seq;
+    r.status = status;
+    r.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_REJECT;
+    m.reject = &r;
+    pr_sched_send(n, &m);
+}
+
+static int own_worker(struct snode *n, uint32_t rank)
+{
+    struct pr_sched *s = n->s;
+    return rank < s->nworkers_cap && s->workers[rank].live &&
+           s->workers[rank].node == n->id;
+}
+
+void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
+{
+    if (own_worker(n, l->rank)) {
+        pr_sched_remove_worker(n->s, l->rank);
+        pr_sched_schedule(n->s);
+    }
+}
+
+void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
+{
+    struct pr_sched *s = n->s;
+    char why[256];
+    if (!own_worker(n, r->rank)) {
+        reject(n, r->rank, r->seq, -ENOENT, "unknown worker");
+        return;
+    }
+    if (r->nfloats == 0) {
+        reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
+        return;
+    }
+    if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
+        0) {
+        pr_warn("worker %u (%s): %s", r->rank, s->workers[r->rank].name, why);
+        reject(n, r->rank, r->seq, -EINVAL, why);
+        return;
+    }
+    int rc = pr_sched_core_ready(s->core, r->rank, r->version, r->seq,
+                                 pr_sched_now_us());
+    if (rc < 0) {
+        reject(n, r->rank, r->seq, rc, "ready refused");
+        return;
+    }
+    pr_sched_wstats_ready(&s->workers[r->rank].st, r->version,
+                          pr_sched_now_us());
+    pr_sched_schedule(s);
+}
+
+void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c)
+{
+    if (!own_worker(n, c->rank))
+        return;
+    if (pr_sched_core_cancel(n->s->core, c->rank, c->seq, pr_sched_now_us()) ==
+        0)
+        reject(n, c->rank, c->seq, -ETIMEDOUT,
+               "no group formed within the deadline");
+    pr_sched_schedule(n->s);
+}
+
+void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
+{
+    struct pr_sched *s = n->s;
+    struct sgroup **pp = &s->groups;
+    while (*pp && (*pp)->id != d->id)
+        pp = &(*pp)->next;
+    struct sgroup *g = *pp;
+    if (!g)
+        return;
+    int all = 1, member = 0;
+    for (uint32_t i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i] == n->id)
+            g->done[i] = member = 1;
+        all &= g->done[i];
+    }
+    if (!member)
+        return; /* not a node of this group: it has no say in it */
+    if (d->status < 0) {
+        /* Passed on to the others: an errno they can print, or EPROTO. */
+        int status = d->status >= -4095 ? d->status : -EPROTO;
+        pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
+                n->id, strerror(-status));
+        pr_sched_send_abort(s, g, n->id, status);
+        all = 1;
+    }
+    if (all) {
+        *pp = g->next;
+        pr_sched_group_free(g);
+    }
+}

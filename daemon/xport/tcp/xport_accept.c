@@ -1,0 +1,268 @@
+/*
+ * The accepting side of peer links: a connection is a stranger until its
+ * hello names a peer that connects to this node and passes the cluster
+ * key's check; then it becomes that peer's link (with a queue pair when
+ * the hello offers RDMA). Strangers are bounded (stranger.h: STRANGERS_MAX,
+ * STRANGERS_PER_SOURCE per IP address); the sweep enforces their hello
+ * deadline and the other deadlines of link setup.
+ */
+#include "daemon/xport/tcp/xport_tcp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "daemon/base/log.h"
+#include "daemon/xport/tcp/xport_tcp_int.h"
+
+static const struct pr_conn_ops stranger_ops;
+
+/*
+ * The accepting side of the RDMA offer in a hello: a queue pair brought to
+ * RTS against the peer's, whose info then goes back in the welcome.
+ */
+static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
+                       const Pr__V1__RdmaInfo *offer, Pr__V1__RdmaInfo *ri)
+{
+    pr_tcp_peer_drop_qp(p);
+    if (!offer || !x->rdma) {
+        if (x->rdma_required) {
+            pr_err("peer node %u offers no RDMA and transport = rdma",
+                   p->base.node_id);
+            return -EPROTONOSUPPORT;
+        }
+        return 0;
+    }
+    int rc = pr_rdma_qp_create(x->rdma, p->base.node_id, &p->qp);
+    if (rc == 0)
+        rc = pr_rdma_qp_connect(p->qp, offer);
+    if (rc < 0) {
+        pr_tcp_peer_drop_qp(p);
+        return x->rdma_required ? rc : 0;
+    }
+    pr_rdma_qp_info(p->qp, ri);
+    return 0;
+}
+
+static const struct pr_stranger_rules stranger_rules = {
+    .what = "peer listener",
+    .awaits = "hello",
+    .max = STRANGERS_MAX,
+    .per_source_max = STRANGERS_PER_SOURCE,
+};
+
+/* base is the first member: a listed pr_stranger is a struct stranger. */
+static void stranger_close(struct pr_stranger *base, int status)
+{
+    struct stranger *st = (struct stranger *)base;
+    pr_conn_close(st->conn, status);
+}
+
+/*
+ * Deadlines no single callback enforces: a hello that never comes, a
+ * queued send whose link never comes up, an RDMA handshake that
+ * stalls.
+ */
+static void sweep_cb(uv_timer_t *t)
+{
+    struct pr_tcp_xport *x = t->data;
+    uint64_t now = uv_now(x->loop);
+    pr_strangers_sweep(&x->strangers, &stranger_rules, x->connect_timeout_ms,
+                       now);
+    for (struct tpeer *p = x->peers; p; p = p->next) {
+        if (p->state == P_UP || now - p->since_ms < x->connect_timeout_ms)
+            continue;
+        if (p->q) {
+            pr_warn("peer node %u: link not up within %u ms: "
+                    "failing its "
+                    "queued sends",
+                    p->base.node_id, x->connect_timeout_ms);
+            pr_tcp_peer_fail_pending(p, -ETIMEDOUT);
+        }
+        if (p->state == P_RDMA_WAIT && p->conn) {
+            pr_warn("peer node %u: no rdma_ready within %u ms: closing",
+                    p->base.node_id, x->connect_timeout_ms);
+            pr_conn_close(p->conn, -ETIMEDOUT);
+        }
+    }
+}
+
+/* An incoming connection before its hello: its owner is a struct stranger. */
+static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct stranger *st = c->owner;
+    struct pr_tcp_xport *x = st->x;
+    if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+        pr_warn("%s: %s message before hello: closing", c->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    const Pr__V1__Hello *h = m->hello;
+    if (h->version != PR_PROTO_VERSION) {
+        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
+                c->name, h->version, PR_PROTO_VERSION);
+        pr_conn_fail(c, -EPROTO, "protocol version mismatch");
+        return 0;
+    }
+    if (h->role != PR__V1__ROLE__ROLE_NODE || h->node_id == x->self ||
+        h->node_id < x->self) {
+        pr_warn("%s: hello from role %d node %u is not a peer that connects "
+                "to node %u: closing",
+                c->name, (int)h->role, h->node_id, x->self);
+        pr_conn_fail(c, -EPROTO, "not a peer of this node");
+        return 0;
+    }
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    const char *why;
+    if (pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
+        pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
+                h->node_id, why);
+        pr_conn_fail(c, -EACCES, "authentication failed");
+        return 0;
+    }
+    struct tpeer *p = pr_tcp_peer_find(x, h->node_id);
+    if (!p) {
+        /* The scheduler's peer list has not reached us yet. */
+        p = pr_tcp_peer_add(x, h->node_id, "");
+        if (!p)
+            return -ENOMEM;
+        p->listed = 1;
+    }
+    if (p->conn) {
+        pr_info("peer node %u: new connection replaces the old one",
+                p->base.node_id);
+        struct pr_conn *old = p->conn;
+        p->conn = NULL;
+        /*
+         * Detached: its close callback may run after p is gone (the peer
+         * dropped from the list in this loop turn); link_down does what
+         * that callback would.
+         */
+        pr_conn_detach_close(old);
+        pr_tcp_peer_link_down(p, -ECONNRESET);
+    }
+    Pr__V1__Msg r = PR_MSG_INIT;
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = x->self;
+    w.auth.data = proof;
+    w.auth.len = plen;
+    Pr__V1__RdmaInfo ri;
+    int rc = accept_rdma(x, p, h->rdma, &ri);
+    if (rc < 0) {
+        pr_conn_fail(c, rc,
+                     rc == -EPROTONOSUPPORT ? "this node requires RDMA"
+                                            : "RDMA setup failed");
+        return 0;
+    }
+    if (p->qp)
+        w.rdma = &ri;
+    r.body_case = PR__V1__MSG__BODY_WELCOME;
+    r.welcome = &w;
+    rc = pr_conn_send(c, &r);
+    if (rc < 0) {
+        pr_tcp_peer_drop_qp(p);
+        return rc;
+    }
+    pr_stranger_remove(&st->base);
+    free(st);
+    c->ops = &pr_tcp_peer_ops;
+    c->owner = p;
+    snprintf(c->name, sizeof(c->name), "peer node %u", p->base.node_id);
+    p->conn = c;
+    /*
+     * A peer's frames may be chunk-sized now; before up(), which sends the
+     * chunks queued for this peer over c with this limit.
+     */
+    c->rd.max_len = x->max_frame;
+    /* With RDMA, writes wait until the peer's queue pair is ready. */
+    if (p->qp) {
+        p->state = P_RDMA_WAIT;
+        p->since_ms = uv_now(x->loop);
+    } else {
+        pr_tcp_peer_up(p);
+    }
+    return 0;
+}
+
+static void stranger_on_close(struct pr_conn *c, int status)
+{
+    struct stranger *st = c->owner;
+    (void)status;
+    pr_stranger_remove(&st->base);
+    free(st);
+}
+
+static const struct pr_conn_ops stranger_ops = {
+    .on_msg = stranger_on_msg,
+    .on_data = NULL,
+    .on_close = stranger_on_close,
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct pr_tcp_xport *x = server->data;
+    if (status < 0) {
+        pr_warn("peer listener: %s", uv_strerror(status));
+        return;
+    }
+    struct stranger *st = calloc(1, sizeof(*st));
+    /* Until its hello says who it is, a connection gets small frames. */
+    struct pr_conn *c =
+        st ? pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, st) : NULL;
+    if (!c) {
+        free(st);
+        return;
+    }
+    st->x = x;
+    st->conn = c;
+    if (uv_accept(server, &c->h.stream) < 0) {
+        pr_conn_close(c, -ECONNABORTED);
+        return;
+    }
+    pr_source_tcp(&c->h.tcp, st->base.source, sizeof(st->base.source));
+    snprintf(c->name, sizeof(c->name), "peer link from %s", st->base.source);
+    st->base.name = c->name;
+    st->base.close = stranger_close;
+    if (pr_strangers_admit(&x->strangers, &stranger_rules, &st->base,
+                           uv_now(x->loop)) < 0) {
+        pr_conn_close(c, -EBUSY);
+        return;
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    if (pr_conn_start(c) < 0) {
+        pr_conn_close(c, -EIO);
+        return;
+    }
+    Pr__V1__Challenge ch;
+    pr_auth_challenge(x->key, st->ns, &ch);
+    Pr__V1__Msg m = PR_MSG_INIT;
+    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
+    m.challenge = &ch;
+    if (pr_conn_send(c, &m) < 0)
+        pr_conn_close(c, -EIO);
+}
+
+int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
+                        uint16_t *bound)
+{
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        return -EINVAL;
+    int rc = uv_tcp_bind(&x->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&x->listener, 64, on_connection);
+    if (rc < 0)
+        return rc;
+    x->listening = 1;
+    uv_timer_start(&x->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
+    if (bound)
+        *bound = ntohs(ss.ss_family == AF_INET
+                           ? ((struct sockaddr_in *)&ss)->sin_port
+                           : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}

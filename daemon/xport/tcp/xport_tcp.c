@@ -1,0 +1,561 @@
+#include "daemon/xport/tcp/xport_tcp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/base/auth.h"
+#include "daemon/base/conf.h"
+#include "daemon/base/conn.h"
+#include "daemon/base/log.h"
+#include "daemon/xport/rdma/rdma.h"
+#include "daemon/xport/tcp/xport_tcp_int.h"
+
+static const struct pr_link_ops tcp_link_ops;
+static void start_connect(struct tpeer *p);
+static int on_challenge(struct tpeer *p, struct pr_conn *c,
+                        const Pr__V1__Challenge *ch);
+
+struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
+                                         size_t max_chunk_bytes,
+                                         uint32_t connect_timeout_ms)
+{
+    struct pr_tcp_xport *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->loop = loop;
+    x->self = self;
+    x->max_frame = max_chunk_bytes + PR_CHUNK_HDR_LEN + HELLO_MAX;
+    x->connect_timeout_ms = connect_timeout_ms;
+    uv_tcp_init(loop, &x->listener);
+    x->listener.data = x;
+    uv_timer_init(loop, &x->sweep);
+    x->sweep.data = x;
+    x->handles = 2;
+    return x;
+}
+
+void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
+                           const struct pr_link_sink *sink)
+{
+    x->sink = sink ? *sink : (struct pr_link_sink){0};
+}
+
+static void rdma_on_chunk(void *ctx, uint32_t node,
+                          const struct pr_chunk_hdr *h, const float *data)
+{
+    struct pr_tcp_xport *x = ctx;
+    if (x->sink.on_chunk)
+        x->sink.on_chunk(x->sink.ctx, node, h, data);
+}
+
+/* A queue pair failed: drop the whole link (and reconnect from scratch). */
+static void rdma_on_error(void *ctx, uint32_t node, int status)
+{
+    struct pr_tcp_xport *x = ctx;
+    struct tpeer *p = pr_tcp_peer_find(x, node);
+    if (p && p->conn)
+        pr_conn_close(p->conn, status);
+}
+
+static const struct pr_rdma_ops rdma_ops = {
+    .on_chunk = rdma_on_chunk,
+    .on_error = rdma_on_error,
+};
+
+const struct pr_rdma_ops *pr_tcp_xport_rdma_ops(void)
+{
+    return &rdma_ops;
+}
+
+void pr_tcp_xport_set_rdma(struct pr_tcp_xport *x, struct pr_rdma *r,
+                           int required)
+{
+    x->rdma = r;
+    x->rdma_required = required;
+}
+
+void pr_tcp_xport_set_key(struct pr_tcp_xport *x, const struct pr_auth_key *key)
+{
+    x->key = key;
+}
+
+void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
+{
+    x->self = self;
+}
+
+struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id)
+{
+    for (struct tpeer *p = x->peers; p; p = p->next)
+        if (p->base.node_id == id)
+            return p;
+    return NULL;
+}
+
+struct pr_link *pr_tcp_xport_link(struct pr_tcp_xport *x, uint32_t node_id)
+{
+    struct tpeer *p = pr_tcp_peer_find(x, node_id);
+    return p && p->listed ? &p->base : NULL;
+}
+
+void pr_tcp_peer_fail_pending(struct tpeer *p, int status)
+{
+    while (p->q) {
+        struct pending *s = p->q;
+        p->q = s->next;
+        s->cb(s->arg, status);
+        free(s);
+    }
+    p->qtail = &p->q;
+}
+
+static void flush_pending(struct tpeer *p)
+{
+    while (p->q && p->state == P_UP) {
+        struct pending *s = p->q;
+        p->q = s->next;
+        if (!p->q)
+            p->qtail = &p->q;
+        int rc = tcp_link_ops.send(&p->base, &s->h, s->data, s->cb, s->arg);
+        if (rc < 0)
+            s->cb(s->arg, rc);
+        free(s);
+    }
+}
+
+static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
+                     const float *data, pr_send_cb cb, void *arg)
+{
+    struct tpeer *p = (struct tpeer *)l;
+    if (!p->listed)
+        return -ENOTCONN;
+    if (p->state != P_UP) {
+        struct pending *s = malloc(sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        if (!p->q)
+            p->since_ms = uv_now(p->x->loop);
+        *s = (struct pending){.h = *h, .data = data, .cb = cb, .arg = arg};
+        *p->qtail = s;
+        p->qtail = &s->next;
+        return 0;
+    }
+    if (p->qp) {
+        struct pr_link *rl = pr_rdma_qp_link(p->qp);
+        return rl->ops->send(rl, h, data, cb, arg);
+    }
+    uint8_t hdr[PR_CHUNK_HDR_LEN];
+    pr_chunk_hdr_encode(hdr, h);
+    size_t len = (size_t)h->nfloats * sizeof(float);
+    int rc = pr_conn_send_data(p->conn, hdr, sizeof(hdr), data, len, cb, arg);
+    if (rc == 0) {
+        p->base.bytes_sent += len;
+        p->x->bytes_sent += len;
+    }
+    return rc;
+}
+
+/*
+ * Closing the connection fails the pending queue, the libuv writes and the
+ * queue pair (pr_tcp_peer_link_down), and the peer notices the close.
+ */
+static void link_reset(struct pr_link *l, int status)
+{
+    struct tpeer *p = (struct tpeer *)l;
+    if (p->conn && p->state == P_UP) {
+        pr_warn("peer node %u (%s): sends stalled: dropping the link",
+                p->base.node_id, p->addr);
+        pr_conn_fail(p->conn, status, "sends stalled");
+    }
+}
+
+static const struct pr_link_ops tcp_link_ops = {.send = link_send,
+                                                .reset = link_reset};
+
+static void retry_cb(uv_timer_t *t)
+{
+    struct tpeer *p = t->data;
+    if (p->state == P_CONNECTING || p->state == P_CHALLENGE ||
+        p->state == P_HELLO) {
+        /* The connect deadline passed: give up on this attempt. */
+        pr_warn("peer node %u at %s: no answer within %u ms", p->base.node_id,
+                p->addr, p->x->connect_timeout_ms);
+        pr_conn_close(p->conn, -ETIMEDOUT);
+        return;
+    }
+    if (p->state == P_DOWN && p->outgoing && p->listed)
+        start_connect(p);
+}
+
+void pr_tcp_peer_drop_qp(struct tpeer *p)
+{
+    if (p->qp) {
+        pr_rdma_qp_destroy(p->qp);
+        p->qp = NULL;
+    }
+}
+
+void pr_tcp_peer_link_down(struct tpeer *p, int status)
+{
+    p->conn = NULL;
+    p->state = P_DOWN;
+    pr_tcp_peer_drop_qp(p);
+    if (p->x->sink.on_link_down)
+        p->x->sink.on_link_down(p->x->sink.ctx, p->base.node_id,
+                                status ? status : -ECONNRESET);
+    pr_tcp_peer_fail_pending(p, status ? status : -ECONNRESET);
+    if (p->outgoing && p->listed && !p->x->closing) {
+        uv_timer_start(&p->retry, retry_cb, p->backoff_ms, 0);
+        p->backoff_ms *= 2;
+        if (p->backoff_ms > BACKOFF_MAX_MS)
+            p->backoff_ms = BACKOFF_MAX_MS;
+    }
+}
+
+static void peer_on_close(struct pr_conn *c, int status)
+{
+    struct tpeer *p = c->owner;
+    if (p->conn != c)
+        return; /* a connection this peer already replaced */
+    if (p->state == P_UP)
+        pr_warn("peer node %u (%s): link down: %s", p->base.node_id, p->addr,
+                status ? strerror(-status) : "closed");
+    pr_tcp_peer_link_down(p, status);
+}
+
+void pr_tcp_peer_up(struct tpeer *p)
+{
+    p->state = P_UP;
+    p->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_stop(&p->retry);
+    if (p->qp)
+        pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
+                "control)",
+                p->base.node_id, p->addr, pr_rdma_device(p->x->rdma));
+    else
+        pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
+    flush_pending(p);
+}
+
+/*
+ * The connecting side got the welcome: with the peer's RDMA info, bring
+ * the queue pair to RTS and tell the peer it may write; without it, the
+ * data goes over this TCP link (unless RDMA is required).
+ */
+static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
+{
+    if (!ri || !p->qp) {
+        pr_tcp_peer_drop_qp(p);
+        if (p->x->rdma_required) {
+            pr_err("peer node %u (%s) offers no RDMA and transport = rdma: "
+                   "closing",
+                   p->base.node_id, p->addr);
+            return -EPROTONOSUPPORT;
+        }
+        pr_tcp_peer_up(p);
+        return 0;
+    }
+    int rc = pr_rdma_qp_connect(p->qp, ri);
+    if (rc < 0)
+        return rc;
+    Pr__V1__Msg m = PR_MSG_INIT;
+    Pr__V1__RdmaReady rr = PR__V1__RDMA_READY__INIT;
+    m.body_case = PR__V1__MSG__BODY_RDMA_READY;
+    m.rdma_ready = &rr;
+    rc = pr_conn_send(p->conn, &m);
+    if (rc < 0)
+        return rc;
+    pr_rdma_qp_start(p->qp);
+    pr_tcp_peer_up(p);
+    return 0;
+}
+
+static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct tpeer *p = c->owner;
+    if (p->state == P_CHALLENGE && m->body_case == PR__V1__MSG__BODY_CHALLENGE)
+        return on_challenge(p, c, m->challenge);
+    if (p->state == P_HELLO && m->body_case == PR__V1__MSG__BODY_WELCOME) {
+        if (m->welcome->version != PR_PROTO_VERSION ||
+            m->welcome->id != p->base.node_id) {
+            pr_warn("peer %s: welcome from node %u version %u, expected node "
+                    "%u version %u: closing",
+                    p->addr, m->welcome->id, m->welcome->version,
+                    p->base.node_id, PR_PROTO_VERSION);
+            return -EPROTO;
+        }
+        const char *why;
+        if (pr_auth_check_welcome(p->x->key, p->nc, p->ns, &m->welcome->auth,
+                                  &why) < 0) {
+            pr_err("peer node %u (%s): %s: closing", p->base.node_id, p->addr,
+                   why);
+            return -EACCES;
+        }
+        return welcomed(p, m->welcome->rdma);
+    }
+    if (p->state == P_RDMA_WAIT &&
+        m->body_case == PR__V1__MSG__BODY_RDMA_READY) {
+        pr_rdma_qp_start(p->qp);
+        pr_tcp_peer_up(p);
+        return 0;
+    }
+    if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+        pr_warn("peer node %u: error %d: %s", p->base.node_id, m->error->code,
+                m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    }
+    pr_warn("peer node %u: unexpected %s message: closing", p->base.node_id,
+            pr_msg_name(m));
+    return -EPROTO;
+}
+
+static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
+{
+    struct tpeer *p = c->owner;
+    struct pr_chunk_hdr h;
+    if (p->state != P_UP || n < PR_CHUNK_HDR_LEN) {
+        pr_warn("peer node %u: data frame of %zu bytes before the link was "
+                "up or shorter than a chunk header: closing",
+                p->base.node_id, n);
+        return -EPROTO;
+    }
+    pr_chunk_hdr_decode(b, &h);
+    size_t len = n - PR_CHUNK_HDR_LEN;
+    if (len != (size_t)h.nfloats * sizeof(float)) {
+        pr_warn("peer node %u: chunk says %u floats but carries %zu bytes: "
+                "closing",
+                p->base.node_id, h.nfloats, len);
+        return -EPROTO;
+    }
+    const uint8_t *payload = b + PR_CHUNK_HDR_LEN;
+    const float *data = (const float *)(const void *)payload;
+    /*
+     * An empty chunk has nothing to copy (and abuf may still be NULL,
+     * which memcpy must not be given even for 0 bytes).
+     */
+    if (len > 0 && (uintptr_t)payload % _Alignof(float) != 0) {
+        if (p->abuf_len < len) {
+            float *nb = realloc(p->abuf, len);
+            if (!nb)
+                return -ENOMEM;
+            p->abuf = nb;
+            p->abuf_len = len;
+        }
+        memcpy(p->abuf, payload, len);
+        data = p->abuf;
+    }
+    p->base.bytes_recv += len;
+    p->x->bytes_recv += len;
+    if (p->x->sink.on_chunk)
+        p->x->sink.on_chunk(p->x->sink.ctx, p->base.node_id, &h, data);
+    return 0;
+}
+
+const struct pr_conn_ops pr_tcp_peer_ops = {
+    .on_msg = peer_on_msg,
+    .on_data = peer_on_data,
+    .on_close = peer_on_close,
+};
+
+static void connect_cb(struct pr_conn *c, int status)
+{
+    struct tpeer *p = c->owner;
+    if (p->conn != c)
+        return;
+    if (status < 0) {
+        pr_dbg("peer node %u (%s): connect: %s", p->base.node_id, p->addr,
+               uv_strerror(status));
+        pr_conn_close(c, status);
+        return;
+    }
+    /* The accepting side speaks first: its challenge (auth.h). */
+    p->state = P_CHALLENGE;
+}
+
+/* The peer's challenge came: offer RDMA and prove the key in the hello. */
+static int on_challenge(struct tpeer *p, struct pr_conn *c,
+                        const Pr__V1__Challenge *ch)
+{
+    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
+    size_t len;
+    const char *why;
+    int rc = pr_auth_answer(p->x->key, ch, p->ns, p->nc, buf, &len, &why);
+    if (rc < 0) {
+        pr_err("peer node %u (%s): %s", p->base.node_id, p->addr, why);
+        return rc;
+    }
+    Pr__V1__Msg m = PR_MSG_INIT;
+    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    hello.auth.data = buf;
+    hello.auth.len = len;
+    hello.version = PR_PROTO_VERSION;
+    hello.role = PR__V1__ROLE__ROLE_NODE;
+    hello.node_id = p->x->self;
+    Pr__V1__RdmaInfo ri;
+    pr_tcp_peer_drop_qp(p);
+    if (p->x->rdma &&
+        pr_rdma_qp_create(p->x->rdma, p->base.node_id, &p->qp) == 0) {
+        pr_rdma_qp_info(p->qp, &ri);
+        hello.rdma = &ri;
+    } else if (p->x->rdma_required) {
+        return -EPROTONOSUPPORT;
+    }
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &hello;
+    rc = pr_conn_send(c, &m);
+    if (rc < 0)
+        return rc;
+    p->state = P_HELLO;
+    return 0;
+}
+
+static void start_connect(struct tpeer *p)
+{
+    char host[96];
+    uint16_t port;
+    if (pr_conf_parse_hostport(p->addr, host, sizeof(host), &port) < 0) {
+        pr_err("peer node %u: bad address '%s'", p->base.node_id, p->addr);
+        return;
+    }
+    struct pr_conn *c =
+        pr_conn_create_tcp(p->x->loop, p->x->max_frame, &pr_tcp_peer_ops, p);
+    if (!c)
+        return;
+    p->conn = c;
+    p->state = P_CONNECTING;
+    int rc = pr_conn_connect(c, host, port, connect_cb);
+    if (rc < 0) {
+        pr_warn("peer node %u: connect %s: %s", p->base.node_id, p->addr,
+                uv_strerror(rc));
+        pr_conn_close(c, rc);
+        return;
+    }
+    uv_timer_start(&p->retry, retry_cb, p->x->connect_timeout_ms, 0);
+}
+
+struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
+                              const char *addr)
+{
+    struct tpeer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->base.ops = &tcp_link_ops;
+    p->base.node_id = id;
+    p->base.kind = "tcp";
+    p->x = x;
+    p->qtail = &p->q;
+    p->backoff_ms = BACKOFF_MIN_MS;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
+    uv_timer_init(x->loop, &p->retry);
+    p->retry.data = p;
+    x->handles++;
+    p->next = x->peers;
+    x->peers = p;
+    return p;
+}
+
+static void maybe_free_x(struct pr_tcp_xport *x)
+{
+    if (x->closing && x->handles == 0)
+        free(x);
+}
+
+static void peer_closed_cb(uv_handle_t *h)
+{
+    struct tpeer *p = h->data;
+    struct pr_tcp_xport *x = p->x;
+    free(p->abuf);
+    free(p);
+    x->handles--;
+    maybe_free_x(x);
+}
+
+static void remove_peer(struct tpeer *p)
+{
+    struct tpeer **pp = &p->x->peers;
+    while (*pp != p)
+        pp = &(*pp)->next;
+    *pp = p->next;
+    p->listed = 0;
+    if (p->conn) {
+        /*
+         * The peer is freed before this conn's close callback may run
+         * (close callbacks come in any order): detach the conn from it.
+         */
+        struct pr_conn *c = p->conn;
+        p->conn = NULL;
+        pr_conn_detach_close(c);
+    }
+    pr_tcp_peer_drop_qp(p);
+    if (p->x->sink.on_link_down)
+        p->x->sink.on_link_down(p->x->sink.ctx, p->base.node_id, -ECONNRESET);
+    pr_tcp_peer_fail_pending(p, -ECONNRESET);
+    uv_close((uv_handle_t *)&p->retry, peer_closed_cb);
+}
+
+int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
+                           const struct pr_tcp_peer_info *peers, size_t n)
+{
+    for (struct tpeer *p = x->peers; p; p = p->next)
+        p->listed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (peers[i].node_id == x->self)
+            continue;
+        struct tpeer *p = pr_tcp_peer_find(x, peers[i].node_id);
+        if (!p && !(p = pr_tcp_peer_add(x, peers[i].node_id, peers[i].addr)))
+            return -ENOMEM;
+        snprintf(p->addr, sizeof(p->addr), "%s", peers[i].addr);
+        p->listed = 1;
+        p->outgoing = x->self > p->base.node_id;
+        if (p->outgoing && p->state == P_DOWN &&
+            !uv_is_active((uv_handle_t *)&p->retry))
+            start_connect(p);
+    }
+    struct tpeer *p = x->peers;
+    while (p) {
+        struct tpeer *next = p->next;
+        if (!p->listed) {
+            pr_info("peer node %u (%s) left the job", p->base.node_id, p->addr);
+            remove_peer(p);
+        }
+        p = next;
+    }
+    return 0;
+}
+
+static void listener_closed_cb(uv_handle_t *h)
+{
+    struct pr_tcp_xport *x = h->data;
+    x->handles--;
+    maybe_free_x(x);
+}
+
+void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
+{
+    if (!x)
+        return;
+    x->closing = 1;
+    x->sink = (struct pr_link_sink){0};
+    while (x->peers)
+        remove_peer(x->peers);
+    while (x->strangers.head) {
+        struct stranger *st = (struct stranger *)x->strangers.head;
+        pr_stranger_remove(&st->base);
+        pr_conn_detach_close(st->conn);
+        free(st);
+    }
+    uv_close((uv_handle_t *)&x->listener, listener_closed_cb);
+    uv_close((uv_handle_t *)&x->sweep, listener_closed_cb);
+}
+
+void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
+                        struct pr_tcp_xport_stats *st)
+{
+    st->bytes_sent = x->bytes_sent;
+    st->bytes_recv = x->bytes_recv;
+    st->links_up = 0;
+    for (const struct tpeer *p = x->peers; p; p = p->next)
+        st->links_up += p->state == P_UP;
+}

@@ -1,0 +1,79 @@
+/*
+ * TCP links between node daemons: one connection per peer pair, set up once
+ * and reused by every group (the node with the higher id connects to the
+ * lower one, so each pair has exactly one connection).
+ *
+ * Link protocol, in order:
+ *  0. The accepting side sends Msg.challenge (cluster-key nonce, auth.h).
+ *  1. The connecting side sends Msg.hello{version, role NODE, node_id,
+ *     rdma = its queue pair's info if it has an RDMA device}.
+ *  2. The accepting side checks the version and answers Msg.welcome{id =
+ *     its own node id, rdma = its queue pair's info if it took the offer}.
+ *  3. With RDMA on both ends, the connecting side brings its queue pair to
+ *     RTS and sends Msg.rdma_ready; the accepting side writes only after
+ *     that. The data then goes by RDMA WRITE WITH IMMEDIATE (rdma.h).
+ *  4. Without, PR_FRAME_DATA frames flow on this link: a chunk header
+ *     (xport.h) and the float32 payload, written straight from the group's
+ *     vector.
+ * Sends posted before the link is up wait in the link; a link that fails
+ * completes them with an error and tells its sink (the engine's, which
+ * fails the groups that needed that peer).
+ */
+#ifndef PR_XPORT_TCP_H
+#define PR_XPORT_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/engine/xport.h"
+
+struct pr_rdma;
+struct pr_rdma_ops;
+struct pr_tcp_xport;
+
+struct pr_tcp_peer_info {
+    uint32_t node_id;
+    const char *addr; /* host:port */
+};
+
+struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
+                                         size_t max_chunk_bytes,
+                                         uint32_t connect_timeout_ms);
+/* Binds host:port (port 0: any); *bound gets the port. */
+int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
+                        uint16_t *bound);
+/* Where chunks and link losses go (copied; NULL: nowhere). */
+void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
+                           const struct pr_link_sink *sink);
+void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self);
+struct pr_auth_key;
+/* Peers must prove the cluster key (auth.h); NULL: none. Set before use. */
+void pr_tcp_xport_set_key(struct pr_tcp_xport *x,
+                          const struct pr_auth_key *key);
+/*
+ * Moves the data of every link that both ends can serve by RDMA onto a
+ * verbs queue pair (rdma.h); the TCP link stays for control. `required`:
+ * refuse peers without RDMA (transport = rdma) instead of using TCP.
+ * pr_rdma_open() takes pr_tcp_xport_rdma_ops() with x as its context.
+ */
+void pr_tcp_xport_set_rdma(struct pr_tcp_xport *x, struct pr_rdma *r,
+                           int required);
+const struct pr_rdma_ops *pr_tcp_xport_rdma_ops(void);
+/* The peers there are now; links to peers no longer listed are closed. */
+int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
+                           const struct pr_tcp_peer_info *peers, size_t n);
+/* The link to a peer (known, connected or not), or NULL. */
+struct pr_link *pr_tcp_xport_link(struct pr_tcp_xport *x, uint32_t node_id);
+/* Closes everything; the struct is freed once the handles are closed. */
+void pr_tcp_xport_destroy(struct pr_tcp_xport *x);
+
+struct pr_tcp_xport_stats {
+    uint64_t bytes_sent;
+    uint64_t bytes_recv;
+    uint32_t links_up;
+};
+void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
+                        struct pr_tcp_xport_stats *st);
+
+#endif

@@ -1,0 +1,108 @@
+/*
+ * What xport_tcp.c (peer links: connecting, the hello exchange, chunks in
+ * and out) and xport_accept.c (the listener: connections before their
+ * hello, and the deadlines of link setup) share. Private to the TCP
+ * transport: other modules use xport_tcp.h.
+ */
+#ifndef PR_XPORT_TCP_INT_H
+#define PR_XPORT_TCP_INT_H
+
+#include "daemon/base/auth.h"
+#include "daemon/base/conn.h"
+#include "daemon/xport/rdma/rdma.h"
+#include "daemon/base/stranger.h"
+#include "daemon/xport/tcp/xport_tcp.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+#define HELLO_MAX      4096
+#define SWEEP_MS       250
+/*
+ * Incoming connections before their hello: at most STRANGERS_MAX, and
+ * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
+ * connect_timeout_ms.
+ */
+#define STRANGERS_MAX        64
+#define STRANGERS_PER_SOURCE 32
+
+enum pstate {
+    P_DOWN,
+    P_CONNECTING, /* TCP connect in progress (outgoing) */
+    P_CHALLENGE,  /* connected; waiting for the peer's challenge */
+    P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
+    P_RDMA_WAIT,  /* welcome sent with RDMA; waiting for RdmaReady */
+    P_UP,
+};
+
+/* A send posted while the link was not up. */
+struct pending {
+    struct pending *next;
+    struct pr_chunk_hdr h;
+    const float *data;
+    pr_send_cb cb;
+    void *arg;
+};
+
+struct tpeer {
+    struct pr_link base;
+    struct pr_tcp_xport *x;
+    struct tpeer *next;
+    char addr[128];
+    struct pr_conn *conn;
+    enum pstate state;
+    int outgoing; /* this side connects (self > node_id) */
+    int listed;
+    struct pending *q, **qtail;
+    uv_timer_t retry;
+    uint32_t backoff_ms;
+    float *abuf; /* aligned copy for a payload at an odd address */
+    size_t abuf_len;
+    struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
+    uint64_t since_ms;     /* when the current state (or queueing) began */
+    uint8_t nc[PR_AUTH_NONCE_LEN]; /* outgoing: our nonce */
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's challenge */
+};
+
+/*
+ * An incoming connection that has not said hello yet: its conn's owner
+ * until the hello passes, freed then or when the conn closes.
+ */
+struct stranger {
+    struct pr_stranger base; /* on x->strangers */
+    struct pr_tcp_xport *x;
+    struct pr_conn *conn;
+    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
+};
+
+struct pr_tcp_xport {
+    uv_loop_t *loop;
+    uint32_t self;
+    size_t max_frame;
+    uint32_t connect_timeout_ms;
+    uv_tcp_t listener;
+    int listening;
+    struct pr_link_sink sink; /* the engine's, from the node */
+    struct tpeer *peers;
+    int closing;
+    int handles; /* open handles that still reference x */
+    uint64_t bytes_sent, bytes_recv;
+    struct pr_rdma *rdma; /* NULL: TCP only */
+    int rdma_required;    /* transport = rdma: refuse peers without it */
+    struct pr_strangers strangers; /* of struct stranger */
+    const struct pr_auth_key *key; /* NULL: no cluster key */
+    uv_timer_t sweep;              /* hello and link-setup deadlines */
+};
+
+/* xport_tcp.c */
+extern const struct pr_conn_ops pr_tcp_peer_ops;
+struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id);
+/* A peer the scheduler has not listed yet (addr may be ""): NULL on ENOMEM. */
+struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
+                              const char *addr);
+void pr_tcp_peer_drop_qp(struct tpeer *p);
+void pr_tcp_peer_link_down(struct tpeer *p, int status);
+/* The link carries chunks: queued sends go. */
+void pr_tcp_peer_up(struct tpeer *p);
+void pr_tcp_peer_fail_pending(struct tpeer *p, int status);
+
+#endif
