@@ -93,9 +93,7 @@ static void send_leave(struct nclient *c)
         return;
     Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
     l.rank = (uint32_t)c->rank;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
-    m.worker_leave = &l;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
     pr_node_send(c->node, &m);
 }
 
