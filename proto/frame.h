@@ -78,6 +78,15 @@ int pr_frame_reader_next(struct pr_frame_reader *r, struct pr_frame_hdr *h,
                          const uint8_t **payload);
 
 /*
+ * A Msg carrying one body, in one expression: PR_MSG_OF(READY, ready, &rd)
+ * is the envelope with body_case PR__V1__MSG__BODY_READY and .ready = &rd
+ * (the body stays the caller's; the Msg only points to it).
+ */
+#define PR_MSG_OF(kind, member, body)                                          \
+    ((Pr__V1__Msg){PROTOBUF_C_MESSAGE_INIT(&pr__v1__msg__descriptor),          \
+                   .body_case = PR__V1__MSG__BODY_##kind, .member = (body)})
+
+/*
  * Packs `m` into a freshly allocated frame (header included): *out is the
  * caller's to free. 0, -ENOMEM or -EMSGSIZE (larger than max_len).
  */

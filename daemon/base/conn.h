@@ -87,14 +87,6 @@ size_t pr_conn_write_queue(const struct pr_conn *c);
 
 /* The Msg to use in a frame: zero-initialised, with a body set by caller. */
 #define PR_MSG_INIT PR__V1__MSG__INIT
-
-/*
- * A Msg carrying one body, in one expression: PR_MSG_OF(READY, ready, &rd)
- * is the envelope with body_case PR__V1__MSG__BODY_READY and .ready = &rd
- * (the body stays the caller's; the Msg only points to it).
- */
-#define PR_MSG_OF(kind, member, body)                                          \
-    ((Pr__V1__Msg){PROTOBUF_C_MESSAGE_INIT(&pr__v1__msg__descriptor),          \
-                   .body_case = PR__V1__MSG__BODY_##kind, .member = (body)})
+/* One body's envelope in one expression: PR_MSG_OF in proto/frame.h. */
 
 #endif
