@@ -90,7 +90,7 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
-	asan demo \
+	check-python asan demo \
 	coverage check-load \
 	install uninstall clean format bench
 .SECONDARY:
@@ -175,7 +175,8 @@ TEST_ENV = PREDUCE_BUILD=$(abspath $(BUILD)) \
 	PREDUCED=$(abspath $(BUILD)/preduced) \
 	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer)
 
-test check: check-format check-layout check-unit check-integration
+test check: check-format check-layout check-unit check-integration \
+	check-python
 
 # The parts depend one way (tests/check-layout.sh says the rules).
 check-layout:
@@ -188,6 +189,14 @@ check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
+
+# The Python package with torch against real daemons (tests/python/,
+# pytest, Debian's /usr/bin/python3 with python3-torch): pytest's summary.
+PYTHON ?= /usr/bin/python3
+check-python: $(BINS) $(LIB_SO)
+	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) \
+		PYTHONPATH=$(abspath client/python) \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
 # Idle connections on every listener while trainers reduce (tests/load/):
 # figures printed, Check's summary line last; bounded at 60 s per suite.
@@ -294,8 +303,8 @@ install: all
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 644 client/include/preduce.h $(DESTDIR)$(INCDIR)/
-	install -d $(DESTDIR)$(PYDIR)
-	install -m 644 client/python/preduce.py $(DESTDIR)$(PYDIR)/
+	install -d $(DESTDIR)$(PYDIR)/preduce
+	install -m 644 client/python/preduce/*.py $(DESTDIR)$(PYDIR)/preduce/
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
 	for u in systemd/*.service; do \
 		sed 's|/usr/local/bin|$(BINDIR)|g' $$u > \
@@ -305,9 +314,10 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
 		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
-		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PYDIR)/preduce.py \
+		$(DESTDIR)$(INCDIR)/preduce.h \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
+	rm -rf $(DESTDIR)$(PYDIR)/preduce
 
 # RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):
 # installs QEMU and the verbs tools, fetches a Debian kernel, boots it.

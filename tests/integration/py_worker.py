@@ -1,5 +1,5 @@
 """A Python trainer for tests/integration/test_python.c: reduces `steps`
-times through the ctypes binding (client/python/preduce.py) and checks each
+times through the ctypes binding (client/python/preduce/) and checks each
 result against a double-precision reference of the members it reports.
 
     py_worker.py SOCKET NAME NFLOATS STEPS [JOIN_K [in-place]]

@@ -1,5 +1,5 @@
 /*
- * The Python binding (client/python/preduce.py, ctypes over libpreduce.so)
+ * The Python binding (client/python/preduce/, ctypes over libpreduce.so)
  * with real daemons: three Python trainers on two daemons reduce numpy
  * arrays that live in the shared memory, and check every result against a
  * double-precision reference. Runs Debian's /usr/bin/python3 with numpy

@@ -1,4 +1,4 @@
-"""preduce for Python trainers: a thin ctypes binding of libpreduce.
+"""preduce for Python trainers: a ctypes binding of libpreduce.
 
 The tensors are numpy arrays over the shared memory the daemon reads and
 writes, so a model's parameters can live in them with no copy:
@@ -11,11 +11,21 @@ writes, so a model's parameters can live in them with no copy:
             r = c.reduce([w])       # w now holds the group's average
             print(r.group, r.members, r.version)
 
-Errors raise PreduceError(errno, message); its .retryable says whether the
-call may succeed if made again (a reduce that timed out or lost a peer:
-preduce_error_retryable() in preduce.h). Nothing here prints or exits.
-The library is found as $PREDUCE_LIB, else libpreduce.so.1 on the loader's
-path.
+``preduce.torch`` puts a PyTorch model's parameters into such memory (the
+parameters become views of it) and reduces them after the optimizer step.
+
+A reduce can also run in the background: ``h = c.reduce_start([w])``, then
+``h.done()`` polls and ``h.wait(timeout_ms)`` returns its Result; the
+arrays must not be touched until it ended. torch tensors made over a
+client's array (``torch.from_numpy(w)``, or any tensor whose memory is that
+array's) are accepted wherever the array is.
+
+Errors raise PreduceError (an OSError: .errno is positive, the text the
+library's, with the daemon's reason when it gave one); its .retryable says
+whether the call may succeed if made again (a reduce that timed out or
+lost a peer: preduce_error_retryable() in preduce.h). Nothing here prints
+or exits. The library is found as $PREDUCE_LIB, else libpreduce.so.1 on
+the loader's path.
 """
 
 import ctypes
@@ -24,7 +34,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Client", "PreduceError", "Result"]
+__all__ = ["Client", "PreduceError", "ReduceHandle", "Result", "retryable"]
 
 
 def _load():
@@ -36,6 +46,7 @@ def _load():
                                            ctypes.c_int, c_void_pp]),
         "preduce_close": (ctypes.c_int, [ctypes.c_void_p]),
         "preduce_rank": (ctypes.c_int, [ctypes.c_void_p]),
+        "preduce_fd": (ctypes.c_int, [ctypes.c_void_p]),
         "preduce_tensor_create": (ctypes.c_int, [ctypes.c_void_p,
                                                  ctypes.c_size_t, ctypes.c_int,
                                                  c_void_pp]),
@@ -45,6 +56,11 @@ def _load():
         "preduce_tensor_destroy": (ctypes.c_int, [ctypes.c_void_p]),
         "preduce_reduce": (ctypes.c_int, [ctypes.c_void_p, c_void_pp,
                                           ctypes.c_size_t, ctypes.c_int]),
+        "preduce_reduce_start": (ctypes.c_int, [ctypes.c_void_p, c_void_pp,
+                                                ctypes.c_size_t,
+                                                ctypes.c_int]),
+        "preduce_reduce_wait": (ctypes.c_int, [ctypes.c_void_p,
+                                               ctypes.c_int]),
         "preduce_set_in_place": (ctypes.c_int, [ctypes.c_void_p,
                                                 ctypes.c_int]),
         "preduce_last_result": (ctypes.c_void_p, [ctypes.c_void_p]),
@@ -77,6 +93,12 @@ def _l():
     return _lib
 
 
+def retryable(err):
+    """True when a call that failed with errno `err` (positive, as in
+    PreduceError.errno) may succeed if made again: ETIMEDOUT, ECONNRESET."""
+    return bool(err and _l().preduce_error_retryable(-abs(int(err))))
+
+
 class PreduceError(OSError):
     """A libpreduce call failed: .errno is positive, the text the library's.
 
@@ -89,8 +111,7 @@ class PreduceError(OSError):
     @property
     def retryable(self):
         """True when the same call may succeed if made again."""
-        return bool(self.errno and
-                    _l().preduce_error_retryable(-self.errno))
+        return retryable(self.errno)
 
 
 def _check(rc, client=None):
@@ -121,19 +142,75 @@ class Result:
                                              ctypes.byref(w)))
             self.members.append((rank.value, ver.value, w.value))
 
+    def __repr__(self):
+        return (f"Result(group={self.group}, version={self.version}, "
+                f"weight={self.weight:.4g}, members={self.members})")
+
+
+class ReduceHandle:
+    """A reduce running in the background (Client.reduce_start).
+
+    The arrays it reduces must not be read or written until done() is True
+    or wait() returned (or raised).
+    """
+
+    def __init__(self, client):
+        self._client = client
+        self._result = None
+        self._error = None
+
+    def _finish(self, rc):
+        if rc == -_errno.EAGAIN:
+            return False
+        self._client._inflight = None
+        try:
+            _check(rc, self._client._c)
+            self._result = Result(_l().preduce_last_result(self._client._c))
+        except PreduceError as e:
+            self._error = e
+        return True
+
+    def done(self):
+        """True once the reduce has ended, successfully or not (polls)."""
+        if self._result is not None or self._error is not None:
+            return True
+        return self._finish(_l().preduce_reduce_wait(self._client._c, 0))
+
+    def wait(self, timeout_ms=None):
+        """Waits up to timeout_ms (None: until the reduce's own deadline)
+        and returns the Result; raises PreduceError if the reduce failed,
+        or TimeoutError if timeout_ms passed first (it still runs)."""
+        if not self.done():
+            left = -1 if timeout_ms is None else int(timeout_ms)
+            if left < 0:
+                left = 2 ** 31 - 1  # the reduce's deadline ends it first
+            if not self._finish(_l().preduce_reduce_wait(self._client._c,
+                                                         left)):
+                raise TimeoutError("the reduce has not finished yet")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
 
 class Client:
     """A connection to the node daemon as one worker."""
 
     def __init__(self, socket_path, name, timeout_ms=5000):
         self._c = ctypes.c_void_p()
-        self._tensors = {}  # id(array) -> handle, keeps them alive
+        self._tensors = {}  # data address -> (handle, array)
+        self._inflight = None
         _check(_l().preduce_connect(socket_path.encode(), name.encode(),
                                     int(timeout_ms), ctypes.byref(self._c)))
 
     @property
     def rank(self):
+        """This worker's rank in the job."""
         return _check(_l().preduce_rank(self._c))
+
+    def fileno(self):
+        """A descriptor that is readable when a background reduce may
+        have something to report (for select/poll loops)."""
+        return _check(_l().preduce_fd(self._c))
 
     def tensor(self, n, timeout_ms=5000):
         """A float32 numpy array of n elements in shared memory."""
@@ -142,23 +219,40 @@ class Client:
                                           ctypes.byref(t)), self._c)
         ptr = _l().preduce_tensor_data(t)
         arr = np.ctypeslib.as_array(ptr, shape=(int(n),))
-        self._tensors[id(arr)] = (t, arr)
+        self._tensors[arr.ctypes.data] = (t, arr)
         return arr
 
-    def reduce(self, arrays, timeout_ms=60000):
-        """Averages the arrays (one model) with this step's group."""
+    def _handles(self, arrays):
         handles = []
         for a in arrays:
-            entry = self._tensors.get(id(a))
-            if entry is None:
+            if hasattr(a, "data_ptr"):  # a torch tensor, not imported here
+                addr, n = a.data_ptr(), a.numel()
+            else:
+                addr, n = np.asarray(a).ctypes.data, np.asarray(a).size
+            entry = self._tensors.get(addr)
+            if entry is None or entry[1].size != n:
                 raise PreduceError(_errno.EINVAL,
-                                   "not a tensor of this client "
-                                   "(use the array Client.tensor returned)")
+                                   "not a whole tensor of this client "
+                                   "(use the array Client.tensor returned, "
+                                   "or a torch tensor over all of it)")
             handles.append(entry[0])
-        arr = (ctypes.c_void_p * len(handles))(*handles)
-        _check(_l().preduce_reduce(self._c, arr, len(handles),
-                                   int(timeout_ms)), self._c)
+        return (ctypes.c_void_p * len(handles))(*handles)
+
+    def reduce(self, arrays, timeout_ms=60000):
+        """Averages the arrays (one model) with this step's group; they
+        hold the result when it returns."""
+        arr = self._handles(arrays)
+        _check(_l().preduce_reduce(self._c, arr, len(arr), int(timeout_ms)),
+               self._c)
         return Result(_l().preduce_last_result(self._c))
+
+    def reduce_start(self, arrays, timeout_ms=60000):
+        """Starts the same reduce in the background: a ReduceHandle."""
+        arr = self._handles(arrays)
+        _check(_l().preduce_reduce_start(self._c, arr, len(arr),
+                                         int(timeout_ms)), self._c)
+        self._inflight = ReduceHandle(self)
+        return self._inflight
 
     def set_in_place(self, on=True):
         """Results written into the arrays as they arrive (one pass less
@@ -167,6 +261,7 @@ class Client:
         _check(_l().preduce_set_in_place(self._c, 1 if on else 0))
 
     def close(self):
+        """Ends the connection; the arrays must not be used afterwards."""
         if self._c:
             self._tensors.clear()
             _l().preduce_close(self._c)

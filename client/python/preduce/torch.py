@@ -1,0 +1,268 @@
+"""PyTorch integration: a model's parameters in preduce's shared memory.
+
+    import preduce, preduce.torch
+    client = preduce.Client("/run/preduce/preduced.sock", "worker-0")
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pr = preduce.torch.PartialReduce(model, opt, client)
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        pr.step()               # opt.step(), then the partial reduce
+
+PartialReduce moves every float32 parameter (and, with buffers=True, every
+float32 buffer) into one flat tensor in the client's shared memory: each
+parameter's .data becomes a view of it, so the Parameter objects, the
+optimizer and its state stay as they were, and a reduce reads and writes
+the model where it lives, without a copy in either direction.
+
+What is averaged:
+- average="model" (the default, P-Reduce's rule): after every `period`-th
+  optimizer step the model is averaged with the group the scheduler forms
+  (period > 1 is local SGD: that many steps between averages).
+- average="gradients" (what DistributedDataParallel does): before each
+  optimizer step the gradients are averaged, then the step is taken; under
+  the allreduce policy with uniform weights every replica takes the same
+  step from the same model, as with DDP.
+
+Options, all off by default:
+- outer_lr (DiLoCo's outer optimizer): each worker keeps an anchor, the
+  model as of its last average. After a group's average, the
+  pseudo-gradient (anchor - average) goes to SGD with Nesterov momentum
+  (outer_momentum), and the model and the anchor take the new anchor. A
+  pseudo-gradient is always this worker's own since its last average
+  (period steps old at most); how much a staler member's model counts in
+  the average is the scheduler's weighting (scheduler.weighting =
+  staleness), so no correction is applied here.
+- overlap: the average of step t runs in the background while step t+1
+  computes; at the next step the result is merged with the local progress
+  made meanwhile (x += average - snapshot). The parameters then live in
+  ordinary memory and are copied in once per average.
+
+Parameters of other dtypes (float16, bfloat16, float64) are refused with
+a TypeError: average a float32 copy (keep the model in float32 and cast
+inside forward, or use torch.autocast). Parameters that are not on the
+CPU are copied to and from the shared memory at each average.
+
+A reduce that fails with a retryable code (a timeout, a lost peer) leaves
+the model as it was and training goes on; `failed` counts them. Other
+errors raise preduce.PreduceError.
+"""
+
+import torch
+
+import preduce
+
+__all__ = ["PartialReduce"]
+
+
+def _members(module, buffers):
+    """The (owner, name, tensor) of each parameter (and floating buffer)."""
+    out = []
+    for mod in module.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            out.append((mod, name, p))
+        if buffers:
+            for name, b in mod.named_buffers(recurse=False):
+                if b is not None and b.is_floating_point():
+                    out.append((mod, name, b))
+    return out
+
+
+class PartialReduce:
+    """Partial-reduces a model through a preduce.Client after its
+    optimizer's steps; use its step() in place of optimizer.step()."""
+
+    def __init__(self, model, optimizer, client, *, period=1,
+                 average="model", buffers=False, outer_lr=None,
+                 outer_momentum=0.9, overlap=False, timeout_ms=60000):
+        if average not in ("model", "gradients"):
+            raise ValueError("average is 'model' or 'gradients'")
+        if int(period) < 1:
+            raise ValueError("period must be at least 1")
+        if average == "gradients" and (outer_lr is not None or overlap):
+            raise ValueError("outer_lr and overlap apply to average='model'")
+        if outer_lr is not None and overlap:
+            raise ValueError("outer_lr and overlap together are not "
+                             "supported: choose one")
+        self.model, self.optimizer, self.client = model, optimizer, client
+        self.period, self.average = int(period), average
+        self.outer_lr, self.outer_momentum = outer_lr, float(outer_momentum)
+        self.overlap, self.timeout_ms = bool(overlap), int(timeout_ms)
+        self.steps = 0      # optimizer steps taken
+        self.reduces = 0    # averages that succeeded
+        self.failed = 0     # averages that failed with a retryable code
+        self.last_result = None
+        seen, self._tensors = set(), []
+        for mod, name, t in _members(model, buffers):
+            if id(t) in seen:  # shared (tied) parameters move once
+                continue
+            seen.add(id(t))
+            if t.dtype != torch.float32:
+                raise TypeError(
+                    f"{type(mod).__name__}.{name} is {t.dtype}: preduce "
+                    "averages float32 only; keep the model in float32 "
+                    "(model.float()) and cast inside forward or use "
+                    "torch.autocast")
+            self._tensors.append(t)
+        if not self._tensors:
+            raise ValueError("the model has no float32 parameters")
+        n = sum(t.numel() for t in self._tensors)
+        self._shared_np = client.tensor(n)
+        self.flat = torch.from_numpy(self._shared_np)  # the shared memory
+        self._views = []
+        off = 0
+        for t in self._tensors:
+            self._views.append(self.flat[off:off + t.numel()].view(t.shape))
+            off += t.numel()
+        # Zero copy: the parameters live in the shared memory themselves.
+        self.zero_copy = (average == "model" and not self.overlap and
+                          all(t.device.type == "cpu" for t in self._tensors))
+        with torch.no_grad():
+            for t, v in zip(self._tensors, self._views):
+                v.copy_(t)
+                if self.zero_copy:
+                    t.data = v
+        self._anchor = self.flat.clone() if outer_lr is not None else None
+        self._momentum = (torch.zeros_like(self.flat)
+                          if outer_lr is not None else None)
+        self._snapshot = None   # overlap: what the running reduce sent
+        self._pending = None    # overlap: its ReduceHandle
+
+    # -- the training loop's side --
+
+    def zero_grad(self, set_to_none=False):
+        """The optimizer's zero_grad()."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        """The optimizer's step, with the partial reduce that goes with it
+        (before it for gradients, after every period-th for the model).
+        Returns what optimizer.step() returned."""
+        if self.average == "gradients":
+            self._reduce_gradients()
+            loss = self.optimizer.step(closure)
+            self.steps += 1
+            return loss
+        loss = self.optimizer.step(closure)
+        self.steps += 1
+        if self.overlap and self._pending is not None:
+            self._merge()
+        if self.steps % self.period == 0:
+            if self.overlap:
+                self._start()
+            else:
+                self._reduce_model()
+        return loss
+
+    def finish(self):
+        """Waits for a background average (overlap) and merges it."""
+        if self._pending is not None:
+            self._merge()
+
+    # -- the averages --
+
+    def _reduce(self):
+        """One blocking reduce of self.flat: True on success."""
+        try:
+            self.last_result = self.client.reduce([self.flat],
+                                                  self.timeout_ms)
+        except preduce.PreduceError as e:
+            if not e.retryable:
+                raise
+            self.failed += 1
+            return False
+        self.reduces += 1
+        return True
+
+    @torch.no_grad()
+    def _reduce_model(self):
+        if not self.zero_copy:
+            for t, v in zip(self._tensors, self._views):
+                v.copy_(t)
+        if not self._reduce():
+            return
+        if self._anchor is not None:
+            self._outer_step()
+        if not self.zero_copy:
+            for t, v in zip(self._tensors, self._views):
+                t.copy_(v)
+
+    @torch.no_grad()
+    def _outer_step(self):
+        """DiLoCo's outer SGD with Nesterov momentum on the anchor."""
+        delta = self._anchor - self.flat          # the pseudo-gradient
+        self._momentum.mul_(self.outer_momentum).add_(delta)
+        update = delta.add(self._momentum, alpha=self.outer_momentum)
+        self._anchor.sub_(update, alpha=self.outer_lr)
+        self.flat.copy_(self._anchor)
+
+    @torch.no_grad()
+    def _reduce_gradients(self):
+        for t, v in zip(self._tensors, self._views):
+            if t.grad is None:
+                v.zero_()
+            else:
+                v.copy_(t.grad)
+        if not self._reduce():
+            return  # each replica steps on its own gradients this time
+        for t, v in zip(self._tensors, self._views):
+            if t.grad is not None:
+                t.grad.copy_(v)
+
+    @torch.no_grad()
+    def _start(self):
+        for t, v in zip(self._tensors, self._views):
+            v.copy_(t)
+        self._snapshot = self.flat.clone()
+        try:
+            self._pending = self.client.reduce_start([self.flat],
+                                                     self.timeout_ms)
+        except preduce.PreduceError as e:
+            if not e.retryable:
+                raise
+            self.failed += 1
+            self._pending = None
+
+    @torch.no_grad()
+    def _merge(self):
+        """x += average - snapshot: the group's correction on top of the
+        local progress made while the reduce ran."""
+        handle, self._pending = self._pending, None
+        try:
+            self.last_result = handle.wait()
+        except preduce.PreduceError as e:
+            if not e.retryable:
+                raise
+            self.failed += 1
+            return
+        self.reduces += 1
+        correction = self.flat - self._snapshot
+        for t, c in zip(self._tensors, self._split(correction)):
+            t.add_(c)
+
+    def _split(self, flat):
+        off = 0
+        for t in self._tensors:
+            yield flat[off:off + t.numel()].view(t.shape)
+            off += t.numel()
+
+    # -- checkpoints --
+
+    def state_dict(self):
+        """What a checkpoint needs beside the model's and optimizer's."""
+        return {"steps": self.steps, "reduces": self.reduces,
+                "failed": self.failed,
+                "anchor": None if self._anchor is None
+                else self._anchor.clone(),
+                "momentum": None if self._momentum is None
+                else self._momentum.clone()}
+
+    def load_state_dict(self, state):
+        """Restores state_dict()'s values (after the model's own)."""
+        self.steps = int(state["steps"])
+        self.reduces = int(state.get("reduces", 0))
+        self.failed = int(state.get("failed", 0))
+        if self._anchor is not None and state.get("anchor") is not None:
+            self._anchor.copy_(state["anchor"])
+            self._momentum.copy_(state["momentum"])
