@@ -245,6 +245,15 @@ bench: $(BENCH_BINS) $(BINS)
 	@echo "== tests/bench/convergence.sh"
 	tests/bench/convergence.sh $(BUILD)
 
+# PyTorch on preduce next to torch.distributed gloo (tests/bench/torch/):
+# 4 workers of client/examples/torch_train.py per configuration and
+# profile, 3 repeats in turn (about 15 minutes); build/bench-torch/ gets
+# the table, the figures and the plot.
+.PHONY: bench-torch
+bench-torch: $(BINS) $(LIB_SO)
+	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) \
+		$(PYTHON) tests/bench/torch/bench_torch.py --out $(BUILD)/bench-torch
+
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
 # and files feed the daemon. Each target runs FUZZ_SECONDS (default 60); a
 # crash stops make, the input saved under build/fuzz/crashes/.

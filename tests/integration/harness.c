@@ -214,7 +214,20 @@ int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
     const char *argv[MAX_ARGS] = {preduced_path(),  "--role", "scheduler",
                                   "--set",          listen,   "--set",
                                   "log.level=debug"};
-    int argc = add_sets(argv, 7, sched_sets);
+    int argc = 7;
+    /*
+     * Settings from the environment (the RDMA guest's longer timeouts)
+     * come first, so that a test's own settings win over them.
+     */
+    static char env_sets[1024];
+    const char *env = getenv("PREDUCE_TEST_SCHED_SETS");
+    snprintf(env_sets, sizeof(env_sets), "%s", env ? env : "");
+    for (char *save = NULL, *tok = strtok_r(env_sets, " ", &save);
+         tok && argc < MAX_ARGS - 3; tok = strtok_r(NULL, " ", &save)) {
+        argv[argc++] = "--set";
+        argv[argc++] = tok;
+    }
+    argc = add_sets(argv, argc, sched_sets);
     argv[argc] = NULL;
     c->sched_pid = spawn(c, "sched", argv);
     if (c->sched_pid < 0)

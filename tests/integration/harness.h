@@ -46,7 +46,11 @@ uint16_t h_free_port(void);
 int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *sched_sets,
                     const char *const *node_sets);
-/* (Re)starts the scheduler on c->sched_port, logging to sched.log. */
+/*
+ * (Re)starts the scheduler on c->sched_port, logging to sched.log; the
+ * space-separated key=value settings in $PREDUCE_TEST_SCHED_SETS come
+ * before sched_sets (which win).
+ */
 int h_sched_start(struct h_cluster *c, const char *const *sched_sets);
 /*
  * Stops the processes (SIGTERM, then SIGKILL after 5 s) and removes dir.

@@ -12,4 +12,9 @@ gidx=$PREDUCE_RDMA_GID_INDEX
 out=$PREDUCE_RDMA_OUT
 build=${PREDUCE_BUILD:-$PWD/build}
 export PREDUCED=$build/preduced PREDUCE_BUILD=$build
-export PREDUCE_TEST_NODE_SETS="transport.type=rdma transport.rdma_device=$dev transport.gid_index=$gidx ${PREDUCE_RDMA_SETS:-}"
+# Under TCG on a busy host a daemon's loop can stall for seconds (a node
+# dropped its scheduler link after 5.4 s of silence while the host ran
+# other builds): both ends wait 15 s before judging the other gone. Tests
+# that kill a daemon on purpose set their own timeouts, which win.
+export PREDUCE_TEST_NODE_SETS="transport.type=rdma transport.rdma_device=$dev transport.gid_index=$gidx scheduler.node_timeout_ms=15000 ${PREDUCE_RDMA_SETS:-}"
+export PREDUCE_TEST_SCHED_SETS="scheduler.node_timeout_ms=15000"
