@@ -71,7 +71,7 @@ struct stranger {
     struct pr_stranger base; /* on x->strangers */
     struct pr_tcp_xport *x;
     struct pr_conn *conn;
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
+    uint8_t challenge[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
 };
 
 struct pr_tcp_xport {
