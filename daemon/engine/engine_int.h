@@ -97,6 +97,7 @@ struct pr_engine {
     size_t chunk_floats;
     size_t stash_max;
     size_t stash_bytes;
+    uint32_t stash_ms; /* how long an early chunk waits for its group */
     pr_engine_resolve_fn resolve;
     void *ctx;
     struct group *groups;
