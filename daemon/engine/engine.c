@@ -158,15 +158,6 @@ static void arm_sweep(struct pr_engine *e)
         uv_timer_start(&e->sweep, sweep_cb, ENGINE_SWEEP_MS, ENGINE_SWEEP_MS);
 }
 
-/* Segment that position `pos` receives at ring step `step`. */
-static uint32_t recv_seg(const struct group *g, uint32_t step)
-{
-    uint32_t m = g->m;
-    if (step < m - 1)
-        return (g->pos + 2 * m - step - 1) % m;
-    return (g->pos + 2 * m - (step - (m - 1))) % m;
-}
-
 static void send_done_cb(void *arg, int status)
 {
     struct group *g = arg;
@@ -345,80 +336,6 @@ static int post_piece(struct group *g, float *x, size_t at, size_t len,
     return post_from(g, f->step, f->seg, at, len, x);
 }
 
-static int chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
-                    const char **why)
-{
-    size_t start, len;
-    if (h->total != g->total)
-        return *why = "vector length differs from this node's", 0;
-    if (h->step >= 2 * (g->m - 1))
-        return *why = "ring step out of range", 0;
-    if (h->seg != recv_seg(g, h->step))
-        return *why = "segment does not match the ring step", 0;
-    pr_ring_segment(g->total, g->m, h->seg, &start, &len);
-    /* off and nfloats come off the wire: no sum of them may wrap. */
-    if (h->off < start || h->nfloats > len || h->off - start > len - h->nfloats)
-        return *why = "chunk outside its segment", 0;
-    /* Only an empty segment travels as an empty chunk. */
-    if (len > 0 && h->nfloats == 0)
-        return *why = "empty chunk for a non-empty segment", 0;
-    const struct step *s = &g->steps[h->step];
-    if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
-        return *why = "more data than the segment holds", 0;
-    return 1;
-}
-
-/*
- * Spans of one step kept apart at most: links deliver in order, so a step
- * has one span unless a peer scatters its chunks, and each insert moves
- * the spans after it: past this, the group fails instead of the loop
- * stalling on a peer that sends a segment one float at a time backwards.
- */
-#define MAX_SPANS 1024
-
-/*
- * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
- * them had arrived already, -E2BIG past MAX_SPANS, -ENOMEM.
- */
-static int step_claim(struct step *s, size_t lo, size_t hi)
-{
-    if (lo == hi)
-        return 0;
-    /* Chunks mostly come in order: search from the end. */
-    size_t i = s->nspans;
-    while (i > 0 && s->spans[i - 1].lo >= lo)
-        i--;
-    struct span *pred = i > 0 ? &s->spans[i - 1] : NULL;
-    struct span *succ = i < s->nspans ? &s->spans[i] : NULL;
-    if ((pred && pred->hi > lo) || (succ && succ->lo < hi))
-        return -EPROTO;
-    if (pred && pred->hi == lo && succ && succ->lo == hi) {
-        pred->hi = succ->hi;
-        memmove(succ, succ + 1, (s->nspans - i - 1) * sizeof(*succ));
-        s->nspans--;
-    } else if (pred && pred->hi == lo) {
-        pred->hi = hi;
-    } else if (succ && succ->lo == hi) {
-        succ->lo = lo;
-    } else {
-        if (s->nspans == MAX_SPANS)
-            return -E2BIG;
-        if (s->nspans == s->cap) {
-            size_t cap = s->cap ? 2 * s->cap : 4;
-            struct span *n = realloc(s->spans, cap * sizeof(*n));
-            if (!n)
-                return -ENOMEM;
-            s->spans = n;
-            s->cap = cap;
-        }
-        memmove(&s->spans[i + 1], &s->spans[i],
-                (s->nspans - i) * sizeof(*s->spans));
-        s->spans[i] = (struct span){lo, hi};
-        s->nspans++;
-    }
-    return 0;
-}
-
 /*
  * Only the left neighbour sends into this group: a chunk from another
  * node (a stray of an older session with the same id, or a node that is
@@ -447,8 +364,9 @@ static int claim_chunk(struct group *g, uint32_t from,
 {
     const char *why = NULL;
     int claimed = 0;
-    if (chunk_ok(g, h, &why)) {
-        claimed = step_claim(&g->steps[h->step], h->off, h->off + h->nfloats);
+    if (pr_engine_chunk_ok(g, h, &why)) {
+        claimed = pr_engine_step_claim(&g->steps[h->step], h->off,
+                                       h->off + h->nfloats);
         if (claimed == -EPROTO)
             why = "floats that had arrived already";
         else if (claimed == -E2BIG)
