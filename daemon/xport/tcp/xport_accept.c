@@ -253,7 +253,8 @@ static void on_connection(uv_stream_t *server, int status)
     struct stranger *st = calloc(1, sizeof(*st));
     /* Until its hello says who it is, a connection gets small frames. */
     struct pr_conn *c =
-        st ? pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, st) : NULL;
+        st ? pr_conn_create_tcp(x->loop, PR_HELLO_MAX_FRAME, &stranger_ops, st)
+           : NULL;
     if (!c) {
         free(st);
         return;
@@ -298,7 +299,7 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
     if (rc < 0)
         return rc;
     x->listening = 1;
-    uv_timer_start(&x->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+    uv_timer_start(&x->sweep, sweep_cb, PEER_SWEEP_MS, PEER_SWEEP_MS);
     int len = sizeof(ss);
     uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
     if (bound)
