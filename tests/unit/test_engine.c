@@ -294,8 +294,8 @@ START_TEST(test_engine_failed_start_releases_stash)
 {
     /*
      * A group whose first send fails inside start() must still take its
-     * early chunks out of the stash, or they fill it for the stash time and the
-     * next groups' early chunks are dropped.
+     * early chunks out of the stash, or they fill it for the stash time
+     * and the next groups' early chunks are dropped.
      */
     static const size_t nlocal[2] = {1, 1};
     static const int ring[2] = {0, 1};
