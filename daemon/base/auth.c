@@ -86,24 +86,26 @@ void pr_auth_clear(struct pr_auth_key *key)
 }
 
 void pr_auth_challenge(const struct pr_auth_key *key,
-                       uint8_t ns[PR_AUTH_NONCE_LEN], Pr__V1__Challenge *ch)
+                       uint8_t s_nonce[PR_AUTH_NONCE_LEN],
+                       Pr__V1__Challenge *ch)
 {
     pr__v1__challenge__init(ch);
-    pr_auth_nonce(ns);
-    ch->nonce.data = ns;
+    pr_auth_nonce(s_nonce);
+    ch->nonce.data = s_nonce;
     ch->nonce.len = PR_AUTH_NONCE_LEN;
     ch->required = key != NULL;
 }
 
 int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
-                   uint8_t ns[PR_AUTH_NONCE_LEN], uint8_t nc[PR_AUTH_NONCE_LEN],
+                   uint8_t s_nonce[PR_AUTH_NONCE_LEN],
+                   uint8_t c_nonce[PR_AUTH_NONCE_LEN],
                    uint8_t buf[2 * PR_AUTH_NONCE_LEN], size_t *len,
                    const char **why)
 {
     *len = 0;
     if (ch->nonce.len != PR_AUTH_NONCE_LEN)
         return *why = "challenge without a nonce", -EPROTO;
-    memcpy(ns, ch->nonce.data, PR_AUTH_NONCE_LEN);
+    memcpy(s_nonce, ch->nonce.data, PR_AUTH_NONCE_LEN);
     if (ch->required && !key)
         return *why = "it requires a cluster key and this side has none "
                       "(security.key_file)",
@@ -114,15 +116,15 @@ int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
                -EACCES;
     if (!key)
         return 0;
-    pr_auth_nonce(nc);
-    memcpy(buf, nc, PR_AUTH_NONCE_LEN);
-    pr_auth_prove(key, 'C', ns, nc, buf + PR_AUTH_NONCE_LEN);
+    pr_auth_nonce(c_nonce);
+    memcpy(buf, c_nonce, PR_AUTH_NONCE_LEN);
+    pr_auth_prove(key, 'C', s_nonce, c_nonce, buf + PR_AUTH_NONCE_LEN);
     *len = 2 * PR_AUTH_NONCE_LEN;
     return 0;
 }
 
 int pr_auth_check_hello(const struct pr_auth_key *key,
-                        const uint8_t ns[PR_AUTH_NONCE_LEN],
+                        const uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                         const ProtobufCBinaryData *auth,
                         uint8_t proof[PR_AUTH_PROOF_LEN], size_t *len,
                         const char **why)
@@ -132,23 +134,23 @@ int pr_auth_check_hello(const struct pr_auth_key *key,
         return 0;
     if (auth->len != 2 * PR_AUTH_NONCE_LEN)
         return *why = "no proof of the cluster key in its hello", -EACCES;
-    const uint8_t *nc = auth->data;
-    if (pr_auth_verify(key, 'C', ns, nc, auth->data + PR_AUTH_NONCE_LEN,
-                       PR_AUTH_PROOF_LEN) < 0)
+    const uint8_t *c_nonce = auth->data;
+    if (pr_auth_verify(key, 'C', s_nonce, c_nonce,
+                       auth->data + PR_AUTH_NONCE_LEN, PR_AUTH_PROOF_LEN) < 0)
         return *why = "wrong proof of the cluster key (another key?)", -EACCES;
-    pr_auth_prove(key, 'S', nc, ns, proof);
+    pr_auth_prove(key, 'S', c_nonce, s_nonce, proof);
     *len = PR_AUTH_PROOF_LEN;
     return 0;
 }
 
 int pr_auth_check_welcome(const struct pr_auth_key *key,
-                          const uint8_t nc[PR_AUTH_NONCE_LEN],
-                          const uint8_t ns[PR_AUTH_NONCE_LEN],
+                          const uint8_t c_nonce[PR_AUTH_NONCE_LEN],
+                          const uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                           const ProtobufCBinaryData *auth, const char **why)
 {
     if (!key)
         return 0;
-    if (pr_auth_verify(key, 'S', nc, ns, auth->data, auth->len) < 0)
+    if (pr_auth_verify(key, 'S', c_nonce, s_nonce, auth->data, auth->len) < 0)
         return *why = "its welcome does not prove the cluster key", -EACCES;
     return 0;
 }

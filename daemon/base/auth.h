@@ -4,11 +4,14 @@
  * the key itself never crosses the wire and a recorded handshake cannot be
  * replayed.
  *
- *  1. accepting side S  -> Challenge{nonce = ns, required}  (on accept)
- *  2. connecting side C -> Hello{auth = nc || HMAC(k, "C" || ns || nc)}
+ * s_nonce is the accepting side S's nonce (its challenge), c_nonce the
+ * connecting side C's; each side draws its own afresh per connection.
+ *
+ *  1. S -> Challenge{nonce = s_nonce, required}  (on accept)
+ *  2. C -> Hello{auth = c_nonce || HMAC(k, "C" || s_nonce || c_nonce)}
  *  3. S checks C's proof before it answers anything (so nothing, not even
  *     RDMA queue pair details, goes to a peer without the key), then
- *     -> Welcome{auth = HMAC(k, "S" || nc || ns)}
+ *     -> Welcome{auth = HMAC(k, "S" || c_nonce || s_nonce)}
  *  4. C checks S's proof before it trusts the link.
  * k is BLAKE2b-256 of the key file's bytes (at least 16 of them; the file
  * must not be readable by group or others).
@@ -49,31 +52,33 @@ int pr_auth_verify(const struct pr_auth_key *key, char role,
  * The handshake steps, for whichever link: `key` NULL means this side has
  * none. The Msg parts they fill point into the caller's buffers.
  */
-/* 1. Accepting side: a fresh nonce into ns, and the Challenge to send. */
+/* 1. Accepting side: a fresh nonce into s_nonce, and the Challenge to send. */
 void pr_auth_challenge(const struct pr_auth_key *key,
-                       uint8_t ns[PR_AUTH_NONCE_LEN], Pr__V1__Challenge *ch);
+                       uint8_t s_nonce[PR_AUTH_NONCE_LEN],
+                       Pr__V1__Challenge *ch);
 /*
- * 2. Connecting side: given the Challenge, fills nc, and buf (64 bytes)
- * with Hello.auth; *len 0 when no auth goes out. -EACCES (with *why) when
- * one side has a key and the other none.
+ * 2. Connecting side: given the Challenge, copies its nonce into s_nonce,
+ * draws c_nonce, and fills buf (64 bytes) with Hello.auth; *len 0 when no auth
+ * goes out. -EACCES (with *why) when one side has a key and the other none.
  */
 int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
-                   uint8_t ns[PR_AUTH_NONCE_LEN], uint8_t nc[PR_AUTH_NONCE_LEN],
+                   uint8_t s_nonce[PR_AUTH_NONCE_LEN],
+                   uint8_t c_nonce[PR_AUTH_NONCE_LEN],
                    uint8_t buf[2 * PR_AUTH_NONCE_LEN], size_t *len,
                    const char **why);
 /*
- * 3. Accepting side: checks Hello.auth against ns; fills proof (Welcome.
- * auth, 32 bytes). 0 (also when no key: *len 0), or -EACCES with *why.
+ * 3. Accepting side: checks Hello.auth against s_nonce; fills proof
+ * (Welcome.auth, 32 bytes). 0 (also when no key: *len 0), or -EACCES with *why.
  */
 int pr_auth_check_hello(const struct pr_auth_key *key,
-                        const uint8_t ns[PR_AUTH_NONCE_LEN],
+                        const uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                         const ProtobufCBinaryData *auth,
                         uint8_t proof[PR_AUTH_PROOF_LEN], size_t *len,
                         const char **why);
 /* 4. Connecting side: checks Welcome.auth. 0, or -EACCES with *why. */
 int pr_auth_check_welcome(const struct pr_auth_key *key,
-                          const uint8_t nc[PR_AUTH_NONCE_LEN],
-                          const uint8_t ns[PR_AUTH_NONCE_LEN],
+                          const uint8_t c_nonce[PR_AUTH_NONCE_LEN],
+                          const uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                           const ProtobufCBinaryData *auth, const char **why);
 
 /* Wipes the key from memory. */

@@ -32,12 +32,6 @@
 #include "daemon/base/conf_int.h"
 #include "daemon/base/log.h"
 
-/*
- * Strings longer than this could not be written back by pr_conf_dump() as a
- * line libinih reads (name + " = " + quotes + value < INI_MAX_LINE).
- */
-#define STR_MAX 160
-
 #define SYNTAX_MSG "expected 'name = value' or '[section]'"
 
 static const void *cfield(const struct pr_conf *c, const struct entry *e)
@@ -58,29 +52,24 @@ static const size_t type_size[] = {
     [T_DBL] = sizeof(double),
 };
 
-static void keyname(char *buf, size_t len, const char *section,
-                    const char *name)
+void pr_conf_keyname(char *buf, size_t len, const char *section,
+                     const char *name)
 {
     snprintf(buf, len, "%s%s%s", section, *section ? "." : "", name);
 }
 
-/* Fills *err (line 0; the file parser sets it) and returns rc. */
-__attribute__((format(printf, 5, 6))) static int
-seterr(struct pr_conf_err *err, int rc, const char *section, const char *name,
-       const char *fmt, ...)
+int pr_conf_seterr(struct pr_conf_err *err, int rc, const char *section,
+                   const char *name, const char *fmt, ...)
 {
     va_list ap;
 
     err->line = 0;
-    keyname(err->key, sizeof(err->key), section, name);
+    pr_conf_keyname(err->key, sizeof(err->key), section, name);
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
     return rc;
 }
-
-#define bad(err, rc, e, ...)                                                   \
-    seterr(err, rc, (e)->section, (e)->name, __VA_ARGS__)
 
 static const struct entry *lookup(const char *section, const char *name,
                                   struct pr_conf_err *err)
@@ -99,13 +88,14 @@ static const struct entry *lookup(const char *section, const char *name,
         }
     }
     if (!section_known)
-        seterr(err, -EINVAL, section, name, "unknown section [%s]", section);
+        pr_conf_seterr(err, -EINVAL, section, name, "unknown section [%s]",
+                       section);
     else if (other)
-        seterr(err, -EINVAL, section, name,
-               "unknown key (did you mean %s%s%s?)", other->section,
-               *other->section ? "." : "", other->name);
+        pr_conf_seterr(err, -EINVAL, section, name,
+                       "unknown key (did you mean %s%s%s?)", other->section,
+                       *other->section ? "." : "", other->name);
     else
-        seterr(err, -EINVAL, section, name, "unknown key");
+        pr_conf_seterr(err, -EINVAL, section, name, "unknown key");
     return NULL;
 }
 
@@ -173,8 +163,9 @@ static int parse_str(const struct entry *e, const char *v, char **out,
 {
     char *s;
 
-    if (strlen(v) > STR_MAX)
-        return bad(err, -EINVAL, e, "longer than %d characters", STR_MAX);
+    if (strlen(v) > PR_CONF_STR_MAX)
+        return bad(err, -EINVAL, e, "longer than %d characters",
+                   PR_CONF_STR_MAX);
     for (const char *p = v; *p; p++) {
         if (iscntrl((unsigned char)*p))
             return bad(err, -EINVAL, e, "control characters are not allowed");
@@ -302,10 +293,10 @@ static int get_line(struct parse *p, char *str, int num, size_t *len_out)
         unsigned char b = (unsigned char)ch;
         if (b == 0 || (b < 0x20 && b != '\t' && b != '\r' && b != '\n') ||
             b == 0x7f) {
-            p->rc = seterr(p->err, -EINVAL, "", "",
-                           b ? "control character 0x%02x in the file"
-                             : "NUL byte in the file",
-                           b);
+            p->rc = pr_conf_seterr(p->err, -EINVAL, "", "",
+                                   b ? "control character 0x%02x in the file"
+                                     : "NUL byte in the file",
+                                   b);
             p->err_line = p->err->line = p->lineno + 1;
             return -EINVAL;
         }
@@ -331,8 +322,8 @@ static char *read_line(char *str, int num, void *stream)
     /* libinih would read the rest of an over-long line as a new line. */
     if (n && str[n - 1] != '\n' && (ch = getc(p->f)) != EOF) {
         ungetc(ch, p->f);
-        p->rc = seterr(p->err, -EINVAL, "", "",
-                       "line longer than %d characters", num - 2);
+        p->rc = pr_conf_seterr(p->err, -EINVAL, "", "",
+                               "line longer than %d characters", num - 2);
         p->err_line = p->err->line = p->lineno;
         return NULL;
     }
@@ -348,7 +339,7 @@ static char *read_line(char *str, int num, void *stream)
      */
     if (*s && !strchr(";#", *s) && !p->indented &&
         (*s == '[' ? !strchr(s, ']') : !strpbrk(s, "=:"))) {
-        p->rc = seterr(p->err, -EINVAL, "", "", SYNTAX_MSG);
+        p->rc = pr_conf_seterr(p->err, -EINVAL, "", "", SYNTAX_MSG);
         p->err_line = p->err->line = p->lineno;
         return NULL;
     }
@@ -366,13 +357,15 @@ static int on_key(void *user, const char *section, const char *name,
         return 0;
     if (p->indented) {
         /* INI would append it to the previous value: too easy to misread. */
-        rc = seterr(p->err, -EINVAL, section, name,
-                    "indented line (continuation lines are not supported)");
+        rc = pr_conf_seterr(
+            p->err, -EINVAL, section, name,
+            "indented line (continuation lines are not supported)");
     } else if (!(e = lookup(section, name, p->err))) {
         rc = -EINVAL;
     } else if (p->seen[e - pr_conf_keys]) {
-        rc = seterr(p->err, -EINVAL, section, name, "already set on line %d",
-                    p->seen[e - pr_conf_keys]);
+        rc =
+            pr_conf_seterr(p->err, -EINVAL, section, name,
+                           "already set on line %d", p->seen[e - pr_conf_keys]);
     } else {
         p->seen[e - pr_conf_keys] = p->lineno;
         rc = set_value(p->c, e, value, p->err);
@@ -447,21 +440,21 @@ int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err)
 
     /* libinih reports the first error line, ours or its own syntax error. */
     if (ret > 0 && (!p.rc || ret < p.err_line)) {
-        seterr(err, -EINVAL, "", "", SYNTAX_MSG);
+        pr_conf_seterr(err, -EINVAL, "", "", SYNTAX_MSG);
         err->line = ret;
         return -EINVAL;
     }
     if (p.rc)
         return p.rc;
     if (ret < 0)
-        return seterr(err, -ENOMEM, "", "", "out of memory");
+        return pr_conf_seterr(err, -ENOMEM, "", "", "out of memory");
     if (io) {
         snprintf(err->msg, sizeof(err->msg), "read error on %s", path);
         return -EIO;
     }
     rc = finish(c);
     if (rc)
-        seterr(err, rc, "node", "name", "out of memory");
+        pr_conf_seterr(err, rc, "node", "name", "out of memory");
     return rc;
 }
 
@@ -491,11 +484,11 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
     memset(err, 0, sizeof(*err));
     copy = strdup(assignment);
     if (!copy)
-        return seterr(err, -ENOMEM, "", "", "out of memory");
+        return pr_conf_seterr(err, -ENOMEM, "", "", "out of memory");
     value = strchr(copy, '=');
     if (!value) {
-        rc =
-            seterr(err, -EINVAL, "", trim(copy), "expected section.name=value");
+        rc = pr_conf_seterr(err, -EINVAL, "", trim(copy),
+                            "expected section.name=value");
         goto out;
     }
     *value++ = '\0';
@@ -631,17 +624,17 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
      * and the fixed keys of the live config is valid too. Keep it that way.
      */
     if (c->sched_group_max != 0 && c->sched_group_min > c->sched_group_max)
-        return seterr(err, -EINVAL, "scheduler", "group_min",
-                      "group_min %u is above group_max %u", c->sched_group_min,
-                      c->sched_group_max);
+        return pr_conf_seterr(err, -EINVAL, "scheduler", "group_min",
+                              "group_min %u is above group_max %u",
+                              c->sched_group_min, c->sched_group_max);
     if (!(c->sched_window_min_ms <= c->sched_window_ms))
-        return seterr(err, -EINVAL, "scheduler", "window_ms",
-                      "window_ms %g is below window_min_ms %g",
-                      c->sched_window_ms, c->sched_window_min_ms);
+        return pr_conf_seterr(err, -EINVAL, "scheduler", "window_ms",
+                              "window_ms %g is below window_min_ms %g",
+                              c->sched_window_ms, c->sched_window_min_ms);
     if (!(c->sched_window_ms <= c->sched_window_max_ms))
-        return seterr(err, -EINVAL, "scheduler", "window_ms",
-                      "window_ms %g is above window_max_ms %g",
-                      c->sched_window_ms, c->sched_window_max_ms);
+        return pr_conf_seterr(err, -EINVAL, "scheduler", "window_ms",
+                              "window_ms %g is above window_max_ms %g",
+                              c->sched_window_ms, c->sched_window_max_ms);
     /*
      * A node is dropped when silent for node_timeout_ms, judged on ticks
      * every heartbeat_ms: its last answer may be a heartbeat old when a
@@ -649,20 +642,20 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
      * heartbeat_cb), so three heartbeats leave room for one answer late.
      */
     if (c->sched_node_timeout_ms < 3 * (uint64_t)c->sched_heartbeat_ms)
-        return seterr(err, -EINVAL, "scheduler", "node_timeout_ms",
-                      "%u ms is less than 3 x heartbeat_ms (%u ms)",
-                      c->sched_node_timeout_ms, c->sched_heartbeat_ms);
+        return pr_conf_seterr(err, -EINVAL, "scheduler", "node_timeout_ms",
+                              "%u ms is less than 3 x heartbeat_ms (%u ms)",
+                              c->sched_node_timeout_ms, c->sched_heartbeat_ms);
     /* 0 would weigh every stale member 0, 1 makes every level's mass 0. */
     if (!(c->sched_staleness_alpha > 0 && c->sched_staleness_alpha < 1))
-        return seterr(err, -EINVAL, "scheduler", "staleness_alpha",
-                      "%g is not strictly between 0 and 1",
-                      c->sched_staleness_alpha);
+        return pr_conf_seterr(err, -EINVAL, "scheduler", "staleness_alpha",
+                              "%g is not strictly between 0 and 1",
+                              c->sched_staleness_alpha);
     return 0;
 }
 
 /* The value as pr_conf_dump() writes it: the setters read it back. */
-static void format_value(const struct pr_conf *c, const struct entry *e,
-                         char *buf, size_t len)
+void pr_conf_format_value(const struct pr_conf *c, const struct entry *e,
+                          char *buf, size_t len)
 {
     const void *f = cfield(c, e);
     const char *s;
@@ -707,7 +700,7 @@ static void format_value(const struct pr_conf *c, const struct entry *e,
 int pr_conf_dump(const struct pr_conf *c, FILE *out)
 {
     const char *section = NULL;
-    char val[STR_MAX + 8];
+    char val[PR_CONF_STR_MAX + 8];
 
     for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
         const struct entry *e = &pr_conf_keys[i];
@@ -716,7 +709,7 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out)
                 fprintf(out, "%s[%s]\n", section ? "\n" : "", e->section);
             section = e->section;
         }
-        format_value(c, e, val, sizeof(val));
+        pr_conf_format_value(c, e, val, sizeof(val));
         fprintf(out, "; %s%s\n%s = %s\n", e->doc,
                 (e->flags & F_RELOAD) ? " (reloadable)" : "", e->name, val);
     }
@@ -726,125 +719,11 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out)
 }
 
 /* Exchanges entry e's field between a and b (strings move, not copied). */
-static void swap_field(struct pr_conf *a, struct pr_conf *b,
-                       const struct entry *e)
+void pr_conf_swap_field(struct pr_conf *a, struct pr_conf *b,
+                        const struct entry *e)
 {
     unsigned char tmp[sizeof(double)]; /* the largest field */
     memcpy(tmp, field(a, e), type_size[e->type]);
     memcpy(field(a, e), field(b, e), type_size[e->type]);
     memcpy(field(b, e), tmp, type_size[e->type]);
-}
-
-/*
- * A file that has lost keys its predecessor set is more likely truncated
- * (an editor's half-written save, a full disk) than meant: applied, it
- * would silently return them to their defaults. Refused unless the new
- * file says reload_missing = default; a key an override sets is not lost.
- */
-static int check_missing(const struct pr_conf *live,
-                         const struct pr_conf *fresh, struct pr_conf_err *err)
-{
-    uint64_t lost = live->file_keys & ~fresh->file_keys & ~fresh->set_keys;
-
-    if (!lost || fresh->reload_missing == PR_RELOAD_MISSING_DEFAULT)
-        return 0;
-    int more = __builtin_popcountll(lost) - 1;
-    const struct entry *e = &pr_conf_keys[__builtin_ctzll(lost)];
-    char also[48] = "";
-    if (more)
-        snprintf(also, sizeof(also), " (and %d more key%s)", more,
-                 more == 1 ? "" : "s");
-    return bad(err, -EINVAL, e,
-               "set by the file before, missing now%s: a truncated file? "
-               "reload_missing = default returns such keys to defaults",
-               also);
-}
-
-int pr_conf_reload(struct pr_conf *live, const char *path,
-                   const char *const *overrides, int noverrides,
-                   pr_conf_accept_fn accept, void *ctx, struct pr_conf_err *err,
-                   int *changed)
-{
-    struct pr_conf_err dummy;
-    struct pr_conf fresh;
-    char was[STR_MAX + 8], now[STR_MAX + 8], key[sizeof(dummy.key)];
-    /* Per key: 0 the same, SWAPPED, or RESTART (differs, not reloadable). */
-    enum { SWAPPED = 1, RESTART = 2 };
-    unsigned char swapped[PR_CONF_NKEYS];
-    int rc, n = 0;
-
-    if (!err)
-        err = &dummy;
-    memset(err, 0, sizeof(*err));
-    if (changed)
-        *changed = 0;
-    rc = pr_conf_init(&fresh);
-    if (rc)
-        return seterr(err, rc, "", "", "out of memory");
-    rc = pr_conf_load(&fresh, path, err);
-    for (int i = 0; !rc && i < noverrides; i++)
-        rc = pr_conf_set(&fresh, overrides[i], err);
-    if (!rc)
-        rc = pr_conf_validate(&fresh, err);
-    if (!rc)
-        rc = check_missing(live, &fresh, err);
-    if (rc) {
-        pr_conf_fini(&fresh);
-        return rc;
-    }
-
-    /*
-     * Swap the changed reloadable fields in (so that fini(&fresh) frees the
-     * strings *live gave up), then check the mix as a whole: on refusal
-     * the same swaps put every old value back.
-     */
-    memset(swapped, 0, sizeof(swapped));
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
-        const struct entry *e = &pr_conf_keys[i];
-        /* The text is exact: doubles print as the shortest round trip. */
-        format_value(live, e, was, sizeof(was));
-        format_value(&fresh, e, now, sizeof(now));
-        if (strcmp(was, now) == 0)
-            continue;
-        if (!(e->flags & F_RELOAD)) {
-            swapped[i] = RESTART;
-            continue;
-        }
-        swap_field(live, &fresh, e);
-        swapped[i] = SWAPPED;
-        n++;
-    }
-    rc = pr_conf_validate(live, err);
-    if (!rc && accept)
-        rc = accept(live, ctx, err);
-    /* Logged only for a reload that happens: a refused one changes none. */
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
-        const struct entry *e = &pr_conf_keys[i];
-        if (!swapped[i])
-            continue;
-        if (rc) {
-            if (swapped[i] == SWAPPED)
-                swap_field(live, &fresh, e);
-            continue;
-        }
-        keyname(key, sizeof(key), e->section, e->name);
-        if (swapped[i] == RESTART) {
-            format_value(live, e, was, sizeof(was));
-            format_value(&fresh, e, now, sizeof(now));
-            pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
-            continue;
-        }
-        /* Swapped: the old value is in fresh now. */
-        format_value(&fresh, e, was, sizeof(was));
-        format_value(live, e, now, sizeof(now));
-        pr_info("conf: %s: %s -> %s", key, was, now);
-    }
-    if (!rc)
-        live->file_keys = fresh.file_keys;
-    pr_conf_fini(&fresh);
-    if (rc)
-        return rc;
-    if (changed)
-        *changed = n;
-    return 0;
 }

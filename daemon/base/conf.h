@@ -78,7 +78,7 @@ struct pr_conf {
     /* [transport] */
     int xport_type;          /* enum pr_xport_kind */
     uint32_t xport_chunk_kb; /* ring chunk size, KiB */
-    uint32_t xport_inflight; /* chunks in flight per link */
+    uint32_t xport_inflight; /* RDMA receive slots per peer */
     char *xport_rdma_device; /* "" = first device */
     uint32_t xport_rdma_port;
     uint32_t xport_gid_index;

@@ -1,8 +1,10 @@
 /*
- * The config table's row type, shared by conf.c (the parser, checks, dump
- * and reload, all driven by the table) and conf_table.c (the table: every
- * key, its type, default, bounds and documentation). Private to the
- * config: other modules use conf.h.
+ * The config table's row type, shared by conf.c (the parser, checks and
+ * dump, all driven by the table), conf_reload.c (SIGHUP: a new file
+ * checked whole, then swapped in) and conf_table.c (the table: every key,
+ * its type, default, bounds and documentation). conf_reload.c calls
+ * conf.c, never the other way. Private to the config: other modules use
+ * conf.h.
  */
 #ifndef PR_CONF_INT_H
 #define PR_CONF_INT_H
@@ -41,5 +43,27 @@ struct entry {
 /* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
 #define PR_CONF_NKEYS 42
 extern const struct entry *const pr_conf_keys;
+
+/*
+ * Strings longer than this could not be written back by pr_conf_dump() as a
+ * line libinih reads (name + " = " + quotes + value < INI_MAX_LINE).
+ */
+#define PR_CONF_STR_MAX 160
+
+/* conf.c, for conf_reload.c: "section.name", or "name" for a global key. */
+void pr_conf_keyname(char *buf, size_t len, const char *section,
+                     const char *name);
+/* Fills *err (line 0; the file parser sets it) and returns rc. */
+__attribute__((format(printf, 5, 6))) int
+pr_conf_seterr(struct pr_conf_err *err, int rc, const char *section,
+               const char *name, const char *fmt, ...);
+#define bad(err, rc, e, ...)                                                   \
+    pr_conf_seterr(err, rc, (e)->section, (e)->name, __VA_ARGS__)
+/* The value as pr_conf_dump() writes it: the setters read it back. */
+void pr_conf_format_value(const struct pr_conf *c, const struct entry *e,
+                          char *buf, size_t len);
+/* Exchanges entry e's field between a and b (strings move, not copied). */
+void pr_conf_swap_field(struct pr_conf *a, struct pr_conf *b,
+                        const struct entry *e);
 
 #endif

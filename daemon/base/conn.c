@@ -311,12 +311,10 @@ void pr_conn_fail(struct pr_conn *c, int code, const char *reason)
 {
     if (c->closing)
         return;
-    Pr__V1__Msg m = PR_MSG_INIT;
     Pr__V1__Error e = PR__V1__ERROR__INIT;
     e.code = code;
     e.reason = (char *)reason;
-    m.body_case = PR__V1__MSG__BODY_ERROR;
-    m.error = &e;
+    Pr__V1__Msg m = PR_MSG_OF(ERROR, error, &e);
     pr_conn_send(c, &m);
     pr_conn_close(c, code);
 }

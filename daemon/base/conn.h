@@ -82,6 +82,13 @@ void pr_conn_detach_close(struct pr_conn *c);
 /* Bytes queued in the kernel-side write queue not yet written. */
 size_t pr_conn_write_queue(const struct pr_conn *c);
 
+/*
+ * The largest frame a connection may send before its hello passes (the
+ * scheduler's and a node's peer listener): anyone can connect, and a
+ * reader buffers a whole frame, so this is far below PR_CTRL_MAX_FRAME.
+ */
+#define PR_HELLO_MAX_FRAME 4096
+
 /* Control bytes a peer may leave unread before the conn is closed. */
 #define PR_CONN_MAX_QUEUED (8u << 20)
 

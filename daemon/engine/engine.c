@@ -9,7 +9,7 @@
 #include "daemon/engine/reduce.h"
 
 /* How often deadlines and the stash are swept. */
-#define SWEEP_MS 50
+#define ENGINE_SWEEP_MS 50
 /*
  * The write-back of a group's results is counted at this many bytes per
  * microsecond (1 GB/s, far below what memcpy manages, with room for a
@@ -34,6 +34,7 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
     e->loop = loop;
     e->chunk_floats = chunk_floats;
     e->stash_max = stash_max_bytes;
+    e->stash_ms = PR_ENGINE_STASH_MS;
     e->resolve = resolve;
     e->ctx = ctx;
     e->stash_tail = &e->stash;
@@ -62,6 +63,11 @@ void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats)
 {
     if (chunk_floats > 0)
         e->chunk_floats = chunk_floats;
+}
+
+void pr_engine_set_stash_ms(struct pr_engine *e, uint32_t stash_ms)
+{
+    e->stash_ms = stash_ms ? stash_ms : PR_ENGINE_STASH_MS;
 }
 
 static void group_free(struct group *g)
@@ -149,16 +155,7 @@ static struct group *find(struct pr_engine *e, uint64_t id)
 static void arm_sweep(struct pr_engine *e)
 {
     if (!uv_is_active((uv_handle_t *)&e->sweep))
-        uv_timer_start(&e->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
-}
-
-/* Segment that position `pos` receives at ring step `step`. */
-static uint32_t recv_seg(const struct group *g, uint32_t step)
-{
-    uint32_t m = g->m;
-    if (step < m - 1)
-        return (g->pos + 2 * m - step - 1) % m;
-    return (g->pos + 2 * m - (step - (m - 1))) % m;
+        uv_timer_start(&e->sweep, sweep_cb, ENGINE_SWEEP_MS, ENGINE_SWEEP_MS);
 }
 
 static void send_done_cb(void *arg, int status)
@@ -247,6 +244,13 @@ static int past_deadline(const struct group *g)
     return uv_hrtime() >= g->deadline_ns;
 }
 
+static void fail_late(struct group *g)
+{
+    pr_warn("group %llu: deadline passed with %u of %u ring steps missing",
+            (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
+    finish(g, -ETIMEDOUT);
+}
+
 /*
  * Whether the results can be written into the members' tensors before the
  * deadline (see COPY_BYTES_PER_US): a trainer whose daemon writes after it
@@ -332,114 +336,37 @@ static int post_piece(struct group *g, float *x, size_t at, size_t len,
     return post_from(g, f->step, f->seg, at, len, x);
 }
 
-static int chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
-                    const char **why)
-{
-    size_t start, len;
-    if (h->total != g->total)
-        return *why = "vector length differs from this node's", 0;
-    if (h->step >= 2 * (g->m - 1))
-        return *why = "ring step out of range", 0;
-    if (h->seg != recv_seg(g, h->step))
-        return *why = "segment does not match the ring step", 0;
-    pr_ring_segment(g->total, g->m, h->seg, &start, &len);
-    /* off and nfloats come off the wire: no sum of them may wrap. */
-    if (h->off < start || h->nfloats > len || h->off - start > len - h->nfloats)
-        return *why = "chunk outside its segment", 0;
-    /* Only an empty segment travels as an empty chunk. */
-    if (len > 0 && h->nfloats == 0)
-        return *why = "empty chunk for a non-empty segment", 0;
-    const struct step *s = &g->steps[h->step];
-    if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
-        return *why = "more data than the segment holds", 0;
-    return 1;
-}
-
 /*
- * Spans of one step kept apart at most: links deliver in order, so a step
- * has one span unless a peer scatters its chunks, and each insert moves
- * the spans after it: past this, the group fails instead of the loop
- * stalling on a peer that sends a segment one float at a time backwards.
+ * Only the left neighbour sends into this group: a chunk from another
+ * node (a stray of an older session with the same id, or a node that is
+ * not in the group) is dropped, so it cannot fail the group.
  */
-#define MAX_SPANS 1024
-
-/*
- * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
- * them had arrived already, -E2BIG past MAX_SPANS, -ENOMEM.
- */
-static int step_claim(struct step *s, size_t lo, size_t hi)
+static int from_left(struct group *g, uint32_t from)
 {
-    if (lo == hi)
-        return 0;
-    /* Chunks mostly come in order: search from the end. */
-    size_t i = s->nspans;
-    while (i > 0 && s->spans[i - 1].lo >= lo)
-        i--;
-    struct span *pred = i > 0 ? &s->spans[i - 1] : NULL;
-    struct span *succ = i < s->nspans ? &s->spans[i] : NULL;
-    if ((pred && pred->hi > lo) || (succ && succ->lo < hi))
-        return -EPROTO;
-    if (pred && pred->hi == lo && succ && succ->lo == hi) {
-        pred->hi = succ->hi;
-        memmove(succ, succ + 1, (s->nspans - i - 1) * sizeof(*succ));
-        s->nspans--;
-    } else if (pred && pred->hi == lo) {
-        pred->hi = hi;
-    } else if (succ && succ->lo == hi) {
-        succ->lo = lo;
-    } else {
-        if (s->nspans == MAX_SPANS)
-            return -E2BIG;
-        if (s->nspans == s->cap) {
-            size_t cap = s->cap ? 2 * s->cap : 4;
-            struct span *n = realloc(s->spans, cap * sizeof(*n));
-            if (!n)
-                return -ENOMEM;
-            s->spans = n;
-            s->cap = cap;
-        }
-        memmove(&s->spans[i + 1], &s->spans[i],
-                (s->nspans - i) * sizeof(*s->spans));
-        s->spans[i] = (struct span){lo, hi};
-        s->nspans++;
-    }
+    if (from == g->left)
+        return 1;
+    g->e->st.chunks_dropped++;
+    /* Once per group: a peer that keeps sending cannot flood the log. */
+    if (!g->stray_logged)
+        pr_warn("group %llu: chunk from node %u, which is not the left "
+                "neighbour (node %u): dropped (and any more)",
+                (unsigned long long)g->id, from, g->left);
+    g->stray_logged = 1;
     return 0;
 }
 
-static void apply_chunk(struct group *g, uint32_t from,
-                        const struct pr_chunk_hdr *h, const float *data)
+/*
+ * Checks the chunk against the group and claims its floats: 0, or the
+ * group failed (-EPROTO for a bad chunk, logged; -ENOMEM).
+ */
+static int claim_chunk(struct group *g, uint32_t from,
+                       const struct pr_chunk_hdr *h)
 {
     const char *why = NULL;
     int claimed = 0;
-    /*
-     * A chunk after the deadline (the loop was held up, or the sweep has
-     * not come round yet) fails the group first: in place it would be
-     * written into a member's tensors.
-     */
-    if (past_deadline(g)) {
-        pr_warn("group %llu: deadline passed with %u of %u ring steps "
-                "missing",
-                (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
-        finish(g, -ETIMEDOUT);
-        return;
-    }
-    /*
-     * Only the left neighbour sends into this group: a chunk from another
-     * node (a stray of an older session with the same id, or a node that
-     * is not in the group) is dropped, so it cannot fail the group.
-     */
-    if (from != g->left) {
-        g->e->st.chunks_dropped++;
-        /* Once per group: a peer that keeps sending cannot flood the log. */
-        if (!g->stray_logged)
-            pr_warn("group %llu: chunk from node %u, which is not the left "
-                    "neighbour (node %u): dropped (and any more)",
-                    (unsigned long long)g->id, from, g->left);
-        g->stray_logged = 1;
-        return;
-    }
-    if (chunk_ok(g, h, &why)) {
-        claimed = step_claim(&g->steps[h->step], h->off, h->off + h->nfloats);
+    if (pr_engine_chunk_ok(g, h, &why)) {
+        claimed = pr_engine_step_claim(&g->steps[h->step], h->off,
+                                       h->off + h->nfloats);
         if (claimed == -EPROTO)
             why = "floats that had arrived already";
         else if (claimed == -E2BIG)
@@ -447,7 +374,7 @@ static void apply_chunk(struct group *g, uint32_t from,
     }
     if (claimed == -ENOMEM) {
         finish(g, -ENOMEM);
-        return;
+        return -ENOMEM;
     }
     if (why) {
         pr_warn("group %llu: bad chunk from node %u (step %u seg %u off "
@@ -455,12 +382,27 @@ static void apply_chunk(struct group *g, uint32_t from,
                 (unsigned long long)g->id, from, h->step, h->seg,
                 (unsigned long long)h->off, h->nfloats, why);
         finish(g, -EPROTO);
-        return;
+        return -EPROTO;
     }
+    return 0;
+}
+
+/* From the last reduce-scatter step on, a chunk's floats are final. */
+static int is_final(const struct group *g, const struct pr_chunk_hdr *h)
+{
+    return h->step >= g->m - 2;
+}
+
+/*
+ * A claimed chunk into the group: summed in during the reduce-scatter
+ * (the last step of it also scales), copied during the all-gather, or
+ * written into the lone member's tensors in place; then counted.
+ */
+static void absorb(struct group *g, const struct pr_chunk_hdr *h,
+                   const float *data)
+{
     uint32_t m = g->m;
-    /* From the last reduce-scatter step on, the floats are final. */
-    int final = h->step >= m - 2;
-    if (final && g->in_place)
+    if (is_final(g, h) && g->in_place)
         pr_engine_each_piece(g, h->off, h->nfloats,
                              h->step == m - 2 ? pr_engine_final_in_place
                                               : pr_engine_copy_in_place,
@@ -478,21 +420,43 @@ static void apply_chunk(struct group *g, uint32_t from,
     pr_ring_segment(g->total, m, h->seg, &start, &len);
     if (s->got == len)
         g->steps_left--;
+}
 
-    /* Forward: the chunk just completed is the next step's chunk. */
-    if (h->step + 1 < 2 * (m - 1)) {
-        struct fwd f = {h->step + 1, h->seg};
-        /* (An empty segment's chunk has no piece: it goes as it came.) */
-        int rc = final && g->in_place && h->nfloats > 0
-                     ? pr_engine_each_piece(g, h->off, h->nfloats, post_piece,
-                                            NULL, &f)
-                     : post(g, h->step + 1, h->seg, h->off, h->nfloats);
-        if (rc < 0) {
-            finish(g, rc);
-            return;
-        }
+/*
+ * The chunk just absorbed is the next step's chunk: it goes right, from
+ * the member's memory when in place and final (a chunk per part; an empty
+ * segment's chunk has no piece and goes as it came).
+ */
+static int forward(struct group *g, const struct pr_chunk_hdr *h)
+{
+    if (h->step + 1 >= 2 * (g->m - 1))
+        return 0;
+    struct fwd f = {h->step + 1, h->seg};
+    if (is_final(g, h) && g->in_place && h->nfloats > 0)
+        return pr_engine_each_piece(g, h->off, h->nfloats, post_piece, NULL,
+                                    &f);
+    return post(g, h->step + 1, h->seg, h->off, h->nfloats);
+}
+
+static void apply_chunk(struct group *g, uint32_t from,
+                        const struct pr_chunk_hdr *h, const float *data)
+{
+    /*
+     * A chunk after the deadline (the loop was held up, or the sweep has
+     * not come round yet) fails the group first: in place it would be
+     * written into a member's tensors.
+     */
+    if (past_deadline(g)) {
+        fail_late(g);
+        return;
     }
-    if (g->steps_left == 0)
+    if (!from_left(g, from) || claim_chunk(g, from, h) < 0)
+        return;
+    absorb(g, h, data);
+    int rc = forward(g, h);
+    if (rc < 0)
+        finish(g, rc);
+    else if (g->steps_left == 0)
         finish(g, 0);
 }
 
@@ -619,8 +583,12 @@ static void stash_chunk(struct pr_engine *e, uint32_t from,
     s->next = NULL;
     s->from = from;
     s->h = *h;
-    /* An early chunk waits at most as long as a group may run. */
-    s->expires_ms = uv_now(e->loop) + 60000;
+    /*
+     * An early chunk waits for its group as long as a reduce may take (the
+     * node's reduce timeout): a group that has not started by then has
+     * failed on the nodes that sent it, and its chunks only fill the stash.
+     */
+    s->expires_ms = uv_now(e->loop) + e->stash_ms;
     memcpy(s->data, data, bytes);
     *e->stash_tail = s;
     e->stash_tail = &s->next;
@@ -711,12 +679,8 @@ static void sweep_cb(uv_timer_t *t)
     uint64_t now = uv_now(e->loop);
     for (struct group *g = e->groups; g; g = g->next) {
         int late = past_deadline(g);
-        if (g->state == G_RUNNING && late) {
-            pr_warn("group %llu: deadline passed with %u of %u ring steps "
-                    "missing",
-                    (unsigned long long)g->id, g->steps_left, 2 * (g->m - 1));
-            finish(g, -ETIMEDOUT);
-        }
+        if (g->state == G_RUNNING && late)
+            fail_late(g);
         /*
          * Past the deadline a group that waits for sends from its member's
          * memory drops the right link, which fails them: the trainer gets

@@ -110,6 +110,15 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
 /*
+ * How long an early chunk (one that came before its group started here)
+ * is kept: the node passes its reduce timeout, at create and on reload,
+ * since a group that has not started within it has failed on the nodes
+ * that sent the chunk. Chunks already kept keep their expiry. 0 restores
+ * the default, PR_ENGINE_STASH_MS.
+ */
+#define PR_ENGINE_STASH_MS 60000
+void pr_engine_set_stash_ms(struct pr_engine *e, uint32_t stash_ms);
+/*
  * Whether the transports can send straight from the members' memory (TCP
  * always; RDMA when every tensor is registered). Then a lone local member's
  * own segment goes to the wire without a copy.

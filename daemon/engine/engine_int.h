@@ -1,7 +1,9 @@
 /*
- * What engine.c (a group's life: chunks in and out, deadlines, the stash)
- * and engine_local.c (a group's arithmetic over its local members' memory)
- * share. Private to the engine: other modules use engine.h.
+ * What engine.c (a group's life: chunks in and out, deadlines, the stash),
+ * engine_chunk.c (whether a chunk fits its group) and engine_local.c (a
+ * group's arithmetic over its local members' memory) share; engine.c calls
+ * the other two, never the other way. Private to the engine: other modules
+ * use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
 #define PR_ENGINE_INT_H
@@ -97,6 +99,7 @@ struct pr_engine {
     size_t chunk_floats;
     size_t stash_max;
     size_t stash_bytes;
+    uint32_t stash_ms; /* how long an early chunk waits for its group */
     pr_engine_resolve_fn resolve;
     void *ctx;
     struct group *groups;
@@ -109,6 +112,20 @@ struct pr_engine {
     void (*mem_free)(void *ctx, void *p);
     void *mem_ctx;
 };
+
+/*
+ * engine_chunk.c: whether a chunk fits the group (its length, ring step,
+ * segment and place in it; no more floats than the segment holds): 1, or
+ * 0 with *why the reason for the log.
+ */
+int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
+                       const char **why);
+/*
+ * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of
+ * them had arrived already, -E2BIG when the step's arrivals are scattered
+ * over too many pieces, -ENOMEM.
+ */
+int pr_engine_step_claim(struct step *s, size_t lo, size_t hi);
 
 /*
  * engine_local.c: floats are numbered across the members' parts, as in

@@ -294,8 +294,8 @@ START_TEST(test_engine_failed_start_releases_stash)
 {
     /*
      * A group whose first send fails inside start() must still take its
-     * early chunks out of the stash, or they fill it for a minute and the
-     * next groups' early chunks are dropped.
+     * early chunks out of the stash, or they fill it for the stash time
+     * and the next groups' early chunks are dropped.
      */
     static const size_t nlocal[2] = {1, 1};
     static const int ring[2] = {0, 1};
@@ -328,6 +328,42 @@ START_TEST(test_engine_failed_start_releases_stash)
     ck_assert_int_eq(g2->done[0].calls + g2->done[1].calls, 1);
     tg_free(g1);
     tg_free(g2);
+}
+END_TEST
+
+static int dropped_one(struct net *net, void *arg)
+{
+    (void)arg;
+    return stats(net, 0).chunks_dropped == 1;
+}
+
+/* An early chunk waits as long as the node's reduce timeout, then goes. */
+START_TEST(test_engine_stash_expiry_follows_set_ms)
+{
+    struct net *net = net_new(2, 64);
+    pr_engine_set_stash_ms(E(net, 0), 120);
+    float data[50] = {0};
+    struct pr_chunk_hdr h = {.group_id = 6, .total = 100, .nfloats = 50};
+    uv_update_time(&net->loop);
+    uint64_t t0 = uv_now(&net->loop);
+    pr_engine_on_chunk(E(net, 0), 101, &h, data);
+    pr_engine_on_chunk(E(net, 1), 100, &h, data); /* the default: a minute */
+    ck_assert_uint_eq(stats(net, 0).chunks_stashed, 1);
+    ck_assert_uint_eq(stats(net, 0).chunks_dropped, 0);
+    run_until(net, dropped_one, NULL);
+    uint64_t waited = uv_now(&net->loop) - t0;
+    ck_assert_uint_ge(waited, 120);
+    ck_assert_uint_lt(waited, 2000);
+    ck_assert_uint_eq(stats(net, 1).chunks_dropped, 0);
+
+    /* A reload's value applies to chunks kept from then on; 0: default. */
+    pr_engine_set_stash_ms(E(net, 0), 0);
+    h.group_id = 7;
+    pr_engine_on_chunk(E(net, 0), 101, &h, data);
+    run_turns(net);
+    ck_assert_uint_eq(stats(net, 0).chunks_stashed, 2);
+    ck_assert_uint_eq(stats(net, 0).chunks_dropped, 1);
+    net_free(net); /* frees the chunks still kept */
 }
 END_TEST
 
@@ -470,6 +506,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_engine_new_session_lower_ids);
     tcase_add_test(tc, test_engine_stash_full_drops);
     tcase_add_test(tc, test_engine_failed_start_releases_stash);
+    tcase_add_test(tc, test_engine_stash_expiry_follows_set_ms);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -26,28 +26,39 @@ static void device_free(struct pr_rdma *r)
     free(r);
 }
 
-int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
-                 const struct pr_rdma_ops *ops, void *octx,
-                 struct pr_rdma **out)
+/* errno after a verbs call that returned NULL or -1, never 0. */
+static int sys_errno(void)
 {
-    int n = 0, rc = -ENODEV;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    if (!list)
-        return errno == ENOSYS ? -ENODEV : -errno;
-    struct ibv_device *dev = NULL;
-    for (int i = 0; i < n && !dev; i++)
-        if (!conf->device || !conf->device[0] ||
-            strcmp(ibv_get_device_name(list[i]), conf->device) == 0)
-            dev = list[i];
-    if (!dev) {
-        ibv_free_device_list(list);
-        return -ENODEV;
-    }
+    return errno ? errno : EIO;
+}
+
+/* Logs the failed verbs call and returns -rc (rc a positive errno). */
+static int failed(const struct pr_rdma *r, const char *what, int rc)
+{
+    pr_err("rdma: %s on %s: %s", what, r->name, strerror(rc));
+    return -rc;
+}
+
+/* The device named name, or the first one if name is NULL or empty. */
+static struct ibv_device *find_device(struct ibv_device **list, int n,
+                                      const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!name || !name[0] ||
+            strcmp(ibv_get_device_name(list[i]), name) == 0)
+            return list[i];
+    return NULL;
+}
+
+/* A transport with its settings and no verbs object yet. */
+static struct pr_rdma *rdma_new(uv_loop_t *loop,
+                                const struct pr_rdma_conf *conf,
+                                const struct pr_rdma_ops *ops, void *octx,
+                                const char *name)
+{
     struct pr_rdma *r = calloc(1, sizeof(*r));
-    if (!r) {
-        ibv_free_device_list(list);
-        return -ENOMEM;
-    }
+    if (!r)
+        return NULL;
     r->loop = loop;
     r->ops = ops;
     r->octx = octx;
@@ -56,45 +67,74 @@ int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
     r->timeout = conf->timeout ? conf->timeout : 18;
     r->slots = conf->slots;
     r->slot_bytes = pr_round_up(PR_CHUNK_HDR_LEN + conf->slot_payload, 64);
-    snprintf(r->name, sizeof(r->name), "%s", ibv_get_device_name(dev));
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    return r;
+}
+
+/* The port's LID, MTU and GID; -ENETDOWN if the port is not active. */
+static int port_query(struct pr_rdma *r)
+{
     struct ibv_port_attr pa;
-    const char *what = "ibv_open_device";
-    r->ctx = ibv_open_device(dev);
-    ibv_free_device_list(list);
-    if (!r->ctx)
-        goto fail;
-    what = "ibv_query_port";
+    int rc;
     if ((rc = ibv_query_port(r->ctx, r->port, &pa)) != 0)
-        goto fail_rc;
+        return failed(r, "ibv_query_port", rc);
     if (pa.state != IBV_PORT_ACTIVE) {
         pr_warn("rdma: %s port %u is not active (state %d)", r->name, r->port,
                 (int)pa.state);
-        rc = -ENETDOWN;
-        goto out;
+        return -ENETDOWN;
     }
     r->lid = pa.lid;
     r->mtu = pa.active_mtu;
-    what = "ibv_query_gid";
     if ((rc = ibv_query_gid(r->ctx, r->port, r->gid_index, &r->gid)) != 0)
-        goto fail_rc;
-    what = "ibv_alloc_pd";
+        return failed(r, "ibv_query_gid", rc);
+    return 0;
+}
+
+/*
+ * The protection domain and the one completion queue, armed, with its
+ * channel non-blocking (the loop reads it until EAGAIN). What exists on
+ * failure is device_free()'s to undo.
+ */
+static int cq_setup(struct pr_rdma *r)
+{
+    int rc;
     if (!(r->pd = ibv_alloc_pd(r->ctx)))
-        goto fail;
-    what = "ibv_create_comp_channel";
+        return failed(r, "ibv_alloc_pd", sys_errno());
     if (!(r->ch = ibv_create_comp_channel(r->ctx)))
-        goto fail;
-    what = "ibv_create_cq";
+        return failed(r, "ibv_create_comp_channel", sys_errno());
     if (!(r->cq = ibv_create_cq(r->ctx, CQ_DEPTH, r, r->ch, 0)))
-        goto fail;
+        return failed(r, "ibv_create_cq", sys_errno());
     r->cq_cap = (uint32_t)r->cq->cqe;
-    what = "ibv_req_notify_cq";
     if ((rc = ibv_req_notify_cq(r->cq, 0)) != 0)
-        goto fail_rc;
-    /* The channel fd is read until EAGAIN from the loop: non-blocking. */
+        return failed(r, "ibv_req_notify_cq", rc);
     int fl = fcntl(r->ch->fd, F_GETFL);
-    what = "fcntl(O_NONBLOCK)";
     if (fl < 0 || fcntl(r->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        goto fail;
+        return failed(r, "fcntl(O_NONBLOCK)", sys_errno());
+    return 0;
+}
+
+int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
+                 const struct pr_rdma_ops *ops, void *octx,
+                 struct pr_rdma **out)
+{
+    int n = 0, rc;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list)
+        return errno == ENOSYS ? -ENODEV : -errno;
+    struct ibv_device *dev = find_device(list, n, conf->device);
+    struct pr_rdma *r =
+        dev ? rdma_new(loop, conf, ops, octx, ibv_get_device_name(dev)) : NULL;
+    if (!r) {
+        ibv_free_device_list(list);
+        return dev ? -ENOMEM : -ENODEV;
+    }
+    r->ctx = ibv_open_device(dev);
+    rc = r->ctx ? 0 : failed(r, "ibv_open_device", sys_errno());
+    ibv_free_device_list(list);
+    if (rc < 0 || (rc = port_query(r)) < 0 || (rc = cq_setup(r)) < 0) {
+        device_free(r);
+        return rc;
+    }
     uv_poll_init(loop, &r->poll, r->ch->fd);
     r->poll.data = r;
     uv_poll_start(&r->poll, UV_READABLE, on_cq);
@@ -104,14 +144,6 @@ int pr_rdma_open(uv_loop_t *loop, const struct pr_rdma_conf *conf,
             r->slot_bytes);
     *out = r;
     return 0;
-fail:
-    rc = errno ? errno : EIO;
-fail_rc:
-    pr_err("rdma: %s on %s: %s", what, r->name, strerror(rc));
-    rc = -rc;
-out:
-    device_free(r);
-    return rc;
 }
 
 const char *pr_rdma_device(const struct pr_rdma *r)
@@ -120,10 +152,22 @@ const char *pr_rdma_device(const struct pr_rdma *r)
 }
 
 /* The last step: nothing of the device is in use any more. */
-void pr_rdma_finish_close(struct pr_rdma *r)
+static void finish_close(struct pr_rdma *r)
 {
     pr_rdma_mem_release(r);
     device_free(r);
+}
+
+/*
+ * Here rather than in rdma_mem.c: the buffer that comes back last after
+ * pr_rdma_close() finishes the close, and only this file frees the device.
+ */
+void pr_rdma_free(void *rv, void *p)
+{
+    struct pr_rdma *r = rv;
+    pr_rdma_pool_put(r, p);
+    if (r->closed && !pr_rdma_pool_in_use(r))
+        finish_close(r);
 }
 
 /*
@@ -135,7 +179,7 @@ static void poll_closed(uv_handle_t *h)
     struct pr_rdma *r = h->data;
     r->closed = 1;
     if (!pr_rdma_pool_in_use(r))
-        pr_rdma_finish_close(r);
+        finish_close(r);
 }
 
 void pr_rdma_close(struct pr_rdma *r)

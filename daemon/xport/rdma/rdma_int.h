@@ -134,12 +134,22 @@ static inline size_t pr_round_up(size_t n, size_t a)
     return (n + a - 1) / a * a;
 }
 
-/* rdma.c: frees the device once nothing of it is in use (after close). */
-void pr_rdma_finish_close(struct pr_rdma *r);
+/*
+ * The parts depend one way: rdma.c (device, CQ, close) calls into
+ * rdma_qp.c and rdma_mem.c, and rdma_qp.c into rdma_mem.c; neither calls
+ * back up by name. What they need of the device they find in struct
+ * pr_rdma, which rdma.c hands them.
+ */
 
 /* rdma_mem.c */
 struct ibv_mr *pr_rdma_mr_of(struct pr_rdma *r, const void *p, size_t n);
 int pr_rdma_pool_in_use(const struct pr_rdma *r);
+/*
+ * Marks p (from pr_rdma_alloc()) idle again, keeping a few idle buffers
+ * registered and giving the rest back. Finishing a close is the caller's
+ * (pr_rdma_free() in rdma.c).
+ */
+void pr_rdma_pool_put(struct pr_rdma *r, void *p);
 /* Deregisters and unmaps every buffer: the pool's and the trainers'. */
 void pr_rdma_mem_release(struct pr_rdma *r);
 

@@ -98,9 +98,8 @@ void *pr_rdma_alloc(void *rv, size_t bytes)
     return b->p;
 }
 
-void pr_rdma_free(void *rv, void *p)
+void pr_rdma_pool_put(struct pr_rdma *r, void *p)
 {
-    struct pr_rdma *r = rv;
     size_t idle = 0;
     struct pbuf **pp = &r->pool;
     while (*pp) {
@@ -115,8 +114,6 @@ void pr_rdma_free(void *rv, void *p)
         }
         pp = &b->next;
     }
-    if (r->closed && !pr_rdma_pool_in_use(r))
-        pr_rdma_finish_close(r);
 }
 
 struct ibv_mr *pr_rdma_mr_of(struct pr_rdma *r, const void *p, size_t n)

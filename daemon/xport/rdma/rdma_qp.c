@@ -79,6 +79,78 @@ static int cq_reserve(struct pr_rdma *r, struct pr_rdma_qp *q, uint32_t n)
     return 0;
 }
 
+/* Logs the failed call for q's peer and returns -rc (rc a positive errno). */
+static int qp_failed(const struct pr_rdma_qp *q, const char *what, int rc)
+{
+    pr_err("rdma: peer node %u: %s: %s", q->node, what, strerror(rc));
+    return -rc;
+}
+
+/* errno after a call that returned NULL or MAP_FAILED, never 0. */
+static int sys_errno(void)
+{
+    return errno ? errno : EIO;
+}
+
+/*
+ * Our receive slots (the peer writes chunks into them) and the headers of
+ * our writes, each registered. What exists on failure is qp_free()'s.
+ */
+static int buffers_reg(struct pr_rdma_qp *q)
+{
+    struct pr_rdma *r = q->r;
+    size_t sbytes = r->slots * r->slot_bytes;
+    q->slots = mmap(NULL, sbytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q->slots == MAP_FAILED) {
+        q->slots = NULL;
+        return qp_failed(q, "mmap", sys_errno());
+    }
+    q->slots_mr = ibv_reg_mr(r->pd, q->slots, sbytes,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!q->slots_mr)
+        return qp_failed(q, "ibv_reg_mr(slots)", sys_errno());
+    /* Enough headers for any peer slot count (bounded by our config). */
+    q->hdrs = calloc(PR_CHUNK_HDR_LEN, 1024);
+    if (!q->hdrs ||
+        !(q->hdrs_mr = ibv_reg_mr(r->pd, q->hdrs, PR_CHUNK_HDR_LEN * 1024,
+                                  IBV_ACCESS_LOCAL_WRITE)))
+        return qp_failed(q, "ibv_reg_mr(headers)", sys_errno());
+    return 0;
+}
+
+/* The queue pair on the shared CQ, in INIT, with its receives posted. */
+static int qp_init(struct pr_rdma_qp *q)
+{
+    struct pr_rdma *r = q->r;
+    struct ibv_qp_init_attr ia = {
+        .send_cq = r->cq,
+        .recv_cq = r->cq,
+        .cap = {.max_send_wr = q->sq_depth,
+                .max_recv_wr = 2 * r->slots + 16,
+                .max_send_sge = 2,
+                .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC,
+    };
+    if (!(q->qp = ibv_create_qp(r->pd, &ia)))
+        return qp_failed(q, "ibv_create_qp", sys_errno());
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_INIT,
+        .pkey_index = 0,
+        .port_num = r->port,
+        .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+    };
+    int rc = ibv_modify_qp(q->qp, &a,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                               IBV_QP_ACCESS_FLAGS);
+    if (rc != 0)
+        return qp_failed(q, "ibv_modify_qp(INIT)", rc);
+    for (uint32_t i = 0; i < 2 * r->slots + 8; i++)
+        if ((rc = -post_recv(q)) != 0)
+            return qp_failed(q, "ibv_post_recv", rc);
+    return 0;
+}
+
 int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node, struct pr_rdma_qp **out)
 {
     struct pr_rdma_qp *q = calloc(1, sizeof(*q));
@@ -92,58 +164,13 @@ int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node, struct pr_rdma_qp **out)
     q->qtail = &q->q;
     q->sq_depth = 2 * r->slots + 16;
     q->owned = 1;
-    const char *what = "ibv_resize_cq";
     int rc = cq_reserve(r, q, q->sq_depth + 2 * r->slots + 16);
     if (rc != 0)
-        goto fail_rc;
-    what = "mmap";
-    size_t sbytes = r->slots * r->slot_bytes;
-    q->slots = mmap(NULL, sbytes, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q->slots == MAP_FAILED) {
-        q->slots = NULL;
-        goto fail;
+        rc = qp_failed(q, "ibv_resize_cq", rc);
+    if (rc < 0 || (rc = buffers_reg(q)) < 0 || (rc = qp_init(q)) < 0) {
+        qp_free(q);
+        return rc;
     }
-    what = "ibv_reg_mr(slots)";
-    q->slots_mr = ibv_reg_mr(r->pd, q->slots, sbytes,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!q->slots_mr)
-        goto fail;
-    what = "ibv_reg_mr(headers)";
-    /* Enough headers for any peer slot count (bounded by our config). */
-    q->hdrs = calloc(PR_CHUNK_HDR_LEN, 1024);
-    if (!q->hdrs ||
-        !(q->hdrs_mr = ibv_reg_mr(r->pd, q->hdrs, PR_CHUNK_HDR_LEN * 1024,
-                                  IBV_ACCESS_LOCAL_WRITE)))
-        goto fail;
-    struct ibv_qp_init_attr ia = {
-        .send_cq = r->cq,
-        .recv_cq = r->cq,
-        .cap = {.max_send_wr = q->sq_depth,
-                .max_recv_wr = 2 * r->slots + 16,
-                .max_send_sge = 2,
-                .max_recv_sge = 1},
-        .qp_type = IBV_QPT_RC,
-    };
-    what = "ibv_create_qp";
-    if (!(q->qp = ibv_create_qp(r->pd, &ia)))
-        goto fail;
-    struct ibv_qp_attr a = {
-        .qp_state = IBV_QPS_INIT,
-        .pkey_index = 0,
-        .port_num = r->port,
-        .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-    };
-    what = "ibv_modify_qp(INIT)";
-    rc = ibv_modify_qp(q->qp, &a,
-                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                           IBV_QP_ACCESS_FLAGS);
-    if (rc != 0)
-        goto fail_rc;
-    what = "ibv_post_recv";
-    for (uint32_t i = 0; i < 2 * r->slots + 8; i++)
-        if ((rc = -post_recv(q)) != 0)
-            goto fail_rc;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     q->psn = (uint32_t)(ts.tv_nsec ^ (uint64_t)node * 2654435761u) & 0xffffff;
@@ -152,12 +179,6 @@ int pr_rdma_qp_create(struct pr_rdma *r, uint32_t node, struct pr_rdma_qp **out)
     r->qps = q;
     *out = q;
     return 0;
-fail:
-    rc = errno ? errno : EIO;
-fail_rc:
-    pr_err("rdma: peer node %u: %s: %s", node, what, strerror(rc));
-    qp_free(q);
-    return -rc;
 }
 
 void pr_rdma_qp_info(struct pr_rdma_qp *q, Pr__V1__RdmaInfo *info)

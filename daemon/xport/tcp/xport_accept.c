@@ -87,22 +87,22 @@ static void sweep_cb(uv_timer_t *t)
     }
 }
 
-/* An incoming connection before its hello: its owner is a struct stranger. */
-static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+/*
+ * A hello this node takes: our protocol version, from a peer node that
+ * connects to us (a lower id connects to a higher one), passing the
+ * cluster key's check; proof (plen bytes) then answers it in the welcome.
+ * -1 if not, with c failed and the reason logged.
+ */
+static int hello_check(struct stranger *st, const Pr__V1__Hello *h,
+                       uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
-    struct stranger *st = c->owner;
+    struct pr_conn *c = st->conn;
     struct pr_tcp_xport *x = st->x;
-    if (m->body_case != PR__V1__MSG__BODY_HELLO) {
-        pr_warn("%s: %s message before hello: closing", c->name,
-                pr_msg_name(m));
-        return -EPROTO;
-    }
-    const Pr__V1__Hello *h = m->hello;
     if (h->version != PR_PROTO_VERSION) {
         pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
                 c->name, h->version, PR_PROTO_VERSION);
         pr_conn_fail(c, -EPROTO, "protocol version mismatch");
-        return 0;
+        return -1;
     }
     if (h->role != PR__V1__ROLE__ROLE_NODE || h->node_id == x->self ||
         h->node_id < x->self) {
@@ -110,23 +110,31 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                 "to node %u: closing",
                 c->name, (int)h->role, h->node_id, x->self);
         pr_conn_fail(c, -EPROTO, "not a peer of this node");
-        return 0;
+        return -1;
     }
-    uint8_t proof[PR_AUTH_PROOF_LEN];
-    size_t plen;
     const char *why;
-    if (pr_auth_check_hello(x->key, st->ns, &h->auth, proof, &plen, &why) < 0) {
+    if (pr_auth_check_hello(x->key, st->challenge, &h->auth, proof, plen,
+                            &why) < 0) {
         pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
                 h->node_id, why);
         pr_conn_fail(c, -EACCES, "authentication failed");
-        return 0;
+        return -1;
     }
-    struct tpeer *p = pr_tcp_peer_find(x, h->node_id);
+    return 0;
+}
+
+/*
+ * The peer a checked hello names, without a connection: added if the
+ * scheduler's peer list has not reached us yet (NULL on ENOMEM), its old
+ * connection closed if it had one.
+ */
+static struct tpeer *hello_peer(struct pr_tcp_xport *x, uint32_t node_id)
+{
+    struct tpeer *p = pr_tcp_peer_find(x, node_id);
     if (!p) {
-        /* The scheduler's peer list has not reached us yet. */
-        p = pr_tcp_peer_add(x, h->node_id, "");
+        p = pr_tcp_peer_add(x, node_id, "");
         if (!p)
-            return -ENOMEM;
+            return NULL;
         p->listed = 1;
     }
     if (p->conn) {
@@ -142,29 +150,28 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_conn_detach_close(old);
         pr_tcp_peer_link_down(p, -ECONNRESET);
     }
-    Pr__V1__Msg r = PR_MSG_INIT;
+    return p;
+}
+
+/* The welcome: our id, the proof of the key, our queue pair's info if any. */
+static int send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
+                        uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri)
+{
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
     w.id = x->self;
     w.auth.data = proof;
     w.auth.len = plen;
-    Pr__V1__RdmaInfo ri;
-    int rc = accept_rdma(x, p, h->rdma, &ri);
-    if (rc < 0) {
-        pr_conn_fail(c, rc,
-                     rc == -EPROTONOSUPPORT ? "this node requires RDMA"
-                                            : "RDMA setup failed");
-        return 0;
-    }
-    if (p->qp)
-        w.rdma = &ri;
-    r.body_case = PR__V1__MSG__BODY_WELCOME;
-    r.welcome = &w;
-    rc = pr_conn_send(c, &r);
-    if (rc < 0) {
-        pr_tcp_peer_drop_qp(p);
-        return rc;
-    }
+    w.rdma = ri;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
+    return pr_conn_send(c, &m);
+}
+
+/* The stranger's connection becomes p's link; st is freed. */
+static void become_peer(struct stranger *st, struct tpeer *p)
+{
+    struct pr_conn *c = st->conn;
+    struct pr_tcp_xport *x = st->x;
     pr_stranger_remove(&st->base);
     free(st);
     c->ops = &pr_tcp_peer_ops;
@@ -183,6 +190,42 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     } else {
         pr_tcp_peer_up(p);
     }
+}
+
+/*
+ * An incoming connection before its hello: its owner is a struct stranger.
+ * A hello that passes makes it the named peer's link, after the welcome.
+ */
+static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct stranger *st = c->owner;
+    if (m->body_case != PR__V1__MSG__BODY_HELLO) {
+        pr_warn("%s: %s message before hello: closing", c->name,
+                pr_msg_name(m));
+        return -EPROTO;
+    }
+    const Pr__V1__Hello *h = m->hello;
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    if (hello_check(st, h, proof, &plen) < 0)
+        return 0;
+    struct tpeer *p = hello_peer(st->x, h->node_id);
+    if (!p)
+        return -ENOMEM;
+    Pr__V1__RdmaInfo ri;
+    int rc = accept_rdma(st->x, p, h->rdma, &ri);
+    if (rc < 0) {
+        pr_conn_fail(c, rc,
+                     rc == -EPROTONOSUPPORT ? "this node requires RDMA"
+                                            : "RDMA setup failed");
+        return 0;
+    }
+    rc = send_welcome(st->x, c, proof, plen, p->qp ? &ri : NULL);
+    if (rc < 0) {
+        pr_tcp_peer_drop_qp(p);
+        return rc;
+    }
+    become_peer(st, p);
     return 0;
 }
 
@@ -210,7 +253,8 @@ static void on_connection(uv_stream_t *server, int status)
     struct stranger *st = calloc(1, sizeof(*st));
     /* Until its hello says who it is, a connection gets small frames. */
     struct pr_conn *c =
-        st ? pr_conn_create_tcp(x->loop, HELLO_MAX, &stranger_ops, st) : NULL;
+        st ? pr_conn_create_tcp(x->loop, PR_HELLO_MAX_FRAME, &stranger_ops, st)
+           : NULL;
     if (!c) {
         free(st);
         return;
@@ -236,10 +280,8 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     Pr__V1__Challenge ch;
-    pr_auth_challenge(x->key, st->ns, &ch);
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
-    m.challenge = &ch;
+    pr_auth_challenge(x->key, st->challenge, &ch);
+    Pr__V1__Msg m = PR_MSG_OF(CHALLENGE, challenge, &ch);
     if (pr_conn_send(c, &m) < 0)
         pr_conn_close(c, -EIO);
 }
@@ -257,7 +299,7 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
     if (rc < 0)
         return rc;
     x->listening = 1;
-    uv_timer_start(&x->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+    uv_timer_start(&x->sweep, sweep_cb, PEER_SWEEP_MS, PEER_SWEEP_MS);
     int len = sizeof(ss);
     uv_tcp_getsockname(&x->listener, (struct sockaddr *)&ss, &len);
     if (bound)

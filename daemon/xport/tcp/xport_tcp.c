@@ -26,7 +26,8 @@ struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
         return NULL;
     x->loop = loop;
     x->self = self;
-    x->max_frame = max_chunk_bytes + PR_CHUNK_HDR_LEN + HELLO_MAX;
+    /* A chunk's frame, with room for the largest control message. */
+    x->max_frame = max_chunk_bytes + PR_CHUNK_HDR_LEN + PR_HELLO_MAX_FRAME;
     x->connect_timeout_ms = connect_timeout_ms;
     uv_tcp_init(loop, &x->listener);
     x->listener.data = x;
@@ -209,8 +210,8 @@ void pr_tcp_peer_link_down(struct tpeer *p, int status)
     if (p->outgoing && p->listed && !p->x->closing) {
         uv_timer_start(&p->retry, retry_cb, p->backoff_ms, 0);
         p->backoff_ms *= 2;
-        if (p->backoff_ms > BACKOFF_MAX_MS)
-            p->backoff_ms = BACKOFF_MAX_MS;
+        if (p->backoff_ms > PEER_BACKOFF_MAX_MS)
+            p->backoff_ms = PEER_BACKOFF_MAX_MS;
     }
 }
 
@@ -228,7 +229,7 @@ static void peer_on_close(struct pr_conn *c, int status)
 void pr_tcp_peer_up(struct tpeer *p)
 {
     p->state = P_UP;
-    p->backoff_ms = BACKOFF_MIN_MS;
+    p->backoff_ms = PEER_BACKOFF_MIN_MS;
     uv_timer_stop(&p->retry);
     if (p->qp)
         pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
@@ -260,10 +261,8 @@ static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
     int rc = pr_rdma_qp_connect(p->qp, ri);
     if (rc < 0)
         return rc;
-    Pr__V1__Msg m = PR_MSG_INIT;
     Pr__V1__RdmaReady rr = PR__V1__RDMA_READY__INIT;
-    m.body_case = PR__V1__MSG__BODY_RDMA_READY;
-    m.rdma_ready = &rr;
+    Pr__V1__Msg m = PR_MSG_OF(RDMA_READY, rdma_ready, &rr);
     rc = pr_conn_send(p->conn, &m);
     if (rc < 0)
         return rc;
@@ -287,8 +286,8 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
             return -EPROTO;
         }
         const char *why;
-        if (pr_auth_check_welcome(p->x->key, p->nc, p->ns, &m->welcome->auth,
-                                  &why) < 0) {
+        if (pr_auth_check_welcome(p->x->key, p->our_nonce, p->peer_challenge,
+                                  &m->welcome->auth, &why) < 0) {
             pr_err("peer node %u (%s): %s: closing", p->base.node_id, p->addr,
                    why);
             return -EACCES;
@@ -381,12 +380,12 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
     const char *why;
-    int rc = pr_auth_answer(p->x->key, ch, p->ns, p->nc, buf, &len, &why);
+    int rc = pr_auth_answer(p->x->key, ch, p->peer_challenge, p->our_nonce, buf,
+                            &len, &why);
     if (rc < 0) {
         pr_err("peer node %u (%s): %s", p->base.node_id, p->addr, why);
         return rc;
     }
-    Pr__V1__Msg m = PR_MSG_INIT;
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
     hello.auth.data = buf;
     hello.auth.len = len;
@@ -402,8 +401,7 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     } else if (p->x->rdma_required) {
         return -EPROTONOSUPPORT;
     }
-    m.body_case = PR__V1__MSG__BODY_HELLO;
-    m.hello = &hello;
+    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     rc = pr_conn_send(c, &m);
     if (rc < 0)
         return rc;
@@ -446,7 +444,7 @@ struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
     p->base.kind = "tcp";
     p->x = x;
     p->qtail = &p->q;
-    p->backoff_ms = BACKOFF_MIN_MS;
+    p->backoff_ms = PEER_BACKOFF_MIN_MS;
     snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
     uv_timer_init(x->loop, &p->retry);
     p->retry.data = p;

@@ -13,10 +13,11 @@
 #include "daemon/base/stranger.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 2000
-#define HELLO_MAX      4096
-#define SWEEP_MS       250
+/* A lost peer link is redialled after this, doubling up to the max. */
+#define PEER_BACKOFF_MIN_MS 50
+#define PEER_BACKOFF_MAX_MS 2000
+/* How often the hello and link-setup deadlines are swept. */
+#define PEER_SWEEP_MS 250
 /*
  * Incoming connections before their hello: at most STRANGERS_MAX, and
  * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
@@ -59,8 +60,8 @@ struct tpeer {
     size_t abuf_len;
     struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
     uint64_t since_ms;     /* when the current state (or queueing) began */
-    uint8_t nc[PR_AUTH_NONCE_LEN]; /* outgoing: our nonce */
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's challenge */
+    uint8_t our_nonce[PR_AUTH_NONCE_LEN];      /* outgoing: in our hello */
+    uint8_t peer_challenge[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's */
 };
 
 /*
@@ -71,7 +72,7 @@ struct stranger {
     struct pr_stranger base; /* on x->strangers */
     struct pr_tcp_xport *x;
     struct pr_conn *conn;
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
+    uint8_t challenge[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
 };
 
 struct pr_tcp_xport {
