@@ -23,7 +23,6 @@
 #include "daemon/sched/core/sched_core_int.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +31,6 @@
 #define INITIAL_CAP 16u
 /* The smallest window doubling starts from, so that 0 can still grow. */
 #define WINDOW_FLOOR_MS 0.001
-
-uint64_t pr_sched_ms_to_us(double ms)
-{
-    return (uint64_t)ceil(ms * 1000.0);
-}
 
 static int ms_ok(double ms)
 {
