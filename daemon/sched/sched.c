@@ -31,21 +31,6 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
 }
 
-struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id)
-{
-    for (struct snode *n = s->nodes; n; n = n->next)
-        if (n->id == id)
-            return n;
-    return NULL;
-}
-
-void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
-{
-    int rc = pr_conn_send(n->conn, m);
-    if (rc < 0)
-        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
-}
-
 static void broadcast_peers(struct pr_sched *s)
 {
     size_t n = 0;
@@ -224,23 +209,7 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
 {
     pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        if (s->workers[r].live && s->workers[r].node == n->id)
-            pr_sched_remove_worker(s, r);
-    struct sgroup **gp = &s->groups;
-    while (*gp) {
-        struct sgroup *g = *gp;
-        int in = 0;
-        for (uint32_t i = 0; i < g->nnodes; i++)
-            in |= g->nodes[i] == n->id;
-        if (in) {
-            pr_sched_send_abort(s, g, n->id, -ECONNRESET);
-            *gp = g->next;
-            pr_sched_group_free(g);
-        } else {
-            gp = &g->next;
-        }
-    }
+    pr_sched_forget_node(s, n->id);
     n->id = 0;
 }
 
@@ -366,17 +335,7 @@ static void heartbeat_cb(uv_timer_t *t)
         if (n->id)
             pr_sched_send(n, &m);
     }
-    /* Records of groups whose daemons never answered. */
-    struct sgroup **gp = &s->groups;
-    while (*gp) {
-        struct sgroup *g = *gp;
-        if (now >= g->expires_ms) {
-            *gp = g->next;
-            pr_sched_group_free(g);
-        } else {
-            gp = &g->next;
-        }
-    }
+    pr_sched_expire_groups(s, now);
 }
 
 /* metrics.h's callback: a snapshot of the live workers for rendering. */
@@ -501,13 +460,8 @@ uint16_t pr_sched_port(const struct pr_sched *s)
 static void sched_release(struct pr_sched *s)
 {
     if (--s->handles == 0) {
+        pr_sched_job_fini(s);
         pr_sched_core_destroy(s->core);
-        while (s->groups) {
-            struct sgroup *g = s->groups;
-            s->groups = g->next;
-            pr_sched_group_free(g);
-        }
-        free(s->workers);
         free(s);
     }
 }

@@ -2,8 +2,10 @@
  * What the scheduler's two halves share: sched.c (the server: node
  * connections, hellos, heartbeats, metrics, create and reload) and
  * sched_work.c (the job: workers joining and leaving, READY and cancel,
- * groups dispatched, their outcomes). Private to the scheduler: other
- * modules use sched.h. All of it runs on the scheduler's loop thread.
+ * groups dispatched, their outcomes). sched.c calls sched_work.c, never
+ * the other way: the job reaches the nodes only through the node list and
+ * pr_sched_send(). Private to the scheduler: other modules use sched.h.
+ * All of it runs on the scheduler's loop thread.
  */
 #ifndef PR_SCHED_INT_H
 #define PR_SCHED_INT_H
@@ -49,15 +51,8 @@ struct sworker {
     struct pr_sched_wstats st;
 };
 
-/* A group in flight: which nodes still owe a GroupDone. */
-struct sgroup {
-    struct sgroup *next;
-    uint64_t id;
-    uint32_t nnodes;
-    uint32_t *nodes;
-    uint8_t *done; /* per node */
-    uint64_t expires_ms;
-};
+/* A group in flight (sched_work.c owns them). */
+struct sgroup;
 
 struct pr_sched {
     uv_loop_t *loop;
@@ -94,26 +89,29 @@ static inline uint64_t pr_sched_now_us(void)
     return uv_hrtime() / 1000;
 }
 
-/* sched.c */
-struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id);
+/*
+ * sched_work.c, which sched.c calls and which calls nothing in sched.c:
+ * the job's workers and groups, and sending to a node.
+ */
 /* Sends m to node n; a failure closes n's connection (logged). */
 void pr_sched_send(struct snode *n, Pr__V1__Msg *m);
-
-/* sched_work.c */
 void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j);
 /* A node's own worker left (a WorkerLeave for another node's is ignored). */
 void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l);
 void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r);
 void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c);
 void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d);
-void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank);
+/*
+ * Node `node` is gone: its workers leave, and each group in flight on it is
+ * aborted (GroupAbort -ECONNRESET) on its other nodes and forgotten.
+ */
+void pr_sched_forget_node(struct pr_sched *s, uint32_t node);
+/* Forgets the groups whose daemons never answered by their expiry. */
+void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms);
+/* Frees the groups in flight and the worker table (the scheduler's end). */
+void pr_sched_job_fini(struct pr_sched *s);
 uint32_t pr_sched_live_workers(const struct pr_sched *s);
 /* Forms and dispatches every group that is due; re-arms the deadline. */
 void pr_sched_schedule(struct pr_sched *s);
-void pr_sched_deadline_cb(uv_timer_t *t);
-/* GroupAbort{status} to g's nodes but `except` and those done. */
-void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                         int status);
-void pr_sched_group_free(struct sgroup *g);
 
 #endif

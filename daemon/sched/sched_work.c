@@ -3,7 +3,9 @@
  * restart when free) and leave, READY and Cancel feed the decision core
  * (sched_core.c), and the groups it forms go to their nodes as Group
  * messages; a GroupDone per node closes each, a failure aborts it on the
- * others.
+ * others. It owns the groups in flight (struct sgroup is its alone) and
+ * the worker table; it reads the node list that sched.c keeps, and calls
+ * nothing in sched.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,15 +15,41 @@
 #include "daemon/base/log.h"
 #include "daemon/sched/sched_int.h"
 
-void pr_sched_group_free(struct sgroup *g)
+/* A group in flight: which nodes still owe a GroupDone. */
+struct sgroup {
+    struct sgroup *next;
+    uint64_t id;
+    uint32_t nnodes;
+    uint32_t *nodes;
+    uint8_t *done; /* per node */
+    uint64_t expires_ms;
+};
+
+static struct snode *node_by_id(struct pr_sched *s, uint32_t id)
+{
+    for (struct snode *n = s->nodes; n; n = n->next)
+        if (n->id == id)
+            return n;
+    return NULL;
+}
+
+void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
+{
+    int rc = pr_conn_send(n->conn, m);
+    if (rc < 0)
+        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
+}
+
+static void group_free(struct sgroup *g)
 {
     free(g->nodes);
     free(g->done);
     free(g);
 }
 
-void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                         int status)
+/* GroupAbort{status} to g's nodes but `except` and those done. */
+static void send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
+                       int status)
 {
     Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
     a.id = g->id;
@@ -32,13 +60,13 @@ void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
     for (uint32_t i = 0; i < g->nnodes; i++) {
         struct snode *n;
         if (g->nodes[i] == except || g->done[i] ||
-            !(n = pr_sched_node_by_id(s, g->nodes[i])))
+            !(n = node_by_id(s, g->nodes[i])))
             continue;
         pr_sched_send(n, &m);
     }
 }
 
-void pr_sched_deadline_cb(uv_timer_t *t)
+static void deadline_cb(uv_timer_t *t)
 {
     pr_sched_schedule(t->data);
 }
@@ -97,7 +125,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     memcpy(sg->nodes, ring, m * sizeof(*ring));
     sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
     for (uint32_t i = 0; i < m; i++) {
-        struct snode *n = pr_sched_node_by_id(s, ring[i]);
+        struct snode *n = node_by_id(s, ring[i]);
         if (n)
             pr_sched_send(n, &msg);
     }
@@ -110,7 +138,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 out:
     if (sg) {
         pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
-        pr_sched_group_free(sg);
+        group_free(sg);
     }
     free(ring);
     free(mem);
@@ -138,7 +166,7 @@ void pr_sched_schedule(struct pr_sched *s)
     }
     int64_t wait_us = due - (int64_t)pr_sched_now_us();
     uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
-    uv_timer_start(&s->deadline, pr_sched_deadline_cb, wait_ms, 0);
+    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
 }
 
 static int ensure_workers(struct pr_sched *s, uint32_t rank)
@@ -170,7 +198,7 @@ static void drop_layout(struct pr_sched *s, struct sworker *w)
     w->nfloats = 0;
 }
 
-void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank)
+static void remove_worker(struct pr_sched *s, uint32_t rank)
 {
     if (rank >= s->nworkers_cap || !s->workers[rank].live)
         return;
@@ -301,7 +329,7 @@ static int own_worker(struct snode *n, uint32_t rank)
 void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
 {
     if (own_worker(n, l->rank)) {
-        pr_sched_remove_worker(n->s, l->rank);
+        remove_worker(n->s, l->rank);
         pr_sched_schedule(n->s);
     }
 }
@@ -368,11 +396,58 @@ void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
         int status = d->status >= -4095 ? d->status : -EPROTO;
         pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
                 n->id, strerror(-status));
-        pr_sched_send_abort(s, g, n->id, status);
+        send_abort(s, g, n->id, status);
         all = 1;
     }
     if (all) {
         *pp = g->next;
-        pr_sched_group_free(g);
+        group_free(g);
     }
+}
+
+void pr_sched_forget_node(struct pr_sched *s, uint32_t node)
+{
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live && s->workers[r].node == node)
+            remove_worker(s, r);
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        int in = 0;
+        for (uint32_t i = 0; i < g->nnodes; i++)
+            in |= g->nodes[i] == node;
+        if (in) {
+            send_abort(s, g, node, -ECONNRESET);
+            *gp = g->next;
+            group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms)
+{
+    struct sgroup **gp = &s->groups;
+    while (*gp) {
+        struct sgroup *g = *gp;
+        if (now_ms >= g->expires_ms) {
+            *gp = g->next;
+            group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+void pr_sched_job_fini(struct pr_sched *s)
+{
+    while (s->groups) {
+        struct sgroup *g = s->groups;
+        s->groups = g->next;
+        group_free(g);
+    }
+    free(s->workers);
+    s->workers = NULL;
+    s->nworkers_cap = 0;
 }
