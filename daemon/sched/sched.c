@@ -34,7 +34,7 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
 static void broadcast_peers(struct pr_sched *s)
 {
     size_t n = 0;
-    for (struct snode *x = s->nodes; x; x = x->next)
+    for (struct sched_node *x = s->nodes; x; x = x->next)
         n += x->id != 0;
     Pr__V1__Peer *peers = calloc(n ? n : 1, sizeof(*peers));
     Pr__V1__Peer **pp = calloc(n ? n : 1, sizeof(*pp));
@@ -44,7 +44,7 @@ static void broadcast_peers(struct pr_sched *s)
         return;
     }
     size_t i = 0;
-    for (struct snode *x = s->nodes; x; x = x->next) {
+    for (struct sched_node *x = s->nodes; x; x = x->next) {
         if (!x->id)
             continue;
         pr__v1__peer__init(&peers[i]);
@@ -59,7 +59,7 @@ static void broadcast_peers(struct pr_sched *s)
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_PEER_LIST;
     m.peer_list = &pl;
-    for (struct snode *x = s->nodes; x; x = x->next)
+    for (struct sched_node *x = s->nodes; x; x = x->next)
         if (x->id)
             pr_sched_send(x, &m);
     free(peers);
@@ -72,9 +72,10 @@ static void sched_release(struct pr_sched *s);
 
 /* Forms every group that is due and re-arms the deadline timer. */
 
-static void node_forget(struct pr_sched *s, struct snode *n, const char *why);
+static void node_forget(struct pr_sched *s, struct sched_node *n,
+                        const char *why);
 
-static int on_hello(struct snode *n, const Pr__V1__Hello *h)
+static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
 {
     struct pr_sched *s = n->s;
     if (h->version != PR_PROTO_VERSION) {
@@ -97,7 +98,8 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen;
     const char *why;
-    if (pr_auth_check_hello(s->key, n->ns, &h->auth, proof, &plen, &why) < 0) {
+    if (pr_auth_check_hello(s->key, n->challenge, &h->auth, proof, &plen,
+                            &why) < 0) {
         pr_warn("%s (node '%s'): authentication failed: %s: closing",
                 n->conn->name, h->name ? h->name : "", why);
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
@@ -116,8 +118,8 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
     int forgot = 0;
-    const struct snode *namesake = NULL;
-    for (struct snode *old = s->nodes; old; old = old->next) {
+    const struct sched_node *namesake = NULL;
+    for (struct sched_node *old = s->nodes; old; old = old->next) {
         if (old == n || !old->id || strcmp(old->name, n->name))
             continue;
         if (!strcmp(old->data_addr, n->data_addr)) {
@@ -161,7 +163,7 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
 
 static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 {
-    struct snode *n = c->owner;
+    struct sched_node *n = c->owner;
     if (!n->id) {
         if (m->body_case != PR__V1__MSG__BODY_HELLO) {
             pr_warn("%s: %s message before hello: closing", c->name,
@@ -206,7 +208,8 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
  * other nodes. It keeps its place on the node list (its connection closes
  * later) with id 0, as one that never said hello.
  */
-static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
+static void node_forget(struct pr_sched *s, struct sched_node *n,
+                        const char *why)
 {
     pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
     pr_sched_forget_node(s, n->id);
@@ -215,10 +218,10 @@ static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
 
 static void node_on_close(struct pr_conn *c, int status)
 {
-    struct snode *n = c->owner;
+    struct sched_node *n = c->owner;
     struct pr_sched *s = n->s;
     pr_stranger_remove(&n->st);
-    struct snode **pp = &s->nodes;
+    struct sched_node **pp = &s->nodes;
     while (*pp != n)
         pp = &(*pp)->next;
     *pp = n->next;
@@ -246,13 +249,14 @@ static const struct pr_conn_ops node_ops = {
 static const struct pr_stranger_rules stranger_rules = {
     .what = "scheduler listener",
     .awaits = "hello",
-    .max = STRANGERS_MAX,
-    .per_source_max = STRANGERS_PER_SOURCE,
+    .max = SCHED_STRANGERS_MAX,
+    .per_source_max = SCHED_STRANGERS_PER_SOURCE,
 };
 
 static void stranger_close(struct pr_stranger *st, int status)
 {
-    struct snode *n = (struct snode *)((char *)st - offsetof(struct snode, st));
+    struct sched_node *n =
+        (struct sched_node *)((char *)st - offsetof(struct sched_node, st));
     pr_conn_close(n->conn, status);
 }
 
@@ -263,11 +267,11 @@ static void on_connection(uv_stream_t *server, int status)
         pr_warn("scheduler listener: %s", uv_strerror(status));
         return;
     }
-    struct snode *n = calloc(1, sizeof(*n));
+    struct sched_node *n = calloc(1, sizeof(*n));
     if (!n)
         return;
     n->s = s;
-    n->conn = pr_conn_create_tcp(s->loop, HELLO_MAX, &node_ops, n);
+    n->conn = pr_conn_create_tcp(s->loop, SCHED_HELLO_MAX_BYTES, &node_ops, n);
     if (!n->conn) {
         free(n);
         return;
@@ -291,7 +295,7 @@ static void on_connection(uv_stream_t *server, int status)
     }
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
     Pr__V1__Challenge ch;
-    pr_auth_challenge(s->key, n->ns, &ch);
+    pr_auth_challenge(s->key, n->challenge, &ch);
     Pr__V1__Msg m = PR_MSG_INIT;
     m.body_case = PR__V1__MSG__BODY_CHALLENGE;
     m.challenge = &ch;
@@ -323,7 +327,7 @@ static void heartbeat_cb(uv_timer_t *t)
     uint32_t limit = s->conf->sched_node_timeout_ms;
     if (!late)
         pr_strangers_sweep(&s->strangers, &stranger_rules, limit, now);
-    for (struct snode *n = s->nodes; n; n = n->next) {
+    for (struct sched_node *n = s->nodes; n; n = n->next) {
         if (n->conn->closing)
             continue;
         if (!late && now - n->conn->last_rx_ms > limit) {
@@ -351,7 +355,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
                               .window_ms = pr_sched_core_window_ms(s->core),
                               .core = &st,
                               .sizes = s->sizes};
-    for (struct snode *n = s->nodes; n; n = n->next)
+    for (struct sched_node *n = s->nodes; n; n = n->next)
         v.nodes += n->id != 0;
     struct pr_sched_worker_view *w =
         calloc(s->nworkers_cap ? s->nworkers_cap : 1, sizeof(*w));
@@ -480,7 +484,7 @@ void pr_sched_destroy(struct pr_sched *s)
     s->metrics = NULL;
     /* Close callbacks run in any order: s lives until the last of them. */
     s->handles = 3;
-    for (struct snode *n = s->nodes; n; n = n->next) {
+    for (struct sched_node *n = s->nodes; n; n = n->next) {
         s->handles++;
         pr_conn_close(n->conn, 0);
     }

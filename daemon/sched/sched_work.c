@@ -3,7 +3,7 @@
  * restart when free) and leave, READY and Cancel feed the decision core
  * (sched_core.c), and the groups it forms go to their nodes as Group
  * messages; a GroupDone per node closes each, a failure aborts it on the
- * others. It owns the groups in flight (struct sgroup is its alone) and
+ * others. It owns the groups in flight (struct sched_group is its alone) and
  * the worker table; it reads the node list that sched.c keeps, and calls
  * nothing in sched.c.
  */
@@ -16,8 +16,8 @@
 #include "daemon/sched/sched_int.h"
 
 /* A group in flight: which nodes still owe a GroupDone. */
-struct sgroup {
-    struct sgroup *next;
+struct sched_group {
+    struct sched_group *next;
     uint64_t id;
     uint32_t nnodes;
     uint32_t *nodes;
@@ -25,22 +25,22 @@ struct sgroup {
     uint64_t expires_ms;
 };
 
-static struct snode *node_by_id(struct pr_sched *s, uint32_t id)
+static struct sched_node *node_by_id(struct pr_sched *s, uint32_t id)
 {
-    for (struct snode *n = s->nodes; n; n = n->next)
+    for (struct sched_node *n = s->nodes; n; n = n->next)
         if (n->id == id)
             return n;
     return NULL;
 }
 
-void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
+void pr_sched_send(struct sched_node *n, Pr__V1__Msg *m)
 {
     int rc = pr_conn_send(n->conn, m);
     if (rc < 0)
         pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
 }
 
-static void group_free(struct sgroup *g)
+static void group_free(struct sched_group *g)
 {
     free(g->nodes);
     free(g->done);
@@ -48,8 +48,8 @@ static void group_free(struct sgroup *g)
 }
 
 /* GroupAbort{status} to g's nodes but `except` and those done. */
-static void send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                       int status)
+static void send_abort(struct pr_sched *s, struct sched_group *g,
+                       uint32_t except, int status)
 {
     Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
     a.id = g->id;
@@ -58,7 +58,7 @@ static void send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
     m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
     m.group_abort = &a;
     for (uint32_t i = 0; i < g->nnodes; i++) {
-        struct snode *n;
+        struct sched_node *n;
         if (g->nodes[i] == except || g->done[i] ||
             !(n = node_by_id(s, g->nodes[i])))
             continue;
@@ -79,7 +79,7 @@ static int cmp_u32(const void *a, const void *b)
 
 static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 {
-    struct sgroup *sg = calloc(1, sizeof(*sg));
+    struct sched_group *sg = calloc(1, sizeof(*sg));
     uint32_t *ring = calloc(g->n, sizeof(*ring));
     Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
     Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
@@ -125,7 +125,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     memcpy(sg->nodes, ring, m * sizeof(*ring));
     sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
     for (uint32_t i = 0; i < m; i++) {
-        struct snode *n = node_by_id(s, ring[i]);
+        struct sched_node *n = node_by_id(s, ring[i]);
         if (n)
             pr_sched_send(n, &msg);
     }
@@ -176,7 +176,7 @@ static int ensure_workers(struct pr_sched *s, uint32_t rank)
     uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
     while (cap <= rank)
         cap *= 2;
-    struct sworker *w = realloc(s->workers, cap * sizeof(*w));
+    struct sched_worker *w = realloc(s->workers, cap * sizeof(*w));
     if (!w)
         return -ENOMEM;
     memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
@@ -191,7 +191,7 @@ uint32_t pr_sched_live_workers(const struct pr_sched *s)
 }
 
 /* Worker w no longer holds a layout (it left, or its model changed). */
-static void drop_layout(struct pr_sched *s, struct sworker *w)
+static void drop_layout(struct pr_sched *s, struct sched_worker *w)
 {
     if (w->nfloats && w->nfloats == s->job_nfloats && s->job_holders > 0)
         s->job_holders--;
@@ -217,8 +217,8 @@ static void remove_worker(struct pr_sched *s, uint32_t rank)
  * while holders remain is refused alone, with both layouts in the reason.
  * Returns 0, or -EINVAL with why[] filled in.
  */
-static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
-                        char *why, size_t why_len)
+static int check_layout(struct pr_sched *s, struct sched_worker *w,
+                        uint64_t nfloats, char *why, size_t why_len)
 {
     if (w->nfloats != nfloats)
         drop_layout(s, w);
@@ -246,7 +246,7 @@ static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
     return 0;
 }
 
-void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
+void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
 {
     struct pr_sched *s = n->s;
     Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
@@ -280,7 +280,7 @@ void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
                                                 pr_sched_now_us());
         }
         if (r.status == 0) {
-            struct sworker *w = &s->workers[rank];
+            struct sched_worker *w = &s->workers[rank];
             w->live = 1;
             w->node = n->id;
             w->nfloats = 0;
@@ -305,8 +305,8 @@ void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
     pr_sched_schedule(s);
 }
 
-static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
-                   const char *reason)
+static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
+                   int status, const char *reason)
 {
     Pr__V1__Reject r = PR__V1__REJECT__INIT;
     r.rank = rank;
@@ -319,14 +319,15 @@ static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
     pr_sched_send(n, &m);
 }
 
-static int own_worker(struct snode *n, uint32_t rank)
+static int own_worker(struct sched_node *n, uint32_t rank)
 {
     struct pr_sched *s = n->s;
     return rank < s->nworkers_cap && s->workers[rank].live &&
            s->workers[rank].node == n->id;
 }
 
-void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
+void pr_sched_on_worker_leave(struct sched_node *n,
+                              const Pr__V1__WorkerLeave *l)
 {
     if (own_worker(n, l->rank)) {
         remove_worker(n->s, l->rank);
@@ -334,7 +335,7 @@ void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
     }
 }
 
-void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
+void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
 {
     struct pr_sched *s = n->s;
     char why[256];
@@ -363,7 +364,7 @@ void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
     pr_sched_schedule(s);
 }
 
-void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c)
+void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c)
 {
     if (!own_worker(n, c->rank))
         return;
@@ -374,13 +375,13 @@ void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c)
     pr_sched_schedule(n->s);
 }
 
-void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
+void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
 {
     struct pr_sched *s = n->s;
-    struct sgroup **pp = &s->groups;
+    struct sched_group **pp = &s->groups;
     while (*pp && (*pp)->id != d->id)
         pp = &(*pp)->next;
-    struct sgroup *g = *pp;
+    struct sched_group *g = *pp;
     if (!g)
         return;
     int all = 1, member = 0;
@@ -410,9 +411,9 @@ void pr_sched_forget_node(struct pr_sched *s, uint32_t node)
     for (uint32_t r = 0; r < s->nworkers_cap; r++)
         if (s->workers[r].live && s->workers[r].node == node)
             remove_worker(s, r);
-    struct sgroup **gp = &s->groups;
+    struct sched_group **gp = &s->groups;
     while (*gp) {
-        struct sgroup *g = *gp;
+        struct sched_group *g = *gp;
         int in = 0;
         for (uint32_t i = 0; i < g->nnodes; i++)
             in |= g->nodes[i] == node;
@@ -428,9 +429,9 @@ void pr_sched_forget_node(struct pr_sched *s, uint32_t node)
 
 void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms)
 {
-    struct sgroup **gp = &s->groups;
+    struct sched_group **gp = &s->groups;
     while (*gp) {
-        struct sgroup *g = *gp;
+        struct sched_group *g = *gp;
         if (now_ms >= g->expires_ms) {
             *gp = g->next;
             group_free(g);
@@ -443,7 +444,7 @@ void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms)
 void pr_sched_job_fini(struct pr_sched *s)
 {
     while (s->groups) {
-        struct sgroup *g = s->groups;
+        struct sched_group *g = s->groups;
         s->groups = g->next;
         group_free(g);
     }
