@@ -56,9 +56,7 @@ static void broadcast_peers(struct pr_sched *s)
     Pr__V1__PeerList pl = PR__V1__PEER_LIST__INIT;
     pl.n_peers = n;
     pl.peers = pp;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_PEER_LIST;
-    m.peer_list = &pl;
+    Pr__V1__Msg m = PR_MSG_OF(PEER_LIST, peer_list, &pl);
     for (struct sched_node *x = s->nodes; x; x = x->next)
         if (x->id)
             pr_sched_send(x, &m);
@@ -149,9 +147,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     w.auth.data = proof;
     w.auth.len = plen;
     w.group_id_base = s->id_base;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WELCOME;
-    m.welcome = &w;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     pr_sched_send(n, &m);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     broadcast_peers(s);
@@ -159,6 +155,13 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     if (forgot)
         pr_sched_schedule(s);
     return 0;
+}
+
+/* A Pong carries the Ping's nonce back (heartbeat_cb() sends ours). */
+static void answer_ping(struct sched_node *n, Pr__V1__Ping *ping)
+{
+    Pr__V1__Msg pong = PR_MSG_OF(PONG, pong, ping);
+    pr_sched_send(n, &pong);
 }
 
 static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
@@ -188,13 +191,9 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     case PR__V1__MSG__BODY_GROUP_DONE:
         pr_sched_on_group_done(n, m->group_done);
         return 0;
-    case PR__V1__MSG__BODY_PING: {
-        Pr__V1__Msg r = PR_MSG_INIT;
-        r.body_case = PR__V1__MSG__BODY_PONG;
-        r.pong = m->ping;
-        pr_sched_send(n, &r);
+    case PR__V1__MSG__BODY_PING:
+        answer_ping(n, m->ping);
         return 0;
-    }
     case PR__V1__MSG__BODY_PONG:
         return 0;
     default:
@@ -296,9 +295,7 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
     Pr__V1__Challenge ch;
     pr_auth_challenge(s->key, n->challenge, &ch);
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
-    m.challenge = &ch;
+    Pr__V1__Msg m = PR_MSG_OF(CHALLENGE, challenge, &ch);
     pr_sched_send(n, &m);
 }
 
@@ -308,9 +305,7 @@ static void heartbeat_cb(uv_timer_t *t)
     uint64_t now = uv_now(s->loop);
     Pr__V1__Ping p = PR__V1__PING__INIT;
     p.nonce = now;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_PING;
-    m.ping = &p;
+    Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
     /*
      * After this loop was held up (a long callback, or the whole process
      * off the CPU), timers run before the reads that waited: every node

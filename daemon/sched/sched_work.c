@@ -54,9 +54,7 @@ static void send_abort(struct pr_sched *s, struct sched_group *g,
     Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
     a.id = g->id;
     a.status = status;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
-    m.group_abort = &a;
+    Pr__V1__Msg m = PR_MSG_OF(GROUP_ABORT, group_abort, &a);
     for (uint32_t i = 0; i < g->nnodes; i++) {
         struct sched_node *n;
         if (g->nodes[i] == except || g->done[i] ||
@@ -112,9 +110,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     gm.nfloats = s->job_nfloats;
     gm.personal = g->personal != 0;
     gm.timeout_ms = s->conf->sched_group_timeout_ms;
-    Pr__V1__Msg msg = PR_MSG_INIT;
-    msg.body_case = PR__V1__MSG__BODY_GROUP;
-    msg.group = &gm;
+    Pr__V1__Msg msg = PR_MSG_OF(GROUP, group, &gm);
 
     sg->id = gm.id;
     sg->nnodes = m;
@@ -297,9 +293,7 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
             pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
         }
     }
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_JOINED;
-    m.worker_joined = &r;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);
     pr_sched_send(n, &m);
     /* allreduce may have been waiting for nobody but this worker's peers */
     pr_sched_schedule(s);
@@ -313,9 +307,7 @@ static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
     r.seq = seq;
     r.status = status;
     r.reason = (char *)reason;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REJECT;
-    m.reject = &r;
+    Pr__V1__Msg m = PR_MSG_OF(REJECT, reject, &r);
     pr_sched_send(n, &m);
 }
 
