@@ -66,10 +66,6 @@ static void broadcast_peers(struct pr_sched *s)
 
 static void sched_release(struct pr_sched *s);
 
-/* Sends group `g` to every daemon that hosts a member. */
-
-/* Forms every group that is due and re-arms the deadline timer. */
-
 static void node_forget(struct pr_sched *s, struct sched_node *n,
                         const char *why);
 

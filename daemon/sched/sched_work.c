@@ -75,6 +75,11 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/*
+ * Sends the core's group `g` to every daemon that hosts a member, and
+ * keeps it in flight until their GroupDones (or its expiry). Out of
+ * memory, the group is dropped before anything is sent (logged).
+ */
 static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 {
     struct sched_group *sg = calloc(1, sizeof(*sg));

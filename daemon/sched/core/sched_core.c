@@ -345,10 +345,6 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
 }
 
 /*
- * Is a group due at now_us? If so, *n is how many queued workers it takes
- * and *cap the most it could ever hold (for the generator's hold rule).
- */
-/*
  * When the dynamic window opened: when the oldest queued worker became
  * ready, or when min_workers were reached if that came later.
  */
@@ -358,6 +354,10 @@ static uint64_t window_open_us(const struct pr_sched_core *c)
     return t > c->started_us ? t : c->started_us;
 }
 
+/*
+ * Is a group due at now_us? If so, *n is how many queued workers it takes
+ * and *cap the most it could ever hold (for the generator's hold rule).
+ */
 static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
                uint32_t *cap)
 {
