@@ -69,14 +69,19 @@ static void sched_release(struct pr_sched *s);
 static void node_forget(struct pr_sched *s, struct sched_node *n,
                         const char *why);
 
-static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
+/*
+ * Whether hello h is a node daemon's of our protocol that proves the
+ * cluster key: 0 and the proof for our Welcome (*plen bytes), or -1 with
+ * the reason logged and n's connection failed.
+ */
+static int check_hello(struct sched_node *n, const Pr__V1__Hello *h,
+                       uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
-    struct pr_sched *s = n->s;
     if (h->version != PR_PROTO_VERSION) {
         pr_warn("%s: protocol version %u, this scheduler speaks %u: closing",
                 n->conn->name, h->version, PR_PROTO_VERSION);
         pr_conn_fail(n->conn, -EPROTO, "protocol version mismatch");
-        return 0;
+        return -1;
     }
     char host[96];
     uint16_t port;
@@ -87,32 +92,33 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
                 "closing",
                 n->conn->name);
         pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
-        return 0;
+        return -1;
     }
-    uint8_t proof[PR_AUTH_PROOF_LEN];
-    size_t plen;
     const char *why;
-    if (pr_auth_check_hello(s->key, n->challenge, &h->auth, proof, &plen,
+    if (pr_auth_check_hello(n->s->key, n->challenge, &h->auth, proof, plen,
                             &why) < 0) {
         pr_warn("%s (node '%s'): authentication failed: %s: closing",
                 n->conn->name, h->name ? h->name : "", why);
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
-        return 0;
+        return -1;
     }
-    /* A known node: no stranger, and its frames may be control-sized. */
-    pr_stranger_remove(&n->st);
-    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
-    /*
-     * A node daemon listens on its data address alone: a node of the same
-     * name already known there is this one's previous life, whose
-     * connection has not looked dead yet (a reset that never arrived, or
-     * its close not yet seen). Forget it now, or its workers would keep
-     * their names from the ones this daemon registers again next.
-     */
-    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
-    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    return 0;
+}
+
+/*
+ * A node daemon listens on its data address alone: a node of the same
+ * name already known there is this one's previous life, whose connection
+ * has not looked dead yet (a reset that never arrived, or its close not
+ * yet seen). Forget it now, or its workers would keep their names from the
+ * ones this daemon registers again next. Returns whether one was
+ * forgotten; *namesake is a live node of n's name elsewhere, or NULL.
+ */
+static int forget_previous_life(struct sched_node *n,
+                                const struct sched_node **namesake)
+{
+    struct pr_sched *s = n->s;
     int forgot = 0;
-    const struct sched_node *namesake = NULL;
+    *namesake = NULL;
     for (struct sched_node *old = s->nodes; old; old = old->next) {
         if (old == n || !old->id || strcmp(old->name, n->name))
             continue;
@@ -121,9 +127,39 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
             pr_conn_close(old->conn, -ECONNRESET);
             forgot = 1;
         } else if (!old->conn->closing) {
-            namesake = old;
+            *namesake = old;
         }
     }
+    return forgot;
+}
+
+static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
+{
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = n->id;
+    w.job = n->s->conf->job;
+    w.auth.data = proof;
+    w.auth.len = plen;
+    w.group_id_base = n->s->id_base;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
+    pr_sched_send(n, &m);
+}
+
+static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
+{
+    struct pr_sched *s = n->s;
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    if (check_hello(n, h, proof, &plen) < 0)
+        return 0;
+    /* A known node: no stranger, and its frames may be control-sized. */
+    pr_stranger_remove(&n->st);
+    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
+    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
+    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    const struct sched_node *namesake;
+    int forgot = forget_previous_life(n, &namesake);
     n->id = ++s->next_node_id;
     /*
      * Two live daemons of one name (a copied config, a host cloned): both
@@ -136,15 +172,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
                 n->data_addr);
     snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
              n->name);
-    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
-    w.version = PR_PROTO_VERSION;
-    w.id = n->id;
-    w.job = s->conf->job;
-    w.auth.data = proof;
-    w.auth.len = plen;
-    w.group_id_base = s->id_base;
-    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
-    pr_sched_send(n, &m);
+    send_welcome(n, proof, plen);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     broadcast_peers(s);
     /* Without the workers forgotten, a group may be due. */
