@@ -409,31 +409,17 @@ static void adapt_window(struct pr_sched_core *c, uint32_t n)
     c->window_ms = win;
 }
 
-int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
-                             struct pr_sched_group *g)
+/*
+ * Fills m[0 .. n-1] with the queued workers a due group of n takes (the
+ * generator's steered choice, else the n oldest) and their READYs, at
+ * uniform weights. Nothing observable changes. Returns the members'
+ * largest model version.
+ */
+static uint64_t choose(struct pr_sched_core *c, uint32_t n,
+                       struct pr_sched_member *m)
 {
-    uint32_t n = 0;
-    uint32_t cap = 0;
     uint64_t max_version = 0;
-    int personal = 0;
 
-    if (c == NULL || g == NULL) {
-        return -EINVAL;
-    }
-    memset(g, 0, sizeof(*g));
-    if (!due(c, now_us, &n, &cap)) {
-        c->holding = 0;
-        return 0;
-    }
-    if (pr_sched_gen_hold(c, cap, now_us)) {
-        return 0;
-    }
-    struct pr_sched_member *m = calloc(n, sizeof(*m));
-
-    if (m == NULL) {
-        return -ENOMEM;
-    }
-    /* Choose; nothing observable changes until the weights are in. */
     if (c->steering) {
         pr_sched_gen_select(c, n, m);
     } else {
@@ -454,18 +440,13 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
             max_version = k->version;
         }
     }
-    if (c->p.policy != PR_POLICY_ALLREDUCE &&
-        c->p.weighting == PR_WEIGHT_STALENESS) {
-        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
+    return max_version;
+}
 
-        if (rc < 0) {
-            free(m);
-            return rc;
-        }
-        personal = 1;
-    }
-
-    /* Commit. */
+/* The chosen members leave the queue as GROUPED; the window adapts. */
+static void commit(struct pr_sched_core *c, const struct pr_sched_member *m,
+                   uint32_t n, uint64_t now_us)
+{
     for (uint32_t j = 0; j < n; j++) {
         unlink_ready(c, m[j].rank);
         c->w[m[j].rank].state = PR_SCHED_GROUPED;
@@ -476,6 +457,45 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
     if (c->p.policy == PR_POLICY_DYNAMIC) {
         adapt_window(c, n);
     }
+}
+
+int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
+                             struct pr_sched_group *g)
+{
+    uint32_t n = 0;
+    uint32_t cap = 0;
+    int personal = 0;
+
+    if (c == NULL || g == NULL) {
+        return -EINVAL;
+    }
+    memset(g, 0, sizeof(*g));
+    if (!due(c, now_us, &n, &cap)) {
+        c->holding = 0;
+        return 0;
+    }
+    if (pr_sched_gen_hold(c, cap, now_us)) {
+        return 0;
+    }
+    struct pr_sched_member *m = calloc(n, sizeof(*m));
+
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    uint64_t max_version = choose(c, n, m);
+
+    /* Weights may fail: the queue is untouched until they are in. */
+    if (c->p.policy != PR_POLICY_ALLREDUCE &&
+        c->p.weighting == PR_WEIGHT_STALENESS) {
+        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
+
+        if (rc < 0) {
+            free(m);
+            return rc;
+        }
+        personal = 1;
+    }
+    commit(c, m, n, now_us);
     g->id = c->next_id++;
     g->n = n;
     g->members = m;
