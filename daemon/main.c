@@ -100,10 +100,17 @@ static int have_sets(const struct daemon *d)
     return 0;
 }
 
-static int load(struct daemon *d)
+/*
+ * The file (-c, else DEFAULT_CONF when it exists), then --set and --role in
+ * order, then the rules between keys, then the cluster key it names. Each
+ * failure is printed to stderr: 0 or a negative errno.
+ */
+static int load_config(struct daemon *d)
 {
     struct pr_conf_err err;
     memset(&err, 0, sizeof(err));
+    if (!d->path && access(DEFAULT_CONF, R_OK) == 0)
+        d->path = DEFAULT_CONF;
     int rc = pr_conf_init(&d->conf);
     if (rc < 0)
         return rc;
@@ -150,6 +157,12 @@ static int load(struct daemon *d)
     return 0;
 }
 
+static void close_signals(struct daemon *d)
+{
+    for (int i = 0; i < 3; i++)
+        uv_close((uv_handle_t *)&d->sigs[i], NULL);
+}
+
 static void stop(struct daemon *d)
 {
     sd_notify(0, "STOPPING=1");
@@ -160,8 +173,7 @@ static void stop(struct daemon *d)
         pr_sched_destroy(d->sched);
     d->node = NULL;
     d->sched = NULL;
-    for (int i = 0; i < 3; i++)
-        uv_close((uv_handle_t *)&d->sigs[i], NULL);
+    close_signals(d);
 }
 
 /* A reload's candidate must suit the scheduler before it is applied. */
@@ -222,7 +234,17 @@ static void signal_cb(uv_signal_t *s, int signum)
         stop(d);
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+enum action {
+    ACT_RUN,
+    ACT_TEST,     /* -t: check the configuration */
+    ACT_DUMP,     /* -T: print the effective configuration */
+    ACT_EXIT_OK,  /* --help, --version: done */
+    ACT_EXIT_BAD, /* a usage error: exit 2 */
+};
+
+/* Fills d->path and d->sets[] from argv; says what to do next. */
+static enum action parse_options(struct daemon *d, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -234,12 +256,11 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    static struct daemon d;
     int test = 0, dump = 0, c;
     while ((c = getopt_long(argc, argv, "c:tTr:s:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            d.path = optarg;
+            d->path = optarg;
             break;
         case 't':
             test = 1;
@@ -249,84 +270,106 @@ int main(int argc, char **argv)
             break;
         case 'r':
         case 's':
-            if (d.nsets == MAX_SETS) {
+            if (d->nsets == MAX_SETS) {
                 fprintf(stderr,
                         "preduced: more than %d --set and --role options\n",
                         MAX_SETS);
-                return 2;
+                return ACT_EXIT_BAD;
             }
             if (c == 's') {
-                d.sets[d.nsets++] = optarg;
+                d->sets[d->nsets++] = optarg;
                 break;
             }
             /* A later --role rewrites the text the earlier ones point at. */
-            snprintf(d.role_set, sizeof(d.role_set), "role=%s", optarg);
-            d.sets[d.nsets++] = d.role_set;
+            snprintf(d->role_set, sizeof(d->role_set), "role=%s", optarg);
+            d->sets[d->nsets++] = d->role_set;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return ACT_EXIT_OK;
         case 'V':
             printf("preduced 0.1 (protocol %d)\n", PR_PROTO_VERSION);
-            return 0;
+            return ACT_EXIT_OK;
         default:
             usage(stderr);
-            return 2;
+            return ACT_EXIT_BAD;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "preduced: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
-        return 2;
+        return ACT_EXIT_BAD;
     }
-    if (!d.path && access(DEFAULT_CONF, R_OK) == 0)
-        d.path = DEFAULT_CONF;
-    if (load(&d) < 0)
-        return 1;
-    if (test) {
+    return test ? ACT_TEST : dump ? ACT_DUMP : ACT_RUN;
+}
+
+/* -t and -T: what the loaded configuration says, on stdout. */
+static void report_config(const struct daemon *d, enum action a)
+{
+    if (a == ACT_TEST)
         printf("preduced: configuration %s test is successful\n",
-               d.path          ? d.path
-               : have_sets(&d) ? "(defaults and --set)"
-                               : "(defaults)");
-        pr_conf_fini(&d.conf);
-        return 0;
-    }
-    if (dump) {
-        pr_conf_dump(&d.conf, stdout);
-        pr_conf_fini(&d.conf);
-        return 0;
-    }
-    pr_log_set_level((enum pr_log_level)d.conf.log_level);
-    pr_log_set_ident(d.conf.role == PR_ROLE_SCHEDULER ? "preduced-sched"
-                                                      : "preduced");
+               d->path        ? d->path
+               : have_sets(d) ? "(defaults and --set)"
+                              : "(defaults)");
+    else
+        pr_conf_dump(&d->conf, stdout);
+}
+
+/*
+ * The loop, its signal handlers and the configured role (node or
+ * scheduler). On failure everything it opened is closed again: 0 or a
+ * negative errno.
+ */
+static int start_role(struct daemon *d)
+{
+    pr_log_set_level((enum pr_log_level)d->conf.log_level);
+    pr_log_set_ident(d->conf.role == PR_ROLE_SCHEDULER ? "preduced-sched"
+                                                       : "preduced");
     signal(SIGPIPE, SIG_IGN);
-    uv_loop_init(&d.loop);
+    uv_loop_init(&d->loop);
     static const int signums[3] = {SIGINT, SIGTERM, SIGHUP};
     for (int i = 0; i < 3; i++) {
-        uv_signal_init(&d.loop, &d.sigs[i]);
-        d.sigs[i].data = &d;
-        uv_signal_start(&d.sigs[i], signal_cb, signums[i]);
+        uv_signal_init(&d->loop, &d->sigs[i]);
+        d->sigs[i].data = d;
+        uv_signal_start(&d->sigs[i], signal_cb, signums[i]);
     }
+    const struct pr_auth_key *key = d->have_key ? &d->key : NULL;
     int rc;
-    if (d.conf.role == PR_ROLE_SCHEDULER)
-        rc = pr_sched_create(&d.loop, &d.conf, d.have_key ? &d.key : NULL,
-                             &d.sched);
+    if (d->conf.role == PR_ROLE_SCHEDULER)
+        rc = pr_sched_create(&d->loop, &d->conf, key, &d->sched);
     else
-        rc = pr_node_create(&d.loop, &d.conf, d.have_key ? &d.key : NULL,
-                            &d.node);
+        rc = pr_node_create(&d->loop, &d->conf, key, &d->node);
     if (rc < 0) {
-        for (int i = 0; i < 3; i++)
-            uv_close((uv_handle_t *)&d.sigs[i], NULL);
-        uv_run(&d.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&d.loop);
-        pr_conf_fini(&d.conf);
-        return 1;
+        close_signals(d);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&d->loop);
     }
+    return rc;
+}
+
+/* Until stop() (SIGTERM, SIGINT) has closed every handle. */
+static void run(struct daemon *d)
+{
     sd_notify(0, "READY=1");
-    uv_run(&d.loop, UV_RUN_DEFAULT);
-    rc = uv_loop_close(&d.loop);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    int rc = uv_loop_close(&d->loop);
     if (rc < 0)
         pr_warn("loop closed with handles open: %s", uv_strerror(rc));
+}
+
+int main(int argc, char **argv)
+{
+    static struct daemon d;
+    enum action a = parse_options(&d, argc, argv);
+    if (a == ACT_EXIT_OK || a == ACT_EXIT_BAD)
+        return a == ACT_EXIT_OK ? 0 : 2;
+    if (load_config(&d) < 0)
+        return 1;
+    int rc = 0;
+    if (a != ACT_RUN)
+        report_config(&d, a);
+    else if ((rc = start_role(&d)) == 0)
+        run(&d);
     pr_conf_fini(&d.conf);
-    return 0;
+    return rc < 0 ? 1 : 0;
 }

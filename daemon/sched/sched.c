@@ -31,25 +31,10 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
 }
 
-struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id)
-{
-    for (struct snode *n = s->nodes; n; n = n->next)
-        if (n->id == id)
-            return n;
-    return NULL;
-}
-
-void pr_sched_send(struct snode *n, Pr__V1__Msg *m)
-{
-    int rc = pr_conn_send(n->conn, m);
-    if (rc < 0)
-        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
-}
-
 static void broadcast_peers(struct pr_sched *s)
 {
     size_t n = 0;
-    for (struct snode *x = s->nodes; x; x = x->next)
+    for (struct sched_node *x = s->nodes; x; x = x->next)
         n += x->id != 0;
     Pr__V1__Peer *peers = calloc(n ? n : 1, sizeof(*peers));
     Pr__V1__Peer **pp = calloc(n ? n : 1, sizeof(*pp));
@@ -59,7 +44,7 @@ static void broadcast_peers(struct pr_sched *s)
         return;
     }
     size_t i = 0;
-    for (struct snode *x = s->nodes; x; x = x->next) {
+    for (struct sched_node *x = s->nodes; x; x = x->next) {
         if (!x->id)
             continue;
         pr__v1__peer__init(&peers[i]);
@@ -71,10 +56,8 @@ static void broadcast_peers(struct pr_sched *s)
     Pr__V1__PeerList pl = PR__V1__PEER_LIST__INIT;
     pl.n_peers = n;
     pl.peers = pp;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_PEER_LIST;
-    m.peer_list = &pl;
-    for (struct snode *x = s->nodes; x; x = x->next)
+    Pr__V1__Msg m = PR_MSG_OF(PEER_LIST, peer_list, &pl);
+    for (struct sched_node *x = s->nodes; x; x = x->next)
         if (x->id)
             pr_sched_send(x, &m);
     free(peers);
@@ -83,20 +66,22 @@ static void broadcast_peers(struct pr_sched *s)
 
 static void sched_release(struct pr_sched *s);
 
-/* Sends group `g` to every daemon that hosts a member. */
+static void node_forget(struct pr_sched *s, struct sched_node *n,
+                        const char *why);
 
-/* Forms every group that is due and re-arms the deadline timer. */
-
-static void node_forget(struct pr_sched *s, struct snode *n, const char *why);
-
-static int on_hello(struct snode *n, const Pr__V1__Hello *h)
+/*
+ * Whether hello h is a node daemon's of our protocol that proves the
+ * cluster key: 0 and the proof for our Welcome (*plen bytes), or -1 with
+ * the reason logged and n's connection failed.
+ */
+static int check_hello(struct sched_node *n, const Pr__V1__Hello *h,
+                       uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
-    struct pr_sched *s = n->s;
     if (h->version != PR_PROTO_VERSION) {
         pr_warn("%s: protocol version %u, this scheduler speaks %u: closing",
                 n->conn->name, h->version, PR_PROTO_VERSION);
         pr_conn_fail(n->conn, -EPROTO, "protocol version mismatch");
-        return 0;
+        return -1;
     }
     char host[96];
     uint16_t port;
@@ -107,32 +92,34 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
                 "closing",
                 n->conn->name);
         pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
-        return 0;
+        return -1;
     }
-    uint8_t proof[PR_AUTH_PROOF_LEN];
-    size_t plen;
     const char *why;
-    if (pr_auth_check_hello(s->key, n->ns, &h->auth, proof, &plen, &why) < 0) {
+    if (pr_auth_check_hello(n->s->key, n->challenge, &h->auth, proof, plen,
+                            &why) < 0) {
         pr_warn("%s (node '%s'): authentication failed: %s: closing",
                 n->conn->name, h->name ? h->name : "", why);
         pr_conn_fail(n->conn, -EACCES, "authentication failed");
-        return 0;
+        return -1;
     }
-    /* A known node: no stranger, and its frames may be control-sized. */
-    pr_stranger_remove(&n->st);
-    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
-    /*
-     * A node daemon listens on its data address alone: a node of the same
-     * name already known there is this one's previous life, whose
-     * connection has not looked dead yet (a reset that never arrived, or
-     * its close not yet seen). Forget it now, or its workers would keep
-     * their names from the ones this daemon registers again next.
-     */
-    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
-    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    return 0;
+}
+
+/*
+ * A node daemon listens on its data address alone: a node of the same
+ * name already known there is this one's previous life, whose connection
+ * has not looked dead yet (a reset that never arrived, or its close not
+ * yet seen). Forget it now, or its workers would keep their names from the
+ * ones this daemon registers again next. Returns whether one was
+ * forgotten; *namesake is a live node of n's name elsewhere, or NULL.
+ */
+static int forget_previous_life(struct sched_node *n,
+                                const struct sched_node **namesake)
+{
+    struct pr_sched *s = n->s;
     int forgot = 0;
-    const struct snode *namesake = NULL;
-    for (struct snode *old = s->nodes; old; old = old->next) {
+    *namesake = NULL;
+    for (struct sched_node *old = s->nodes; old; old = old->next) {
         if (old == n || !old->id || strcmp(old->name, n->name))
             continue;
         if (!strcmp(old->data_addr, n->data_addr)) {
@@ -140,9 +127,39 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
             pr_conn_close(old->conn, -ECONNRESET);
             forgot = 1;
         } else if (!old->conn->closing) {
-            namesake = old;
+            *namesake = old;
         }
     }
+    return forgot;
+}
+
+static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
+{
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = n->id;
+    w.job = n->s->conf->job;
+    w.auth.data = proof;
+    w.auth.len = plen;
+    w.group_id_base = n->s->id_base;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
+    pr_sched_send(n, &m);
+}
+
+static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
+{
+    struct pr_sched *s = n->s;
+    uint8_t proof[PR_AUTH_PROOF_LEN];
+    size_t plen;
+    if (check_hello(n, h, proof, &plen) < 0)
+        return 0;
+    /* A known node: no stranger, and its frames may be control-sized. */
+    pr_stranger_remove(&n->st);
+    n->conn->rd.max_len = PR_CTRL_MAX_FRAME;
+    snprintf(n->name, sizeof(n->name), "%s", h->name ? h->name : "");
+    snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
+    const struct sched_node *namesake;
+    int forgot = forget_previous_life(n, &namesake);
     n->id = ++s->next_node_id;
     /*
      * Two live daemons of one name (a copied config, a host cloned): both
@@ -155,17 +172,7 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
                 n->data_addr);
     snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
              n->name);
-    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
-    w.version = PR_PROTO_VERSION;
-    w.id = n->id;
-    w.job = s->conf->job;
-    w.auth.data = proof;
-    w.auth.len = plen;
-    w.group_id_base = s->id_base;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WELCOME;
-    m.welcome = &w;
-    pr_sched_send(n, &m);
+    send_welcome(n, proof, plen);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     broadcast_peers(s);
     /* Without the workers forgotten, a group may be due. */
@@ -174,9 +181,16 @@ static int on_hello(struct snode *n, const Pr__V1__Hello *h)
     return 0;
 }
 
+/* A Pong carries the Ping's nonce back (heartbeat_cb() sends ours). */
+static void answer_ping(struct sched_node *n, Pr__V1__Ping *ping)
+{
+    Pr__V1__Msg pong = PR_MSG_OF(PONG, pong, ping);
+    pr_sched_send(n, &pong);
+}
+
 static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 {
-    struct snode *n = c->owner;
+    struct sched_node *n = c->owner;
     if (!n->id) {
         if (m->body_case != PR__V1__MSG__BODY_HELLO) {
             pr_warn("%s: %s message before hello: closing", c->name,
@@ -201,13 +215,9 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     case PR__V1__MSG__BODY_GROUP_DONE:
         pr_sched_on_group_done(n, m->group_done);
         return 0;
-    case PR__V1__MSG__BODY_PING: {
-        Pr__V1__Msg r = PR_MSG_INIT;
-        r.body_case = PR__V1__MSG__BODY_PONG;
-        r.pong = m->ping;
-        pr_sched_send(n, &r);
+    case PR__V1__MSG__BODY_PING:
+        answer_ping(n, m->ping);
         return 0;
-    }
     case PR__V1__MSG__BODY_PONG:
         return 0;
     default:
@@ -221,35 +231,20 @@ static int node_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
  * other nodes. It keeps its place on the node list (its connection closes
  * later) with id 0, as one that never said hello.
  */
-static void node_forget(struct pr_sched *s, struct snode *n, const char *why)
+static void node_forget(struct pr_sched *s, struct sched_node *n,
+                        const char *why)
 {
     pr_warn("node %u (%s) lost: %s", n->id, n->name, why);
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        if (s->workers[r].live && s->workers[r].node == n->id)
-            pr_sched_remove_worker(s, r);
-    struct sgroup **gp = &s->groups;
-    while (*gp) {
-        struct sgroup *g = *gp;
-        int in = 0;
-        for (uint32_t i = 0; i < g->nnodes; i++)
-            in |= g->nodes[i] == n->id;
-        if (in) {
-            pr_sched_send_abort(s, g, n->id, -ECONNRESET);
-            *gp = g->next;
-            pr_sched_group_free(g);
-        } else {
-            gp = &g->next;
-        }
-    }
+    pr_sched_forget_node(s, n->id);
     n->id = 0;
 }
 
 static void node_on_close(struct pr_conn *c, int status)
 {
-    struct snode *n = c->owner;
+    struct sched_node *n = c->owner;
     struct pr_sched *s = n->s;
     pr_stranger_remove(&n->st);
-    struct snode **pp = &s->nodes;
+    struct sched_node **pp = &s->nodes;
     while (*pp != n)
         pp = &(*pp)->next;
     *pp = n->next;
@@ -277,13 +272,14 @@ static const struct pr_conn_ops node_ops = {
 static const struct pr_stranger_rules stranger_rules = {
     .what = "scheduler listener",
     .awaits = "hello",
-    .max = STRANGERS_MAX,
-    .per_source_max = STRANGERS_PER_SOURCE,
+    .max = SCHED_STRANGERS_MAX,
+    .per_source_max = SCHED_STRANGERS_PER_SOURCE,
 };
 
 static void stranger_close(struct pr_stranger *st, int status)
 {
-    struct snode *n = (struct snode *)((char *)st - offsetof(struct snode, st));
+    struct sched_node *n =
+        (struct sched_node *)((char *)st - offsetof(struct sched_node, st));
     pr_conn_close(n->conn, status);
 }
 
@@ -294,11 +290,11 @@ static void on_connection(uv_stream_t *server, int status)
         pr_warn("scheduler listener: %s", uv_strerror(status));
         return;
     }
-    struct snode *n = calloc(1, sizeof(*n));
+    struct sched_node *n = calloc(1, sizeof(*n));
     if (!n)
         return;
     n->s = s;
-    n->conn = pr_conn_create_tcp(s->loop, HELLO_MAX, &node_ops, n);
+    n->conn = pr_conn_create_tcp(s->loop, SCHED_HELLO_MAX_BYTES, &node_ops, n);
     if (!n->conn) {
         free(n);
         return;
@@ -322,10 +318,8 @@ static void on_connection(uv_stream_t *server, int status)
     }
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
     Pr__V1__Challenge ch;
-    pr_auth_challenge(s->key, n->ns, &ch);
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CHALLENGE;
-    m.challenge = &ch;
+    pr_auth_challenge(s->key, n->challenge, &ch);
+    Pr__V1__Msg m = PR_MSG_OF(CHALLENGE, challenge, &ch);
     pr_sched_send(n, &m);
 }
 
@@ -335,9 +329,7 @@ static void heartbeat_cb(uv_timer_t *t)
     uint64_t now = uv_now(s->loop);
     Pr__V1__Ping p = PR__V1__PING__INIT;
     p.nonce = now;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_PING;
-    m.ping = &p;
+    Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
     /*
      * After this loop was held up (a long callback, or the whole process
      * off the CPU), timers run before the reads that waited: every node
@@ -354,7 +346,7 @@ static void heartbeat_cb(uv_timer_t *t)
     uint32_t limit = s->conf->sched_node_timeout_ms;
     if (!late)
         pr_strangers_sweep(&s->strangers, &stranger_rules, limit, now);
-    for (struct snode *n = s->nodes; n; n = n->next) {
+    for (struct sched_node *n = s->nodes; n; n = n->next) {
         if (n->conn->closing)
             continue;
         if (!late && now - n->conn->last_rx_ms > limit) {
@@ -366,17 +358,7 @@ static void heartbeat_cb(uv_timer_t *t)
         if (n->id)
             pr_sched_send(n, &m);
     }
-    /* Records of groups whose daemons never answered. */
-    struct sgroup **gp = &s->groups;
-    while (*gp) {
-        struct sgroup *g = *gp;
-        if (now >= g->expires_ms) {
-            *gp = g->next;
-            pr_sched_group_free(g);
-        } else {
-            gp = &g->next;
-        }
-    }
+    pr_sched_expire_groups(s, now);
 }
 
 /* metrics.h's callback: a snapshot of the live workers for rendering. */
@@ -392,7 +374,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
                               .window_ms = pr_sched_core_window_ms(s->core),
                               .core = &st,
                               .sizes = s->sizes};
-    for (struct snode *n = s->nodes; n; n = n->next)
+    for (struct sched_node *n = s->nodes; n; n = n->next)
         v.nodes += n->id != 0;
     struct pr_sched_worker_view *w =
         calloc(s->nworkers_cap ? s->nworkers_cap : 1, sizeof(*w));
@@ -501,13 +483,8 @@ uint16_t pr_sched_port(const struct pr_sched *s)
 static void sched_release(struct pr_sched *s)
 {
     if (--s->handles == 0) {
+        pr_sched_job_fini(s);
         pr_sched_core_destroy(s->core);
-        while (s->groups) {
-            struct sgroup *g = s->groups;
-            s->groups = g->next;
-            pr_sched_group_free(g);
-        }
-        free(s->workers);
         free(s);
     }
 }
@@ -526,7 +503,7 @@ void pr_sched_destroy(struct pr_sched *s)
     s->metrics = NULL;
     /* Close callbacks run in any order: s lives until the last of them. */
     s->handles = 3;
-    for (struct snode *n = s->nodes; n; n = n->next) {
+    for (struct sched_node *n = s->nodes; n; n = n->next) {
         s->handles++;
         pr_conn_close(n->conn, 0);
     }

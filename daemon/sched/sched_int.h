@@ -2,8 +2,10 @@
  * What the scheduler's two halves share: sched.c (the server: node
  * connections, hellos, heartbeats, metrics, create and reload) and
  * sched_work.c (the job: workers joining and leaving, READY and cancel,
- * groups dispatched, their outcomes). Private to the scheduler: other
- * modules use sched.h. All of it runs on the scheduler's loop thread.
+ * groups dispatched, their outcomes). sched.c calls sched_work.c, never
+ * the other way: the job reaches the nodes only through the node list and
+ * pr_sched_send(). Private to the scheduler: other modules use sched.h.
+ * All of it runs on the scheduler's loop thread.
  */
 #ifndef PR_SCHED_INT_H
 #define PR_SCHED_INT_H
@@ -20,28 +22,31 @@
 #include "daemon/base/stranger.h"
 
 /*
- * Connections that have not said hello yet: their frames may be HELLO_MAX
- * bytes, not PR_CTRL_MAX_FRAME (anyone can connect, and a reader buffers a
- * whole frame); at most STRANGERS_MAX at once, STRANGERS_PER_SOURCE of
- * them from one IP address, each for node_timeout_ms (stranger.h: a new
- * connection takes the oldest one's place).
+ * Connections that have not said hello yet: their frames may be
+ * SCHED_HELLO_MAX_BYTES, not PR_CTRL_MAX_FRAME (anyone can connect, and a
+ * reader buffers a whole frame); at most SCHED_STRANGERS_MAX at once,
+ * SCHED_STRANGERS_PER_SOURCE of them from one IP address, each for
+ * node_timeout_ms (stranger.h: a new connection takes the oldest one's
+ * place). The transport's listener has limits of its own (xport_tcp_int.h).
  */
-#define HELLO_MAX            4096
-#define STRANGERS_MAX        64
-#define STRANGERS_PER_SOURCE 32
+#define SCHED_HELLO_MAX_BYTES      4096
+#define SCHED_STRANGERS_MAX        64
+#define SCHED_STRANGERS_PER_SOURCE 32
 
-struct snode {
-    struct snode *next;
+/* A node daemon's connection, from accept to close (sched.c owns them). */
+struct sched_node {
+    struct sched_node *next;
     struct pr_sched *s;
     struct pr_conn *conn;
     struct pr_stranger st; /* listed until its hello passes */
     uint32_t id;           /* 0 until the hello */
     char name[64];
     char data_addr[128];
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the challenge it was sent */
+    uint8_t challenge[PR_AUTH_NONCE_LEN]; /* the nonce it was sent (auth.h) */
 };
 
-struct sworker {
+/* A worker, by rank in pr_sched.workers (sched_work.c owns them). */
+struct sched_worker {
     int live;
     uint32_t node;
     uint64_t nfloats; /* its layout: its last accepted READY's; 0 = none */
@@ -49,15 +54,8 @@ struct sworker {
     struct pr_sched_wstats st;
 };
 
-/* A group in flight: which nodes still owe a GroupDone. */
-struct sgroup {
-    struct sgroup *next;
-    uint64_t id;
-    uint32_t nnodes;
-    uint32_t *nodes;
-    uint8_t *done; /* per node */
-    uint64_t expires_ms;
-};
+/* A group in flight (sched_work.c owns them). */
+struct sched_group;
 
 struct pr_sched {
     uv_loop_t *loop;
@@ -66,9 +64,9 @@ struct pr_sched {
     uv_timer_t deadline; /* the core's next due time */
     uv_timer_t heartbeat;
     struct pr_sched_core *core;
-    struct snode *nodes;
+    struct sched_node *nodes;
     uint32_t next_node_id;
-    struct sworker *workers; /* by rank */
+    struct sched_worker *workers; /* by rank */
     uint32_t nworkers_cap;
     /*
      * The job's layout (floats per reduce) and how many live workers hold
@@ -76,7 +74,7 @@ struct pr_sched {
      */
     uint64_t job_nfloats;
     uint32_t job_holders;
-    struct sgroup *groups;
+    struct sched_group *groups;
     uint16_t port;
     int handles;
     uint64_t last_beat_ms; /* when heartbeat_cb last ran */
@@ -94,26 +92,30 @@ static inline uint64_t pr_sched_now_us(void)
     return uv_hrtime() / 1000;
 }
 
-/* sched.c */
-struct snode *pr_sched_node_by_id(struct pr_sched *s, uint32_t id);
+/*
+ * sched_work.c, which sched.c calls and which calls nothing in sched.c:
+ * the job's workers and groups, and sending to a node.
+ */
 /* Sends m to node n; a failure closes n's connection (logged). */
-void pr_sched_send(struct snode *n, Pr__V1__Msg *m);
-
-/* sched_work.c */
-void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j);
+void pr_sched_send(struct sched_node *n, Pr__V1__Msg *m);
+void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j);
 /* A node's own worker left (a WorkerLeave for another node's is ignored). */
-void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l);
-void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r);
-void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c);
-void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d);
-void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank);
+void pr_sched_on_worker_leave(struct sched_node *n,
+                              const Pr__V1__WorkerLeave *l);
+void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r);
+void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c);
+void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d);
+/*
+ * Node `node` is gone: its workers leave, and each group in flight on it is
+ * aborted (GroupAbort -ECONNRESET) on its other nodes and forgotten.
+ */
+void pr_sched_forget_node(struct pr_sched *s, uint32_t node);
+/* Forgets the groups whose daemons never answered by their expiry. */
+void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms);
+/* Frees the groups in flight and the worker table (the scheduler's end). */
+void pr_sched_job_fini(struct pr_sched *s);
 uint32_t pr_sched_live_workers(const struct pr_sched *s);
 /* Forms and dispatches every group that is due; re-arms the deadline. */
 void pr_sched_schedule(struct pr_sched *s);
-void pr_sched_deadline_cb(uv_timer_t *t);
-/* GroupAbort{status} to g's nodes but `except` and those done. */
-void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                         int status);
-void pr_sched_group_free(struct sgroup *g);
 
 #endif

@@ -3,7 +3,9 @@
  * restart when free) and leave, READY and Cancel feed the decision core
  * (sched_core.c), and the groups it forms go to their nodes as Group
  * messages; a GroupDone per node closes each, a failure aborts it on the
- * others.
+ * others. It owns the groups in flight (struct sched_group is its alone) and
+ * the worker table; it reads the node list that sched.c keeps, and calls
+ * nothing in sched.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,32 +15,56 @@
 #include "daemon/base/log.h"
 #include "daemon/sched/sched_int.h"
 
-void pr_sched_group_free(struct sgroup *g)
+/* A group in flight: which nodes still owe a GroupDone. */
+struct sched_group {
+    struct sched_group *next;
+    uint64_t id;
+    uint32_t nnodes;
+    uint32_t *nodes;
+    uint8_t *done; /* per node */
+    uint64_t expires_ms;
+};
+
+static struct sched_node *node_by_id(struct pr_sched *s, uint32_t id)
+{
+    for (struct sched_node *n = s->nodes; n; n = n->next)
+        if (n->id == id)
+            return n;
+    return NULL;
+}
+
+void pr_sched_send(struct sched_node *n, Pr__V1__Msg *m)
+{
+    int rc = pr_conn_send(n->conn, m);
+    if (rc < 0)
+        pr_warn("node %u: send %s: %s", n->id, pr_msg_name(m), strerror(-rc));
+}
+
+static void group_free(struct sched_group *g)
 {
     free(g->nodes);
     free(g->done);
     free(g);
 }
 
-void pr_sched_send_abort(struct pr_sched *s, struct sgroup *g, uint32_t except,
-                         int status)
+/* GroupAbort{status} to g's nodes but `except` and those done. */
+static void send_abort(struct pr_sched *s, struct sched_group *g,
+                       uint32_t except, int status)
 {
     Pr__V1__GroupAbort a = PR__V1__GROUP_ABORT__INIT;
     a.id = g->id;
     a.status = status;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_GROUP_ABORT;
-    m.group_abort = &a;
+    Pr__V1__Msg m = PR_MSG_OF(GROUP_ABORT, group_abort, &a);
     for (uint32_t i = 0; i < g->nnodes; i++) {
-        struct snode *n;
+        struct sched_node *n;
         if (g->nodes[i] == except || g->done[i] ||
-            !(n = pr_sched_node_by_id(s, g->nodes[i])))
+            !(n = node_by_id(s, g->nodes[i])))
             continue;
         pr_sched_send(n, &m);
     }
 }
 
-void pr_sched_deadline_cb(uv_timer_t *t)
+static void deadline_cb(uv_timer_t *t)
 {
     pr_sched_schedule(t->data);
 }
@@ -49,9 +75,14 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/*
+ * Sends the core's group `g` to every daemon that hosts a member, and
+ * keeps it in flight until their GroupDones (or its expiry). Out of
+ * memory, the group is dropped before anything is sent (logged).
+ */
 static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 {
-    struct sgroup *sg = calloc(1, sizeof(*sg));
+    struct sched_group *sg = calloc(1, sizeof(*sg));
     uint32_t *ring = calloc(g->n, sizeof(*ring));
     Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
     Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
@@ -84,9 +115,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     gm.nfloats = s->job_nfloats;
     gm.personal = g->personal != 0;
     gm.timeout_ms = s->conf->sched_group_timeout_ms;
-    Pr__V1__Msg msg = PR_MSG_INIT;
-    msg.body_case = PR__V1__MSG__BODY_GROUP;
-    msg.group = &gm;
+    Pr__V1__Msg msg = PR_MSG_OF(GROUP, group, &gm);
 
     sg->id = gm.id;
     sg->nnodes = m;
@@ -97,7 +126,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     memcpy(sg->nodes, ring, m * sizeof(*ring));
     sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
     for (uint32_t i = 0; i < m; i++) {
-        struct snode *n = pr_sched_node_by_id(s, ring[i]);
+        struct sched_node *n = node_by_id(s, ring[i]);
         if (n)
             pr_sched_send(n, &msg);
     }
@@ -110,7 +139,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 out:
     if (sg) {
         pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
-        pr_sched_group_free(sg);
+        group_free(sg);
     }
     free(ring);
     free(mem);
@@ -138,7 +167,7 @@ void pr_sched_schedule(struct pr_sched *s)
     }
     int64_t wait_us = due - (int64_t)pr_sched_now_us();
     uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
-    uv_timer_start(&s->deadline, pr_sched_deadline_cb, wait_ms, 0);
+    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
 }
 
 static int ensure_workers(struct pr_sched *s, uint32_t rank)
@@ -148,7 +177,7 @@ static int ensure_workers(struct pr_sched *s, uint32_t rank)
     uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
     while (cap <= rank)
         cap *= 2;
-    struct sworker *w = realloc(s->workers, cap * sizeof(*w));
+    struct sched_worker *w = realloc(s->workers, cap * sizeof(*w));
     if (!w)
         return -ENOMEM;
     memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
@@ -163,14 +192,14 @@ uint32_t pr_sched_live_workers(const struct pr_sched *s)
 }
 
 /* Worker w no longer holds a layout (it left, or its model changed). */
-static void drop_layout(struct pr_sched *s, struct sworker *w)
+static void drop_layout(struct pr_sched *s, struct sched_worker *w)
 {
     if (w->nfloats && w->nfloats == s->job_nfloats && s->job_holders > 0)
         s->job_holders--;
     w->nfloats = 0;
 }
 
-void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank)
+static void remove_worker(struct pr_sched *s, uint32_t rank)
 {
     if (rank >= s->nworkers_cap || !s->workers[rank].live)
         return;
@@ -189,8 +218,8 @@ void pr_sched_remove_worker(struct pr_sched *s, uint32_t rank)
  * while holders remain is refused alone, with both layouts in the reason.
  * Returns 0, or -EINVAL with why[] filled in.
  */
-static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
-                        char *why, size_t why_len)
+static int check_layout(struct pr_sched *s, struct sched_worker *w,
+                        uint64_t nfloats, char *why, size_t why_len)
 {
     if (w->nfloats != nfloats)
         drop_layout(s, w);
@@ -218,7 +247,7 @@ static int check_layout(struct pr_sched *s, struct sworker *w, uint64_t nfloats,
     return 0;
 }
 
-void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
+void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
 {
     struct pr_sched *s = n->s;
     Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
@@ -252,7 +281,7 @@ void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
                                                 pr_sched_now_us());
         }
         if (r.status == 0) {
-            struct sworker *w = &s->workers[rank];
+            struct sched_worker *w = &s->workers[rank];
             w->live = 1;
             w->node = n->id;
             w->nfloats = 0;
@@ -269,44 +298,41 @@ void pr_sched_on_worker_join(struct snode *n, const Pr__V1__WorkerJoin *j)
             pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
         }
     }
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_JOINED;
-    m.worker_joined = &r;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);
     pr_sched_send(n, &m);
     /* allreduce may have been waiting for nobody but this worker's peers */
     pr_sched_schedule(s);
 }
 
-static void reject(struct snode *n, uint32_t rank, uint64_t seq, int status,
-                   const char *reason)
+static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
+                   int status, const char *reason)
 {
     Pr__V1__Reject r = PR__V1__REJECT__INIT;
     r.rank = rank;
     r.seq = seq;
     r.status = status;
     r.reason = (char *)reason;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REJECT;
-    m.reject = &r;
+    Pr__V1__Msg m = PR_MSG_OF(REJECT, reject, &r);
     pr_sched_send(n, &m);
 }
 
-static int own_worker(struct snode *n, uint32_t rank)
+static int own_worker(struct sched_node *n, uint32_t rank)
 {
     struct pr_sched *s = n->s;
     return rank < s->nworkers_cap && s->workers[rank].live &&
            s->workers[rank].node == n->id;
 }
 
-void pr_sched_on_worker_leave(struct snode *n, const Pr__V1__WorkerLeave *l)
+void pr_sched_on_worker_leave(struct sched_node *n,
+                              const Pr__V1__WorkerLeave *l)
 {
     if (own_worker(n, l->rank)) {
-        pr_sched_remove_worker(n->s, l->rank);
+        remove_worker(n->s, l->rank);
         pr_sched_schedule(n->s);
     }
 }
 
-void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
+void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
 {
     struct pr_sched *s = n->s;
     char why[256];
@@ -335,7 +361,7 @@ void pr_sched_on_ready(struct snode *n, const Pr__V1__Ready *r)
     pr_sched_schedule(s);
 }
 
-void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c)
+void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c)
 {
     if (!own_worker(n, c->rank))
         return;
@@ -346,13 +372,13 @@ void pr_sched_on_cancel(struct snode *n, const Pr__V1__Cancel *c)
     pr_sched_schedule(n->s);
 }
 
-void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
+void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
 {
     struct pr_sched *s = n->s;
-    struct sgroup **pp = &s->groups;
+    struct sched_group **pp = &s->groups;
     while (*pp && (*pp)->id != d->id)
         pp = &(*pp)->next;
-    struct sgroup *g = *pp;
+    struct sched_group *g = *pp;
     if (!g)
         return;
     int all = 1, member = 0;
@@ -368,11 +394,58 @@ void pr_sched_on_group_done(struct snode *n, const Pr__V1__GroupDone *d)
         int status = d->status >= -4095 ? d->status : -EPROTO;
         pr_warn("group %llu failed on node %u: %s", (unsigned long long)d->id,
                 n->id, strerror(-status));
-        pr_sched_send_abort(s, g, n->id, status);
+        send_abort(s, g, n->id, status);
         all = 1;
     }
     if (all) {
         *pp = g->next;
-        pr_sched_group_free(g);
+        group_free(g);
     }
+}
+
+void pr_sched_forget_node(struct pr_sched *s, uint32_t node)
+{
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        if (s->workers[r].live && s->workers[r].node == node)
+            remove_worker(s, r);
+    struct sched_group **gp = &s->groups;
+    while (*gp) {
+        struct sched_group *g = *gp;
+        int in = 0;
+        for (uint32_t i = 0; i < g->nnodes; i++)
+            in |= g->nodes[i] == node;
+        if (in) {
+            send_abort(s, g, node, -ECONNRESET);
+            *gp = g->next;
+            group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms)
+{
+    struct sched_group **gp = &s->groups;
+    while (*gp) {
+        struct sched_group *g = *gp;
+        if (now_ms >= g->expires_ms) {
+            *gp = g->next;
+            group_free(g);
+        } else {
+            gp = &g->next;
+        }
+    }
+}
+
+void pr_sched_job_fini(struct pr_sched *s)
+{
+    while (s->groups) {
+        struct sched_group *g = s->groups;
+        s->groups = g->next;
+        group_free(g);
+    }
+    free(s->workers);
+    s->workers = NULL;
+    s->nworkers_cap = 0;
 }

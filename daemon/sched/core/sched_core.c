@@ -23,7 +23,6 @@
 #include "daemon/sched/core/sched_core_int.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +31,6 @@
 #define INITIAL_CAP 16u
 /* The smallest window doubling starts from, so that 0 can still grow. */
 #define WINDOW_FLOOR_MS 0.001
-
-uint64_t pr_sched_ms_to_us(double ms)
-{
-    return (uint64_t)ceil(ms * 1000.0);
-}
 
 static int ms_ok(double ms)
 {
@@ -351,10 +345,6 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
 }
 
 /*
- * Is a group due at now_us? If so, *n is how many queued workers it takes
- * and *cap the most it could ever hold (for the generator's hold rule).
- */
-/*
  * When the dynamic window opened: when the oldest queued worker became
  * ready, or when min_workers were reached if that came later.
  */
@@ -364,6 +354,10 @@ static uint64_t window_open_us(const struct pr_sched_core *c)
     return t > c->started_us ? t : c->started_us;
 }
 
+/*
+ * Is a group due at now_us? If so, *n is how many queued workers it takes
+ * and *cap the most it could ever hold (for the generator's hold rule).
+ */
 static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
                uint32_t *cap)
 {
@@ -415,31 +409,17 @@ static void adapt_window(struct pr_sched_core *c, uint32_t n)
     c->window_ms = win;
 }
 
-int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
-                             struct pr_sched_group *g)
+/*
+ * Fills m[0 .. n-1] with the queued workers a due group of n takes (the
+ * generator's steered choice, else the n oldest) and their READYs, at
+ * uniform weights. Nothing observable changes. Returns the members'
+ * largest model version.
+ */
+static uint64_t choose(struct pr_sched_core *c, uint32_t n,
+                       struct pr_sched_member *m)
 {
-    uint32_t n = 0;
-    uint32_t cap = 0;
     uint64_t max_version = 0;
-    int personal = 0;
 
-    if (c == NULL || g == NULL) {
-        return -EINVAL;
-    }
-    memset(g, 0, sizeof(*g));
-    if (!due(c, now_us, &n, &cap)) {
-        c->holding = 0;
-        return 0;
-    }
-    if (pr_sched_gen_hold(c, cap, now_us)) {
-        return 0;
-    }
-    struct pr_sched_member *m = calloc(n, sizeof(*m));
-
-    if (m == NULL) {
-        return -ENOMEM;
-    }
-    /* Choose; nothing observable changes until the weights are in. */
     if (c->steering) {
         pr_sched_gen_select(c, n, m);
     } else {
@@ -460,18 +440,13 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
             max_version = k->version;
         }
     }
-    if (c->p.policy != PR_POLICY_ALLREDUCE &&
-        c->p.weighting == PR_WEIGHT_STALENESS) {
-        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
+    return max_version;
+}
 
-        if (rc < 0) {
-            free(m);
-            return rc;
-        }
-        personal = 1;
-    }
-
-    /* Commit. */
+/* The chosen members leave the queue as GROUPED; the window adapts. */
+static void commit(struct pr_sched_core *c, const struct pr_sched_member *m,
+                   uint32_t n, uint64_t now_us)
+{
     for (uint32_t j = 0; j < n; j++) {
         unlink_ready(c, m[j].rank);
         c->w[m[j].rank].state = PR_SCHED_GROUPED;
@@ -482,6 +457,45 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
     if (c->p.policy == PR_POLICY_DYNAMIC) {
         adapt_window(c, n);
     }
+}
+
+int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
+                             struct pr_sched_group *g)
+{
+    uint32_t n = 0;
+    uint32_t cap = 0;
+    int personal = 0;
+
+    if (c == NULL || g == NULL) {
+        return -EINVAL;
+    }
+    memset(g, 0, sizeof(*g));
+    if (!due(c, now_us, &n, &cap)) {
+        c->holding = 0;
+        return 0;
+    }
+    if (pr_sched_gen_hold(c, cap, now_us)) {
+        return 0;
+    }
+    struct pr_sched_member *m = calloc(n, sizeof(*m));
+
+    if (m == NULL) {
+        return -ENOMEM;
+    }
+    uint64_t max_version = choose(c, n, m);
+
+    /* Weights may fail: the queue is untouched until they are in. */
+    if (c->p.policy != PR_POLICY_ALLREDUCE &&
+        c->p.weighting == PR_WEIGHT_STALENESS) {
+        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
+
+        if (rc < 0) {
+            free(m);
+            return rc;
+        }
+        personal = 1;
+    }
+    commit(c, m, n, now_us);
     g->id = c->next_id++;
     g->n = n;
     g->members = m;

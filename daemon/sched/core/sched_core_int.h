@@ -1,6 +1,7 @@
 /*
  * Private to the scheduler core (sched_core.c, sched_gen.c,
- * sched_weights.c): the core's state and the calls between its files.
+ * sched_weights.c): the core's state and its calls into the other two
+ * (sched_core.c calls sched_gen.c and sched_weights.c, never back).
  * Nothing outside these three files includes it.
  */
 #ifndef PR_SCHED_CORE_INT_H
@@ -8,6 +9,7 @@
 
 #include "daemon/sched/core/sched_core.h"
 
+#include <math.h>
 #include <stdint.h>
 
 /* "No worker": the end of the ready queue, an empty queue. */
@@ -93,8 +95,15 @@ struct pr_sched_core {
     struct pr_sched_stats st;
 };
 
-/* Milliseconds (validated: finite, >= 0, bounded) to whole microseconds. */
-uint64_t pr_sched_ms_to_us(double ms);
+/*
+ * Milliseconds (validated: finite, >= 0, bounded) to whole microseconds.
+ * Inline here, not in sched_core.c, so that sched_gen.c, which the core
+ * calls, needs nothing back from it: the core's files depend one way.
+ */
+static inline uint64_t pr_sched_ms_to_us(double ms)
+{
+    return (uint64_t)ceil(ms * 1000.0);
+}
 
 /* sched_gen.c: union-find, windows and steered selection. */
 uint32_t pr_sched_gen_find(struct pr_sched_core *c, uint32_t x);

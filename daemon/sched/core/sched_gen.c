@@ -71,10 +71,10 @@
  *     READY again. So a live worker that never becomes ready (hung, or far
  *     slower than its EWMA says) delays one group per window, by at most
  *     gen_hold_max_ms, and no more while it stays away; once it shows up
- *     it is worth waiting for again. This replaces "after one hold
- *     expires, no more holds in the window", which left the rest of a
- *     window to chance once a too-short hold had run out: now a slow
- *     worker that missed one hold re-arms holds by its next READY. If no
+ *     it is worth waiting for again. Marks per worker, not "no more holds
+ *     in this window once one expired": that would leave the rest of a
+ *     window to chance after one too-short hold, while a slow worker
+ *     that missed a hold re-arms holds by its next READY. If no
  *     worker outside Q is left to wait for, no hold starts; per-root
  *     counts of late workers (lcnt, kept like qcnt) and the live total
  *     make that test O(1). Marking is O(cap), once per expired hold, and
