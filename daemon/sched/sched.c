@@ -294,7 +294,7 @@ static void on_connection(uv_stream_t *server, int status)
     if (!n)
         return;
     n->s = s;
-    n->conn = pr_conn_create_tcp(s->loop, SCHED_HELLO_MAX_BYTES, &node_ops, n);
+    n->conn = pr_conn_create_tcp(s->loop, PR_HELLO_MAX_FRAME, &node_ops, n);
     if (!n->conn) {
         free(n);
         return;

@@ -23,13 +23,12 @@
 
 /*
  * Connections that have not said hello yet: their frames may be
- * SCHED_HELLO_MAX_BYTES, not PR_CTRL_MAX_FRAME (anyone can connect, and a
+ * PR_HELLO_MAX_FRAME (conn.h), not PR_CTRL_MAX_FRAME (anyone can connect, and a
  * reader buffers a whole frame); at most SCHED_STRANGERS_MAX at once,
  * SCHED_STRANGERS_PER_SOURCE of them from one IP address, each for
  * node_timeout_ms (stranger.h: a new connection takes the oldest one's
  * place). The transport's listener has limits of its own (xport_tcp_int.h).
  */
-#define SCHED_HELLO_MAX_BYTES      4096
 #define SCHED_STRANGERS_MAX        64
 #define SCHED_STRANGERS_PER_SOURCE 32
 
