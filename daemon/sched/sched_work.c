@@ -350,6 +350,10 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         reject(n, r->rank, r->seq, -EINVAL, why);
         return;
     }
+    if (r->heal && pr_sched_core_heal(s->core, r->rank) == 0)
+        pr_info("worker %u (%s) heals: its next group's model, none of its "
+                "own",
+                r->rank, s->workers[r->rank].name);
     int rc = pr_sched_core_ready(s->core, r->rank, r->version, r->seq,
                                  pr_sched_now_us());
     if (rc < 0) {

@@ -318,8 +318,24 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
     k->state = PR_SCHED_READY;
     k->version = version;
     k->seq = seq;
+    /* A fresh model joining a job that has gone past it. */
+    if (version <= 1 && c->job_version > 1) {
+        k->heal = 1;
+    }
     k->ready_us = now_us;
     enqueue(c, rank);
+    return 0;
+}
+
+int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank)
+{
+    if (c == NULL) {
+        return -EINVAL;
+    }
+    if (!known(c, rank)) {
+        return -ENOENT;
+    }
+    c->w[rank].heal = 1;
     return 0;
 }
 
@@ -443,6 +459,55 @@ static uint64_t choose(struct pr_sched_core *c, uint32_t n,
     return max_version;
 }
 
+/* How many of the chosen members heal in this group. */
+static uint32_t count_healing(const struct pr_sched_core *c,
+                              const struct pr_sched_member *m, uint32_t n)
+{
+    uint32_t h = 0;
+
+    for (uint32_t j = 0; j < n; j++) {
+        h += c->w[m[j].rank].heal;
+    }
+    return h;
+}
+
+/*
+ * A group with healing members (and others): the healers weigh 0, the
+ * others share the mean as they would among themselves (uniform, or their
+ * staleness weights), and everyone gets that one mean, the healers'
+ * model included: no personal results in such a group.
+ */
+static int heal_weights(struct pr_sched_core *c, struct pr_sched_member *m,
+                        uint32_t n)
+{
+    struct pr_sched_member *give = calloc(n, sizeof(*give));
+    uint32_t g = 0;
+
+    if (give == NULL) {
+        return -ENOMEM;
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        if (!c->w[m[j].rank].heal) {
+            give[g++] = m[j];
+        }
+    }
+    int rc = 0;
+
+    if (c->p.policy != PR_POLICY_ALLREDUCE &&
+        c->p.weighting == PR_WEIGHT_STALENESS) {
+        rc = pr_sched_weights_members(give, g, c->p.staleness_alpha);
+    } else {
+        for (uint32_t j = 0; j < g; j++) {
+            give[j].weight = 1.0 / (double)g;
+        }
+    }
+    for (uint32_t j = 0, i = 0; rc == 0 && j < n; j++) {
+        m[j].weight = c->w[m[j].rank].heal ? 0.0 : give[i++].weight;
+    }
+    free(give);
+    return rc;
+}
+
 /* The chosen members leave the queue as GROUPED; the window adapts. */
 static void commit(struct pr_sched_core *c, const struct pr_sched_member *m,
                    uint32_t n, uint64_t now_us)
@@ -483,19 +548,30 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
         return -ENOMEM;
     }
     uint64_t max_version = choose(c, n, m);
+    uint32_t healing = count_healing(c, m, n);
+    int rc = 0;
 
     /* Weights may fail: the queue is untouched until they are in. */
-    if (c->p.policy != PR_POLICY_ALLREDUCE &&
-        c->p.weighting == PR_WEIGHT_STALENESS) {
-        int rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
-
-        if (rc < 0) {
-            free(m);
-            return rc;
-        }
+    if (healing > 0 && healing < n) {
+        rc = heal_weights(c, m, n);
+    } else if (c->p.policy != PR_POLICY_ALLREDUCE &&
+               c->p.weighting == PR_WEIGHT_STALENESS) {
+        rc = pr_sched_weights_members(m, n, c->p.staleness_alpha);
         personal = 1;
     }
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
     commit(c, m, n, now_us);
+    if (healing > 0 && healing < n) {
+        for (uint32_t j = 0; j < n; j++) {
+            c->w[m[j].rank].heal = 0;
+        }
+    }
+    if (max_version > c->job_version) {
+        c->job_version = max_version;
+    }
     g->id = c->next_id++;
     g->n = n;
     g->members = m;

@@ -122,6 +122,15 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
 int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
                         uint64_t version, uint64_t seq, uint64_t now_us);
 /*
+ * Worker `rank`'s next group gives it the group's model and takes none of
+ * its own (weight 0 in the mean; the others' weights over themselves; no
+ * personal results in that group): for a trainer restarted with a stale
+ * model. A READY at version 1 (a fresh model) after the job went past
+ * version 1 heals by itself. The mark stays until the worker is grouped
+ * with a member that is not healing. -ENOENT if unknown.
+ */
+int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank);
+/*
  * Withdraws a queued READY with this seq: 0 if it was withdrawn, -ENOENT if
  * the worker is not queued with that seq (already grouped, or unknown).
  */

@@ -38,6 +38,14 @@ struct pr_sched_wk {
     uint8_t readied;
     uint8_t timed;
     uint8_t late;
+    /*
+     * Healing (docs/algorithm.md): the worker's next group with a member
+     * that is not healing gives it that group's model and takes nothing
+     * of its own (weight 0). Set by pr_sched_core_heal() or by a READY at
+     * version 1 (a fresh model) once the job has gone past it; kept
+     * through groups without such a member.
+     */
+    uint8_t heal;
     uint32_t node;
     uint64_t version;  /* of the queued READY */
     uint64_t seq;      /* of the queued READY */
@@ -76,7 +84,8 @@ struct pr_sched_core {
     uint32_t head;       /* oldest READY, PR_SCHED_NIL if none */
     uint32_t tail;       /* newest READY */
     uint64_t next_id;
-    double window_ms; /* dynamic: the adapted window, one per core */
+    uint64_t job_version; /* the largest version a group has reached */
+    double window_ms;     /* dynamic: the adapted window, one per core */
 
     /* Group generator and connectivity windows (sched_gen.c). */
     uint32_t ncomp;   /* components among live workers */
