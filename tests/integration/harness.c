@@ -414,16 +414,28 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
     double w[64], wsum = 0;
     if (k == 0 || k > 64)
         return snprintf(why, whylen, "group of %zu members", k), -1;
+    size_t healing = 0;
     for (size_t j = 0; j < k; j++) {
         preduce_result_member(r, j, &ranks[j], &vers[j], &w[j]);
         wsum += w[j];
+        healing += w[j] == 0.0;
         if (ranks[j] == rank)
             self = j;
-        if (o->uniform && fabs(w[j] - 1.0 / (double)k) > 1e-12)
-            return snprintf(why, whylen, "member %zu weight %g, not 1/%zu", j,
-                            w[j], k),
-                   -1;
     }
+    /*
+     * A group with healing members (weight 0: a fresh model joining a job
+     * that has gone past it) gives everyone the others' mean: uniform over
+     * those, and never personal.
+     */
+    if (healing == k)
+        return snprintf(why, whylen, "every member weighs 0"), -1;
+    for (size_t j = 0; j < k; j++)
+        if (o->uniform && w[j] != 0.0 &&
+            fabs(w[j] - 1.0 / (double)(k - healing)) > 1e-12)
+            return snprintf(why, whylen, "member %zu weight %g, not 1/%zu", j,
+                            w[j], k - healing),
+                   -1;
+    int personal = o->personal && healing == 0;
     if (self == k)
         return snprintf(why, whylen, "rank %u is not in its own group", rank),
                -1;
@@ -438,7 +450,7 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
         base[j] = in_base(ranks[j], vers[j]);
     double ref[H_CYCLE], inv[H_CYCLE];
     for (unsigned c = 0; c < H_CYCLE; c++) {
-        ref[c] = reference(base, w, k, self, o->personal, c);
+        ref[c] = reference(base, w, k, self, personal, c);
         inv[c] = 1.0 / fabs(ref[c]);
     }
     /*
@@ -449,7 +461,7 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
      * elements in a thousand runs (seen: 1.05e-6 with k = 6).
      */
     double tol = 1e-6;
-    if (o->personal && k > 1 && w[self] < 1.0)
+    if (personal && k > 1 && w[self] < 1.0)
         tol *= 1.0 + (double)(k - 1) / ((double)k * (1.0 - w[self]));
     size_t off = 0;
     unsigned c = 0;
@@ -611,10 +623,17 @@ static int trainer_main(const struct h_cluster *c,
             maxk = (long)k;
         if (mink == 0 || (long)k < mink)
             mink = (long)k;
+        /* Uniform over the members that give (healers weigh 0). */
+        size_t givers = 0;
         for (size_t j = 0; j < k; j++) {
             double w;
             preduce_result_member(r, j, NULL, NULL, &w);
-            if (fabs(w - 1.0 / (double)k) > 1e-9) {
+            givers += w != 0.0;
+        }
+        for (size_t j = 0; j < k; j++) {
+            double w;
+            preduce_result_member(r, j, NULL, NULL, &w);
+            if (w != 0.0 && fabs(w - 1.0 / (double)givers) > 1e-9) {
                 nonuniform++;
                 break;
             }
