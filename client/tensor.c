@@ -22,19 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void release(struct preduce_tensor *t)
-{
-    struct preduce_client *c = t->c;
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->tensors = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    munmap(t->data, t->nfloats * sizeof(float));
-    free(t);
-}
-
 /* Maps the memfd of the answer `c` holds, then closes the descriptor. */
 static int map_created(struct preduce_client *c, size_t nfloats,
                        struct preduce_tensor *t)
@@ -149,18 +136,6 @@ int preduce_tensor_destroy(preduce_tensor_t *t)
      */
     if (!t->c->err)
         (void)pr_client_send_destroy(t->c, t->id);
-    release(t);
+    pr_client_tensor_release(t);
     return 0;
-}
-
-void pr_client_tensors_free(struct preduce_client *c)
-{
-    while (c->tensors)
-        release(c->tensors);
-}
-
-void pr_client_tensors_unbusy(struct preduce_client *c)
-{
-    for (struct preduce_tensor *t = c->tensors; t; t = t->next)
-        t->busy = false;
 }

@@ -25,82 +25,46 @@
 _Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
                "the daemon's grace leaves the library's slack no margin");
 
-#define TICK_MS         20
-#define BACKOFF_MIN_MS  100
-#define BACKOFF_MAX_MS  5000
-#define STASH_MAX_BYTES (256u << 20)
-#define MAX_CHUNK_BYTES (64u << 20) /* transport.chunk_kb's upper bound */
+#define TICK_MS              20
+#define SCHED_BACKOFF_MIN_MS 100
+#define SCHED_BACKOFF_MAX_MS 5000
+#define STASH_MAX_BYTES      (256u << 20)
+#define MAX_CHUNK_BYTES      (64u << 20) /* transport.chunk_kb's upper bound */
 
-/* This node's part of one group, kept until the engine calls back. */
-struct ngroup {
-    struct ngroup *next;
+/* A member of a group that is on this node: its trainer and its terms. */
+struct group_local {
+    struct node_trainer *trainer;
+    uint32_t rank; /* the rank this group knows it by (the engine's too) */
+    double weight;
+};
+
+/*
+ * This node's part of one group, kept until the engine calls back. The
+ * whole group's ranks, versions and weights stay three arrays because
+ * they go into every local member's ReduceDone as they are (its repeated
+ * fields); they share one allocation, `whole`.
+ */
+struct node_group {
+    struct node_group *next;
     struct pr_node *n;
     uint64_t id;
-    size_t nlocal;
-    struct nclient **clients; /* nlocal */
-    double *local_weight;     /* nlocal */
-    uint32_t *local_rank;     /* nlocal: the rank this group knows them by */
-    size_t k;
-    uint32_t *ranks; /* k: the whole group, for the trainers' results */
-    uint64_t *versions;
-    double *weights;
     uint64_t max_version;
+    size_t nlocal;
+    struct group_local *local; /* nlocal of at most k */
+    size_t k;
+    void *whole;        /* versions, weights, ranks: k each */
+    uint64_t *versions; /* in whole */
+    double *weights;    /* in whole */
+    uint32_t *ranks;    /* in whole */
 };
 
 static void connect_sched(struct pr_node *n);
 static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m);
 
-int pr_node_sched_up(const struct pr_node *n)
+static void group_free(struct node_group *g)
 {
-    return n->sstate == S_UP && n->sched;
-}
-
-int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
-{
-    if (!n->sched || n->sstate < S_HELLO)
-        return -ENOTCONN;
-    int rc = pr_conn_send(n->sched, m);
-    if (rc < 0)
-        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
-    return rc;
-}
-
-int pr_node_fail_status(int64_t status)
-{
-    return status < 0 && status >= -4095 ? (int)status : -EPROTO;
-}
-
-void pr_node_group_detach(struct pr_node *n, struct nclient *c)
-{
-    for (struct ngroup *g = n->groups; g; g = g->next) {
-        if (g->id != c->group_id)
-            continue;
-        for (size_t i = 0; i < g->nlocal; i++) {
-            if (g->clients[i] != c)
-                continue;
-            /* The engine knows the member by the rank the group used. */
-            int rc = pr_engine_detach(n->engine, g->id, g->local_rank[i]);
-            if (rc == 0)
-                pr_info("group %llu: worker %u left: its tensors will not "
-                        "be written",
-                        (unsigned long long)g->id, g->local_rank[i]);
-            else
-                pr_warn("group %llu: pr_engine_detach(worker %u): %s",
-                        (unsigned long long)g->id, g->local_rank[i],
-                        strerror(-rc));
-            return;
-        }
-    }
-}
-
-static void ngroup_free(struct ngroup *g)
-{
-    free(g->clients);
-    free(g->local_weight);
-    free(g->local_rank);
-    free(g->ranks);
-    free(g->versions);
-    free(g->weights);
+    free(g->local);
+    free(g->whole);
     free(g);
 }
 
@@ -109,9 +73,7 @@ static void send_group_done(struct pr_node *n, uint64_t id, int status)
     Pr__V1__GroupDone d = PR__V1__GROUP_DONE__INIT;
     d.id = id;
     d.status = status;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_GROUP_DONE;
-    m.group_done = &d;
+    Pr__V1__Msg m = PR_MSG_OF(GROUP_DONE, group_done, &d);
     if (pr_node_sched_up(n))
         pr_node_send(n, &m);
 }
@@ -119,9 +81,9 @@ static void send_group_done(struct pr_node *n, uint64_t id, int status)
 /* The engine finished (or failed) this node's part: answer the trainers. */
 static void group_done_cb(void *arg, uint64_t id, int status)
 {
-    struct ngroup *g = arg;
+    struct node_group *g = arg;
     struct pr_node *n = g->n;
-    struct ngroup **pp = &n->groups;
+    struct node_group **pp = &n->groups;
     while (*pp && *pp != g)
         pp = &(*pp)->next;
     if (*pp)
@@ -130,34 +92,35 @@ static void group_done_cb(void *arg, uint64_t id, int status)
         pr_warn("group %llu failed: %s", (unsigned long long)id,
                 strerror(-status));
     for (size_t i = 0; i < g->nlocal; i++) {
-        struct nclient *c = g->clients[i];
+        struct node_trainer *c = g->local[i].trainer;
         Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
         d.seq = c->seq;
         d.status = status;
         d.group_id = id;
         d.n_members = g->k;
         d.members = g->ranks;
-        d.weight = g->local_weight[i];
+        d.weight = g->local[i].weight;
         d.version = status == 0 ? g->max_version : c->version;
         d.n_member_versions = g->k;
         d.member_versions = g->versions;
         d.n_member_weights = g->k;
         d.member_weights = g->weights;
-        d.rank = g->local_rank[i];
+        d.rank = g->local[i].rank;
         pr_node_reduce_reply(c, &d);
     }
     if (!n->stopping)
         send_group_done(n, id, status);
-    ngroup_free(g);
+    group_free(g);
 }
 
 /* Fails the local members found so far and tells the scheduler. */
-static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
-                         size_t nfound, int status, const char *why)
+static void group_refuse(struct pr_node *n, uint64_t id,
+                         const struct group_local *found, size_t nfound,
+                         int status, const char *why)
 {
     pr_warn("group %llu refused: %s", (unsigned long long)id, why);
     for (size_t i = 0; i < nfound; i++)
-        pr_node_reduce_fail(found[i], status);
+        pr_node_reduce_fail(found[i].trainer, status);
     send_group_done(n, id, status);
 }
 
@@ -171,13 +134,13 @@ static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
  * member already past it gets 0: the group fails without writing.
  */
 static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
-                               const struct ngroup *g)
+                               const struct node_group *g)
 {
     uint64_t now = uv_hrtime();
     uint64_t limit =
         gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
     for (size_t i = 0; i < g->nlocal; i++) {
-        uint64_t end = g->clients[i]->reduce_deadline_ns +
+        uint64_t end = g->local[i].trainer->reduce_deadline_ns +
                        (uint64_t)PR_NODE_GRACE_MS * 1000000;
         /* Rounded down: never a millisecond past the end. */
         uint64_t left = end > now ? (end - now) / 1000000 : 0;
@@ -187,99 +150,118 @@ static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
     return (uint32_t)limit;
 }
 
-static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
+/* This node's position in the group's ring, or UINT32_MAX if not in it. */
+static uint32_t ring_pos(const Pr__V1__Group *gm, uint32_t self)
 {
     uint32_t pos = UINT32_MAX;
     for (size_t i = 0; i < gm->n_ring; i++)
-        if (gm->ring[i] == n->self)
+        if (gm->ring[i] == self)
             pos = (uint32_t)i;
-    struct ngroup *g = calloc(1, sizeof(*g));
+    return pos;
+}
+
+/*
+ * A group with room for every member to be local and a copy of the whole
+ * group's terms (the trainers' results need them after the Group message
+ * is gone), or NULL when out of memory. Versions and weights come first in
+ * `whole`, so that each array is aligned for its type.
+ */
+static struct node_group *group_alloc(struct pr_node *n,
+                                      const Pr__V1__Group *gm)
+{
     size_t k = gm->n_members;
-    struct pr_engine_member *em = calloc(k ? k : 1, sizeof(*em));
-    if (g) {
-        g->clients = calloc(k ? k : 1, sizeof(*g->clients));
-        g->local_weight = calloc(k ? k : 1, sizeof(double));
-        g->local_rank = calloc(k ? k : 1, sizeof(uint32_t));
-        g->ranks = calloc(k ? k : 1, sizeof(uint32_t));
-        g->versions = calloc(k ? k : 1, sizeof(uint64_t));
-        g->weights = calloc(k ? k : 1, sizeof(double));
+    size_t slots = k ? k : 1;
+    struct node_group *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->local = calloc(slots, sizeof(*g->local));
+    g->whole =
+        calloc(slots, sizeof(uint64_t) + sizeof(double) + sizeof(uint32_t));
+    if (!g->local || !g->whole) {
+        group_free(g);
+        return NULL;
     }
-    if (!g || !em || !g->clients || !g->local_weight || !g->local_rank ||
-        !g->ranks || !g->versions || !g->weights) {
-        if (g)
-            ngroup_free(g);
-        free(em);
-        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
-        return;
-    }
+    g->versions = g->whole;
+    g->weights = (double *)(g->versions + slots);
+    g->ranks = (uint32_t *)(g->weights + slots);
     g->n = n;
     g->id = gm->id;
     g->k = k;
     g->max_version = gm->max_version;
-    const char *why = NULL;
-    int status = -EPROTO;
-    if (k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
-        why = "malformed group (no members, or this node not in the ring)";
     for (size_t i = 0; i < k; i++) {
-        const Pr__V1__Member *mb = gm->members[i];
-        g->ranks[i] = mb->rank;
-        g->versions[i] = mb->version;
-        g->weights[i] = mb->weight;
+        g->ranks[i] = gm->members[i]->rank;
+        g->versions[i] = gm->members[i]->version;
+        g->weights[i] = gm->members[i]->weight;
     }
-    /*
-     * Every local member must have this very reduce waiting, once. On a
-     * refusal, every local member that matched is failed too: its READY
-     * was used up by this group.
-     */
-    for (size_t i = 0; i < k && pos != UINT32_MAX; i++) {
+    return g;
+}
+
+/*
+ * Collects the group's members on this node into g->local. Every one must
+ * have this very reduce waiting, once; a member that does not is left out
+ * and makes the group fail (*why, *status). One whose tensors differ in
+ * length makes it fail too, but is kept: its READY was used up by this
+ * group all the same, so the refusal must fail it as well.
+ */
+static void group_match_local(struct pr_node *n, const Pr__V1__Group *gm,
+                              struct node_group *g, const char **why,
+                              int *status)
+{
+    for (size_t i = 0; i < g->k; i++) {
         const Pr__V1__Member *mb = gm->members[i];
         if (mb->node_id != n->self)
             continue;
-        struct nclient *c = pr_node_client_by_rank(n, mb->rank);
+        struct node_trainer *c = pr_node_trainer_by_rank(n, mb->rank);
         int dup = 0;
         for (size_t j = 0; c && j < g->nlocal; j++)
-            dup |= g->clients[j] == c;
+            dup |= g->local[j].trainer == c;
         if (!c || dup || c->seq != mb->seq ||
             (c->rstate != R_QUEUED && c->rstate != R_CANCELLING)) {
-            why = dup ? "a member appears twice"
-                      : "a local member has no reduce waiting";
-            status = -ESRCH;
+            *why = dup ? "a member appears twice"
+                       : "a local member has no reduce waiting";
+            *status = -ESRCH;
             continue;
         }
         size_t total = 0;
         for (size_t p = 0; p < c->nparts; p++)
             total += c->parts[p].len;
         if (total != gm->nfloats) {
-            why = "a local member's tensors differ in length from the group";
-            status = -EINVAL;
+            *why = "a local member's tensors differ in length from the group";
+            *status = -EINVAL;
         }
+        g->local[g->nlocal++] = (struct group_local){
+            .trainer = c, .rank = mb->rank, .weight = mb->weight};
+    }
+}
+
+/*
+ * Hands the group to the engine: 0, or pr_engine_start's error. The
+ * engine copies its members, so their array lives only here.
+ */
+static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
+                       struct node_group *g, uint32_t pos)
+{
+    struct pr_engine_member *em = calloc(g->nlocal, sizeof(*em));
+    if (!em)
+        return -ENOMEM;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        const struct node_trainer *c = g->local[i].trainer;
         /*
          * A trainer that hung up while its reduce was queued (R_CANCELLING,
          * no connection) was told it failed: its tensors must keep their
          * inputs, whatever the group does with its floats.
          */
-        em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
-                                                  .weight = mb->weight,
-                                                  .parts = c->parts,
-                                                  .nparts = c->nparts,
-                                                  .in_place = c->in_place,
-                                                  .detached = !c->conn};
-        g->local_weight[g->nlocal] = mb->weight;
-        g->local_rank[g->nlocal] = mb->rank;
-        g->clients[g->nlocal++] = c;
-    }
-    if (!why && g->nlocal == 0)
-        why = "no member of the group is on this node";
-    if (why) {
-        group_refuse(n, gm->id, g->clients, g->nlocal, status, why);
-        ngroup_free(g);
-        free(em);
-        return;
+        em[i] = (struct pr_engine_member){.rank = g->local[i].rank,
+                                          .weight = g->local[i].weight,
+                                          .parts = c->parts,
+                                          .nparts = c->nparts,
+                                          .in_place = c->in_place,
+                                          .detached = !c->conn};
     }
     struct pr_engine_group spec = {
         .id = gm->id,
         .total = gm->nfloats,
-        .k = (uint32_t)k,
+        .k = (uint32_t)g->k,
         .personal = gm->personal,
         .m = (uint32_t)gm->n_ring,
         .pos = pos,
@@ -292,20 +274,51 @@ static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
     };
     int rc = pr_engine_start(n->engine, &spec);
     free(em);
+    return rc;
+}
+
+/*
+ * A Group from the scheduler: this node's members are matched to their
+ * trainers' waiting reduces and the engine runs the node's part; or the
+ * group is refused, failing the members matched (their READY is spent).
+ */
+static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
+{
+    uint32_t pos = ring_pos(gm, n->self);
+    struct node_group *g = group_alloc(n, gm);
+    if (!g) {
+        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
+        return;
+    }
+    const char *why = NULL;
+    int status = -EPROTO;
+    if (g->k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
+        why = "malformed group (no members, or this node not in the ring)";
+    if (pos != UINT32_MAX)
+        group_match_local(n, gm, g, &why, &status);
+    if (!why && g->nlocal == 0)
+        why = "no member of the group is on this node";
+    if (why) {
+        group_refuse(n, gm->id, g->local, g->nlocal, status, why);
+        group_free(g);
+        return;
+    }
+    int rc = group_start(n, gm, g, pos);
     if (rc < 0) {
         /*
          * The spec was checked above: what is left is no link to a
          * neighbour (yet), a group id running already, or no memory.
          */
-        group_refuse(n, gm->id, g->clients, g->nlocal,
+        group_refuse(n, gm->id, g->local, g->nlocal,
                      rc == -ENOMEM ? rc : -ECONNRESET,
                      "the engine could not start it");
-        ngroup_free(g);
+        group_free(g);
         return;
     }
     for (size_t i = 0; i < g->nlocal; i++) {
-        g->clients[i]->rstate = R_GROUPED;
-        g->clients[i]->group_id = gm->id;
+        g->local[i].trainer->rstate = R_GROUPED;
+        g->local[i].trainer->group_id = gm->id;
+        g->local[i].trainer->group_rank = g->local[i].rank;
     }
     g->next = n->groups;
     n->groups = g;
@@ -327,7 +340,7 @@ static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
 
 static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
 {
-    struct nclient *c = pr_node_client_by_rank(n, r->rank);
+    struct node_trainer *c = pr_node_trainer_by_rank(n, r->rank);
     if (!c || c->seq != r->seq ||
         (c->rstate != R_QUEUED && c->rstate != R_CANCELLING))
         return;
@@ -344,83 +357,99 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
     pr_node_reduce_reply(c, &d);
 }
 
+/*
+ * The scheduler's answer to this node's hello: a Welcome that proves it
+ * knows the cluster key makes the link S_UP (and the trainers waiting for
+ * it may join); an Error or anything else closes it.
+ */
+static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
+{
+    if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+        pr_err("scheduler refused this node: %s",
+               m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    }
+    if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
+        m->welcome->version != PR_PROTO_VERSION) {
+        pr_warn("scheduler: expected a welcome of version %u, got %s: "
+                "closing",
+                PR_PROTO_VERSION, pr_msg_name(m));
+        return -EPROTO;
+    }
+    const char *why;
+    if (pr_auth_check_welcome(n->key, n->my_nonce, n->sched_challenge,
+                              &m->welcome->auth, &why) < 0) {
+        pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
+        return -EACCES;
+    }
+    n->self = m->welcome->id;
+    n->sstate = S_UP;
+    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
+    pr_tcp_xport_set_self(n->xport, n->self);
+    /* A new scheduler session numbers groups from its own clock. */
+    uint64_t base = m->welcome->group_id_base;
+    if (base != 0 && base != n->sched_id_base) {
+        pr_engine_new_session(n->engine, base);
+        n->sched_id_base = base;
+    }
+    pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+    pr_node_ipc_sched_up(n);
+    return 0;
+}
+
+/*
+ * The scheduler registered (or refused) a trainer. One that left while
+ * joining has no cookie here any more: its new rank is given back.
+ */
+static void on_worker_joined(struct pr_node *n, const Pr__V1__WorkerJoined *j)
+{
+    struct node_trainer *c = pr_node_trainer_by_cookie(n, j->cookie);
+    if (c) {
+        pr_node_trainer_joined(c, j->status, j->rank);
+    } else if (j->status == 0) {
+        Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+        l.rank = j->rank;
+        Pr__V1__Msg r = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
+        pr_node_send(n, &r);
+    }
+}
+
+/*
+ * The group failed on another node, for that node's reason (its trainer's
+ * wrong length, its memory...): for the trainers here, a peer was lost, or
+ * the group ran out of time.
+ */
+static void on_group_abort(struct pr_node *n, const Pr__V1__GroupAbort *a)
+{
+    pr_engine_abort(n->engine, a->id,
+                    a->status == -ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET);
+}
+
 static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 {
     struct pr_node *n = conn->owner;
     if (n->sstate == S_CHALLENGE && m->body_case != PR__V1__MSG__BODY_ERROR)
         return on_challenge(n, m);
-    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE) {
-        if (m->body_case == PR__V1__MSG__BODY_ERROR) {
-            pr_err("scheduler refused this node: %s",
-                   m->error->reason ? m->error->reason : "");
-            return m->error->code < 0 ? m->error->code : -EPROTO;
-        }
-        if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
-            m->welcome->version != PR_PROTO_VERSION) {
-            pr_warn("scheduler: expected a welcome of version %u, got %s: "
-                    "closing",
-                    PR_PROTO_VERSION, pr_msg_name(m));
-            return -EPROTO;
-        }
-        const char *why;
-        if (pr_auth_check_welcome(n->key, n->nc, n->ns, &m->welcome->auth,
-                                  &why) < 0) {
-            pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
-            return -EACCES;
-        }
-        n->self = m->welcome->id;
-        n->sstate = S_UP;
-        n->backoff_ms = BACKOFF_MIN_MS;
-        pr_tcp_xport_set_self(n->xport, n->self);
-        /* A new scheduler session numbers groups from its own clock. */
-        uint64_t base = m->welcome->group_id_base;
-        if (base != 0 && base != n->sched_id_base) {
-            pr_engine_new_session(n->engine, base);
-            n->sched_id_base = base;
-        }
-        pr_info("joined job '%s' as node %u", n->conf->job, n->self);
-        pr_node_ipc_sched_up(n);
-        return 0;
-    }
+    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE)
+        return on_welcome(n, m);
     switch (m->body_case) {
     case PR__V1__MSG__BODY_PEER_LIST:
         on_peer_list(n, m->peer_list);
         return 0;
-    case PR__V1__MSG__BODY_WORKER_JOINED: {
-        const Pr__V1__WorkerJoined *j = m->worker_joined;
-        struct nclient *c = pr_node_client_by_cookie(n, j->cookie);
-        if (c) {
-            pr_node_client_joined(c, j->status, j->rank);
-        } else if (j->status == 0) {
-            Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
-            l.rank = j->rank;
-            Pr__V1__Msg r = PR_MSG_INIT;
-            r.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
-            r.worker_leave = &l;
-            pr_node_send(n, &r);
-        }
+    case PR__V1__MSG__BODY_WORKER_JOINED:
+        on_worker_joined(n, m->worker_joined);
         return 0;
-    }
     case PR__V1__MSG__BODY_GROUP:
         on_group(n, m->group);
         return 0;
     case PR__V1__MSG__BODY_GROUP_ABORT:
-        /*
-         * The group failed on another node, for that node's reason (its
-         * trainer's wrong length, its memory...): for the trainers here,
-         * a peer was lost, or the group ran out of time.
-         */
-        pr_engine_abort(n->engine, m->group_abort->id,
-                        m->group_abort->status == -ETIMEDOUT ? -ETIMEDOUT
-                                                             : -ECONNRESET);
+        on_group_abort(n, m->group_abort);
         return 0;
     case PR__V1__MSG__BODY_REJECT:
         on_reject(n, m->reject);
         return 0;
     case PR__V1__MSG__BODY_PING: {
-        Pr__V1__Msg r = PR_MSG_INIT;
-        r.body_case = PR__V1__MSG__BODY_PONG;
-        r.pong = m->ping;
+        Pr__V1__Msg r = PR_MSG_OF(PONG, pong, m->ping);
         pr_node_send(n, &r);
         return 0;
     }
@@ -466,8 +495,9 @@ static void sched_on_close(struct pr_conn *conn, int status)
         pr_node_ipc_sched_lost(n);
     }
     uv_timer_start(&n->sched_retry, retry_cb, n->backoff_ms, 0);
-    n->backoff_ms =
-        n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
+    n->backoff_ms = n->backoff_ms * 2 > SCHED_BACKOFF_MAX_MS
+                        ? SCHED_BACKOFF_MAX_MS
+                        : n->backoff_ms * 2;
 }
 
 static const struct pr_conn_ops sched_ops = {
@@ -482,7 +512,7 @@ static void sched_connected(struct pr_conn *c, int status)
     if (n->sched != c)
         return;
     if (status < 0) {
-        if (n->backoff_ms <= BACKOFF_MIN_MS)
+        if (n->backoff_ms <= SCHED_BACKOFF_MIN_MS)
             pr_warn("scheduler %s: %s; retrying", n->conf->node_scheduler,
                     uv_strerror(status));
         pr_conn_close(c, status);
@@ -503,8 +533,8 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
     const char *why;
-    int rc =
-        pr_auth_answer(n->key, m->challenge, n->ns, n->nc, buf, &len, &why);
+    int rc = pr_auth_answer(n->key, m->challenge, n->sched_challenge,
+                            n->my_nonce, buf, &len, &why);
     if (rc < 0) {
         pr_err("scheduler %s: %s", n->conf->node_scheduler, why);
         return rc;
@@ -640,7 +670,7 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     n->loop = loop;
     n->conf = conf;
     n->key = key;
-    n->backoff_ms = BACKOFF_MIN_MS;
+    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
     uv_timer_init(loop, &n->sched_retry);
     uv_timer_init(loop, &n->tick);
     n->sched_retry.data = n;
