@@ -412,10 +412,8 @@ static int on_tensor_created(struct preduce_client *c,
 static int send_destroy(struct preduce_client *c, uint32_t id, bool drain)
 {
     Pr__V1__TensorDestroy d = PR__V1__TENSOR_DESTROY__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     d.tensor_id = id;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_DESTROY;
-    m.tensor_destroy = &d;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_DESTROY, tensor_destroy, &d);
     return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), drain);
 }
 
@@ -453,10 +451,8 @@ static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
 static int on_ping(struct preduce_client *c, const Pr__V1__Ping *p)
 {
     Pr__V1__Ping pong = PR__V1__PING__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     pong.nonce = p->nonce;
-    m.body_case = PR__V1__MSG__BODY_PONG;
-    m.pong = &pong;
+    Pr__V1__Msg m = PR_MSG_OF(PONG, pong, &pong);
     return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), false);
 }
 
@@ -630,12 +626,10 @@ static int say_hello(struct preduce_client *c, const char *name,
                      int64_t deadline)
 {
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_CLIENT;
     hello.name = (char *)name;
-    m.body_case = PR__V1__MSG__BODY_HELLO;
-    m.hello = &hello;
+    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     int rc = pr_client_send(c, &m, deadline);
     if (rc < 0)
         return rc;

@@ -61,7 +61,6 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
         ids[i] = tensors[i]->id;
 
     Pr__V1__Reduce r = PR__V1__REDUCE__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     r.seq = c->seq + 1;
     r.version = c->version + 1; /* one local update since the last reduce */
     r.n_tensor_ids = n;
@@ -70,8 +69,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.in_place = c->in_place;
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
-    m.body_case = PR__V1__MSG__BODY_REDUCE;
-    m.reduce = &r;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);
     int64_t deadline =
         (int64_t)r.deadline_ns + (int64_t)PREDUCE_REDUCE_SLACK_MS * 1000000;
     int rc = pr_client_send(c, &m, deadline);

@@ -86,10 +86,8 @@ int preduce_tensor_create(preduce_client_t *c, size_t nfloats, int timeout_ms,
         return -ENOMEM;
 
     Pr__V1__TensorCreate tc = PR__V1__TENSOR_CREATE__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     tc.nfloats = nfloats;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATE;
-    m.tensor_create = &tc;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_CREATE, tensor_create, &tc);
     int rc = pr_client_send(c, &m, deadline);
     if (rc == 0) {
         c->creates_pending++;

@@ -546,9 +546,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.data_addr = n->data_addr;
     h.auth.data = buf;
     h.auth.len = len;
-    Pr__V1__Msg r = PR_MSG_INIT;
-    r.body_case = PR__V1__MSG__BODY_HELLO;
-    r.hello = &h;
+    Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);
     n->sstate = S_HELLO;
     return pr_node_send(n, &r);
 }
@@ -593,9 +591,7 @@ static void tick_cb(uv_timer_t *t)
         n->last_ping_ms = now;
         Pr__V1__Ping p = PR__V1__PING__INIT;
         p.nonce = now;
-        Pr__V1__Msg m = PR_MSG_INIT;
-        m.body_case = PR__V1__MSG__BODY_PING;
-        m.ping = &p;
+        Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
         pr_node_send(n, &m);
     }
 }

@@ -153,9 +153,7 @@ void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d)
     } else {
         c->node->reduces_failed++;
     }
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
-    m.reduce_done = &out;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE_DONE, reduce_done, &out);
     send_to(c, &m);
 }
 
@@ -270,9 +268,7 @@ static int send_join(struct node_trainer *c)
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = c->cookie;
     j.name = c->name;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
-    m.worker_join = &j;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
     int rc = pr_node_send(n, &m);
     if (rc < 0) {
         pr_conn_fail(c->conn, rc, "the scheduler is unreachable");
@@ -316,9 +312,7 @@ void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
     w.version = PR_PROTO_VERSION;
     w.id = rank;
     w.job = c->node->conf->job;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WELCOME;
-    m.welcome = &w;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u", c->name, rank);
 }
@@ -333,9 +327,7 @@ static void reduce_refuse(struct node_trainer *c, uint64_t seq, int status,
     d.status = pr_reduce_status(status);
     d.version = c->version;
     d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
-    m.reduce_done = &d;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE_DONE, reduce_done, &d);
     send_to(c, &m);
 }
 
@@ -411,9 +403,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     rd.version = r->version;
     rd.nfloats = total;
     rd.seq = r->seq;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_READY;
-    m.ready = &rd;
+    Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     c->rstate = R_QUEUED;
     int rc = pr_node_send(n, &m);
     if (rc < 0)
@@ -457,9 +447,7 @@ static void send_cancel(struct node_trainer *c)
     Pr__V1__Cancel k = PR__V1__CANCEL__INIT;
     k.rank = (uint32_t)c->rank;
     k.seq = c->seq;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CANCEL;
-    m.cancel = &k;
+    Pr__V1__Msg m = PR_MSG_OF(CANCEL, cancel, &k);
     c->rstate = R_CANCELLING;
     if (pr_node_send(c->node, &m) < 0)
         pr_node_reduce_fail(c, -ETIMEDOUT);
@@ -823,9 +811,7 @@ void pr_node_ipc_sched_up(struct pr_node *n)
         j.cookie = c->cookie;
         j.name = c->name;
         j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
-        Pr__V1__Msg m = PR_MSG_INIT;
-        m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
-        m.worker_join = &j;
+        Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
         pr_node_send(n, &m);
     }
 }

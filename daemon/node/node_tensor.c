@@ -220,9 +220,7 @@ int pr_node_tensor_create(struct node_trainer *c, const Pr__V1__TensorCreate *t)
     Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
     r.tensor_id = nt->id;
     r.nfloats = t->nfloats;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATED;
-    m.tensor_created = &r;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_CREATED, tensor_created, &r);
     rc = send_with_fd(c, &m, fd);
     close(fd);
     if (rc < 0) {
