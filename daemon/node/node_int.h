@@ -1,7 +1,9 @@
 /*
- * State shared by the node role's two halves: node.c (scheduler link,
- * groups) and node_ipc.c (trainers). Everything here is owned by the loop
- * thread.
+ * State shared by the node role's files, each calling only those below it:
+ * node.c (the node, the scheduler link) on top; node_group.c (the groups
+ * the scheduler sends); node_ipc.c (the trainers' socket); node_tensor.c
+ * (their shared tensors). node_metrics.c reads it all for metrics.h.
+ * Everything here is owned by the loop thread.
  */
 #ifndef PR_NODE_INT_H
 #define PR_NODE_INT_H
@@ -112,7 +114,7 @@ struct pr_node {
     struct pr_tcp_xport *xport;
     struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
     struct pr_engine *engine;
-    struct node_group *groups;
+    struct node_group *groups; /* running (node_group.c) */
     uv_timer_t tick;
     uint64_t last_ping_ms;
     int stopping;
@@ -164,6 +166,14 @@ static inline int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
         pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
     return rc;
 }
+
+/* node_group.c */
+/*
+ * A Group from the scheduler: this node's members are matched to their
+ * trainers' waiting reduces and the engine runs the node's part; or the
+ * group is refused, failing the members matched (their READY is spent).
+ */
+void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;

@@ -152,54 +152,92 @@ static int send_with_fd(struct node_trainer *c, const Pr__V1__Msg *m, int fd)
     return 0;
 }
 
+/*
+ * The tensor's size against node.max_tensor_mb: 0, or -EINVAL with why[]
+ * filled in. Checked before the trainer's quotas, which count bytes.
+ */
+static int check_size(const struct node_trainer *c, uint64_t nfloats, char *why,
+                      size_t why_len)
+{
+    uint64_t max = (uint64_t)c->node->conf->node_max_tensor_mb * 1024 * 1024 /
+                   sizeof(float);
+    if (nfloats != 0 && nfloats <= max)
+        return 0;
+    snprintf(why, why_len,
+             "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
+             (unsigned long long)nfloats, (unsigned long long)max);
+    return -EINVAL;
+}
+
+/* Room for one more tensor in c->tensors: 0 or -ENOMEM. */
+static int reserve_slot(struct node_trainer *c)
+{
+    if (c->ntensors < c->cap)
+        return 0;
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    struct node_tensor *nt = realloc(c->tensors, cap * sizeof(*nt));
+    if (!nt)
+        return -ENOMEM;
+    c->tensors = nt;
+    c->cap = cap;
+    return 0;
+}
+
+/*
+ * The shared memory of c's next tensor: a memfd of `bytes`, its size
+ * sealed (a trainer that shrank it would SIGBUS the daemon), mapped here.
+ * 0 with *fd and *data set, or -errno (logged) with nothing left open.
+ */
+static int map_shared(const struct node_trainer *c, size_t bytes, int *fd,
+                      void **data)
+{
+    char label[96];
+    snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
+             c->next_tensor_id + 1);
+    int f = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *p = MAP_FAILED;
+    if (f < 0 || ftruncate(f, (off_t)bytes) < 0 ||
+        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0)) ==
+            MAP_FAILED) {
+        int rc = -errno;
+        pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
+               c->conn->name, bytes, strerror(-rc));
+        if (f >= 0)
+            close(f);
+        return rc;
+    }
+    *fd = f;
+    *data = p;
+    return 0;
+}
+
 int pr_node_tensor_create(struct node_trainer *c, const Pr__V1__TensorCreate *t)
 {
     struct pr_node *n = c->node;
-    uint64_t max =
-        (uint64_t)n->conf->node_max_tensor_mb * 1024 * 1024 / sizeof(float);
-    if (t->nfloats == 0 || t->nfloats > max) {
-        char why[128];
-        snprintf(why, sizeof(why),
-                 "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
-                 (unsigned long long)t->nfloats, (unsigned long long)max);
+    char why[160];
+    int rc = check_size(c, t->nfloats, why, sizeof(why));
+    if (rc < 0) {
         pr_warn("%s: %s", c->conn->name, why);
-        reply_error(c, -EINVAL, why);
+        reply_error(c, rc, why);
         return 0;
     }
-    char why[160];
-    int rc = check_limits(c, t->nfloats, why, sizeof(why));
+    rc = check_limits(c, t->nfloats, why, sizeof(why));
     if (rc < 0) {
         pr_warn("%s: tensor of %llu floats refused: %s", c->conn->name,
                 (unsigned long long)t->nfloats, why);
         reply_error(c, rc, why);
         return 0;
     }
-    if (c->ntensors == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        struct node_tensor *nt = realloc(c->tensors, cap * sizeof(*nt));
-        if (!nt) {
-            reply_error(c, -ENOMEM, "out of memory");
-            return 0;
-        }
-        c->tensors = nt;
-        c->cap = cap;
+    if (reserve_slot(c) < 0) {
+        reply_error(c, -ENOMEM, "out of memory");
+        return 0;
     }
     size_t bytes = (size_t)t->nfloats * sizeof(float);
-    char label[96];
-    snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
-             c->next_tensor_id + 1);
-    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    void *p = MAP_FAILED;
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-            MAP_FAILED)
-        rc = -errno;
+    int fd = -1;
+    void *p = NULL;
+    rc = map_shared(c, bytes, &fd, &p);
     if (rc < 0) {
-        pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
-               c->conn->name, bytes, strerror(-rc));
-        if (fd >= 0)
-            close(fd);
         reply_error(c, rc, "cannot allocate shared memory");
         return 0;
     }
