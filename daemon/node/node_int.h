@@ -1,8 +1,9 @@
 /*
  * State shared by the node role's files, each calling only those below it:
  * node.c (the node, the scheduler link) on top; node_group.c (the groups
- * the scheduler sends); node_ipc.c (the trainers' socket); node_tensor.c
- * (their shared tensors). node_metrics.c reads it all for metrics.h.
+ * the scheduler sends); node_ipc.c (the trainers' connections), calling
+ * node_socket.c (the socket file) and node_tensor.c (their shared
+ * tensors). node_metrics.c reads it all for metrics.h.
  * Everything here is owned by the loop thread.
  */
 #ifndef PR_NODE_INT_H
@@ -198,6 +199,16 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
 void pr_node_ipc_sched_lost(struct pr_node *n);
 /* The scheduler link came (back) up: join every trainer again. */
 void pr_node_ipc_sched_up(struct pr_node *n);
+
+/* node_socket.c */
+/*
+ * Binds node.socket (after clearing a stale file there) and listens, each
+ * trainer's connection going to on_connection (server->data is n): 0 or
+ * the error, logged.
+ */
+int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection);
+/* Closes the listener and removes the socket file if this daemon bound it. */
+void pr_node_socket_close(struct pr_node *n);
 
 /* node_tensor.c */
 /*
