@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -113,6 +114,76 @@ void pr_client_unnotify(struct preduce_client *c)
     if (c->evfd >= 0 && read(c->evfd, &v, sizeof(v)) < 0) {
         /* EAGAIN: it was not signalled. */
     }
+}
+
+/*
+ * The client owns its tensors (on c->tensors) and its results (done,
+ * result): they are kept here, with the connection that fills and breaks
+ * them, so that tensor.c and result.c call down into this file only.
+ */
+void pr_client_tensor_release(struct preduce_tensor *t)
+{
+    struct preduce_client *c = t->c;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        c->tensors = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    munmap(t->data, t->nfloats * sizeof(float));
+    free(t);
+}
+
+static void tensors_free(struct preduce_client *c)
+{
+    while (c->tensors)
+        pr_client_tensor_release(c->tensors);
+}
+
+void pr_client_tensors_unbusy(struct preduce_client *c)
+{
+    for (struct preduce_tensor *t = c->tensors; t; t = t->next)
+        t->busy = false;
+}
+
+void pr_client_result_fini(struct preduce_result *r)
+{
+    free(r->ranks);
+    free(r->versions);
+    free(r->weights);
+    memset(r, 0, sizeof(*r));
+}
+
+int pr_client_result_set(struct preduce_result *r, const Pr__V1__ReduceDone *d,
+                         uint32_t rank)
+{
+    size_t n = d->n_members;
+    if (n == 0 || d->n_member_versions != n || d->n_member_weights != n)
+        return -EPROTO;
+    bool self = false;
+    for (size_t i = 0; i < n; i++)
+        self = self || d->members[i] == rank;
+    if (!self)
+        return -EPROTO;
+    struct preduce_result nr = {
+        .group = d->group_id,
+        .version = d->version,
+        .weight = d->weight,
+        .n = n,
+        .ranks = malloc(n * sizeof(uint32_t)),
+        .versions = malloc(n * sizeof(uint64_t)),
+        .weights = malloc(n * sizeof(double)),
+    };
+    if (!nr.ranks || !nr.versions || !nr.weights) {
+        pr_client_result_fini(&nr);
+        return -ENOMEM;
+    }
+    memcpy(nr.ranks, d->members, n * sizeof(*nr.ranks));
+    memcpy(nr.versions, d->member_versions, n * sizeof(*nr.versions));
+    memcpy(nr.weights, d->member_weights, n * sizeof(*nr.weights));
+    pr_client_result_fini(r);
+    *r = nr;
+    return 0;
 }
 
 int pr_client_err(const struct preduce_client *c)
@@ -341,10 +412,8 @@ static int on_tensor_created(struct preduce_client *c,
 static int send_destroy(struct preduce_client *c, uint32_t id, bool drain)
 {
     Pr__V1__TensorDestroy d = PR__V1__TENSOR_DESTROY__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     d.tensor_id = id;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_DESTROY;
-    m.tensor_destroy = &d;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_DESTROY, tensor_destroy, &d);
     return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), drain);
 }
 
@@ -382,10 +451,8 @@ static int on_reduce_done(struct preduce_client *c, const Pr__V1__ReduceDone *d)
 static int on_ping(struct preduce_client *c, const Pr__V1__Ping *p)
 {
     Pr__V1__Ping pong = PR__V1__PING__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     pong.nonce = p->nonce;
-    m.body_case = PR__V1__MSG__BODY_PONG;
-    m.pong = &pong;
+    Pr__V1__Msg m = PR_MSG_OF(PONG, pong, &pong);
     return send_msg(c, &m, pr_client_deadline(PR_CLIENT_SEND_MS), false);
 }
 
@@ -559,12 +626,10 @@ static int say_hello(struct preduce_client *c, const char *name,
                      int64_t deadline)
 {
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_CLIENT;
     hello.name = (char *)name;
-    m.body_case = PR__V1__MSG__BODY_HELLO;
-    m.hello = &hello;
+    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     int rc = pr_client_send(c, &m, deadline);
     if (rc < 0)
         return rc;
@@ -611,7 +676,7 @@ int preduce_close(preduce_client_t *c)
 {
     if (!c)
         return 0;
-    pr_client_tensors_free(c);
+    tensors_free(c);
     while (c->fd_count > 0) {
         int fd = pop_fd(c);
         if (fd >= 0)

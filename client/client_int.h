@@ -1,6 +1,8 @@
 /*
- * libpreduce internals shared by client.c (connection, frames), tensor.c
- * (shared tensors) and result.c (reduce calls, results, error texts).
+ * libpreduce internals shared by client.c (connection, frames, and the
+ * tensor list and results it fills and breaks), tensor.c (shared tensors)
+ * and result.c (reduce calls, results, error texts). tensor.c and result.c
+ * call into client.c, never the other way round.
  *
  * Everything here is hidden: the library exports only what preduce.h marks
  * PREDUCE_API (hidden visibility plus client/libpreduce.map).
@@ -158,11 +160,10 @@ PR_CLIENT_HIDDEN void pr_client_unnotify(struct preduce_client *c);
 PR_CLIENT_HIDDEN int pr_client_send_destroy(struct preduce_client *c,
                                             uint32_t id);
 
-/* tensor.c */
-PR_CLIENT_HIDDEN void pr_client_tensors_free(struct preduce_client *c);
+/* Unlinks t from its client's list, unmaps it and frees it. */
+PR_CLIENT_HIDDEN void pr_client_tensor_release(struct preduce_tensor *t);
+/* Marks every tensor of c free of a reduce. */
 PR_CLIENT_HIDDEN void pr_client_tensors_unbusy(struct preduce_client *c);
-
-/* result.c */
 /*
  * Checks a successful ReduceDone for worker `rank` and copies it into *r
  * (whose old arrays are freed). 0, -EPROTO or -ENOMEM.

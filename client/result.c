@@ -61,7 +61,6 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
         ids[i] = tensors[i]->id;
 
     Pr__V1__Reduce r = PR__V1__REDUCE__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     r.seq = c->seq + 1;
     r.version = c->version + 1; /* one local update since the last reduce */
     r.n_tensor_ids = n;
@@ -70,8 +69,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.in_place = c->in_place;
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
-    m.body_case = PR__V1__MSG__BODY_REDUCE;
-    m.reduce = &r;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);
     int64_t deadline =
         (int64_t)r.deadline_ns + (int64_t)PREDUCE_REDUCE_SLACK_MS * 1000000;
     int rc = pr_client_send(c, &m, deadline);
@@ -155,46 +153,6 @@ int preduce_reduce(preduce_client_t *c, preduce_tensor_t *const *tensors,
     if (rc < 0)
         return rc;
     return wait_until(c, INT64_MAX);
-}
-
-void pr_client_result_fini(struct preduce_result *r)
-{
-    free(r->ranks);
-    free(r->versions);
-    free(r->weights);
-    memset(r, 0, sizeof(*r));
-}
-
-int pr_client_result_set(struct preduce_result *r, const Pr__V1__ReduceDone *d,
-                         uint32_t rank)
-{
-    size_t n = d->n_members;
-    if (n == 0 || d->n_member_versions != n || d->n_member_weights != n)
-        return -EPROTO;
-    bool self = false;
-    for (size_t i = 0; i < n; i++)
-        self = self || d->members[i] == rank;
-    if (!self)
-        return -EPROTO;
-    struct preduce_result nr = {
-        .group = d->group_id,
-        .version = d->version,
-        .weight = d->weight,
-        .n = n,
-        .ranks = malloc(n * sizeof(uint32_t)),
-        .versions = malloc(n * sizeof(uint64_t)),
-        .weights = malloc(n * sizeof(double)),
-    };
-    if (!nr.ranks || !nr.versions || !nr.weights) {
-        pr_client_result_fini(&nr);
-        return -ENOMEM;
-    }
-    memcpy(nr.ranks, d->members, n * sizeof(*nr.ranks));
-    memcpy(nr.versions, d->member_versions, n * sizeof(*nr.versions));
-    memcpy(nr.weights, d->member_weights, n * sizeof(*nr.weights));
-    pr_client_result_fini(r);
-    *r = nr;
-    return 0;
 }
 
 const preduce_result_t *preduce_last_result(const preduce_client_t *c)

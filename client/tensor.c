@@ -22,19 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void release(struct preduce_tensor *t)
-{
-    struct preduce_client *c = t->c;
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->tensors = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    munmap(t->data, t->nfloats * sizeof(float));
-    free(t);
-}
-
 /* Maps the memfd of the answer `c` holds, then closes the descriptor. */
 static int map_created(struct preduce_client *c, size_t nfloats,
                        struct preduce_tensor *t)
@@ -99,10 +86,8 @@ int preduce_tensor_create(preduce_client_t *c, size_t nfloats, int timeout_ms,
         return -ENOMEM;
 
     Pr__V1__TensorCreate tc = PR__V1__TENSOR_CREATE__INIT;
-    Pr__V1__Msg m = PR__V1__MSG__INIT;
     tc.nfloats = nfloats;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATE;
-    m.tensor_create = &tc;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_CREATE, tensor_create, &tc);
     int rc = pr_client_send(c, &m, deadline);
     if (rc == 0) {
         c->creates_pending++;
@@ -149,18 +134,6 @@ int preduce_tensor_destroy(preduce_tensor_t *t)
      */
     if (!t->c->err)
         (void)pr_client_send_destroy(t->c, t->id);
-    release(t);
+    pr_client_tensor_release(t);
     return 0;
-}
-
-void pr_client_tensors_free(struct preduce_client *c)
-{
-    while (c->tensors)
-        release(c->tensors);
-}
-
-void pr_client_tensors_unbusy(struct preduce_client *c)
-{
-    for (struct preduce_tensor *t = c->tensors; t; t = t->next)
-        t->busy = false;
 }

@@ -414,11 +414,10 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* 0, or 2 (usage error, message printed). */
-static int parse_opts(int argc, char **argv, struct opts *o)
+/* The defaults, before any option: PREDUCE_SOCKET names the socket. */
+static void set_defaults(struct opts *o)
 {
     const char *env = getenv("PREDUCE_SOCKET");
-    long seed = 1;
     *o = (struct opts){
         .socket = env && *env ? env : "/run/preduce/preduced.sock",
         .steps = 200,
@@ -434,74 +433,76 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         .eval_every = 5,
     };
     snprintf(o->name, sizeof(o->name), "trainer-%ld", (long)getpid());
+}
+
+/*
+ * One option's value into *o (the seed into *seed, which o keeps unsigned):
+ * false when it is out of its bounds. ch is one of the OPT_* values.
+ */
+static bool set_opt(int ch, const char *arg, struct opts *o, long *seed)
+{
+    switch (ch) {
+    case OPT_SOCKET:
+        o->socket = arg;
+        return true;
+    case OPT_NAME:
+        if (strlen(arg) == 0 || strlen(arg) >= sizeof(o->name))
+            return false;
+        strcpy(o->name, arg);
+        return true;
+    case OPT_STEPS:
+        return parse_long(arg, 1, LONG_MAX, &o->steps);
+    case OPT_LR:
+        return parse_double(arg, 0, 1e6, &o->lr);
+    case OPT_BATCH:
+        return parse_long(arg, 1, 1 << 20, &o->batch);
+    case OPT_SEED:
+        return parse_long(arg, 0, LONG_MAX, seed);
+    case OPT_SAMPLES:
+        return parse_long(arg, 1, 1 << 26, &o->samples);
+    case OPT_WORLD:
+        return parse_long(arg, 1, 1 << 20, &o->world);
+    case OPT_SHARD:
+        return parse_long(arg, 0, LONG_MAX, &o->shard);
+    case OPT_STEP_MS:
+        return parse_long(arg, 0, 3600000, &o->step_ms);
+    case OPT_SLOW:
+        return parse_double(arg, 1.0, 1e6, &o->slow);
+    case OPT_STALL_PROB:
+        return parse_double(arg, 0, 1, &o->stall_prob);
+    case OPT_STALL_SEC:
+        return parse_double(arg, 0, 86400, &o->stall_sec);
+    case OPT_PRINT_EVERY:
+        return parse_long(arg, 1, LONG_MAX, &o->print_every);
+    case OPT_TIMEOUT_MS:
+        return parse_long(arg, 0, INT_MAX, &o->timeout_ms);
+    case OPT_RETRIES:
+        return parse_long(arg, 0, 1000, &o->retries);
+    case OPT_TARGET_LOSS:
+        return parse_double(arg, 0, 1e9, &o->target_loss);
+    case OPT_EVAL_EVERY:
+        return parse_long(arg, 1, 1000000, &o->eval_every);
+    default:
+        return false;
+    }
+}
+
+/* 0, or 2 (usage error, message printed). */
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    long seed = 1;
+    set_defaults(o);
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        bool ok = true;
-        switch (ch) {
-        case OPT_SOCKET:
-            o->socket = optarg;
-            break;
-        case OPT_NAME:
-            ok = strlen(optarg) > 0 && strlen(optarg) < sizeof(o->name);
-            if (ok)
-                strcpy(o->name, optarg);
-            break;
-        case OPT_STEPS:
-            ok = parse_long(optarg, 1, LONG_MAX, &o->steps);
-            break;
-        case OPT_LR:
-            ok = parse_double(optarg, 0, 1e6, &o->lr);
-            break;
-        case OPT_BATCH:
-            ok = parse_long(optarg, 1, 1 << 20, &o->batch);
-            break;
-        case OPT_SEED:
-            ok = parse_long(optarg, 0, LONG_MAX, &seed);
-            break;
-        case OPT_SAMPLES:
-            ok = parse_long(optarg, 1, 1 << 26, &o->samples);
-            break;
-        case OPT_WORLD:
-            ok = parse_long(optarg, 1, 1 << 20, &o->world);
-            break;
-        case OPT_SHARD:
-            ok = parse_long(optarg, 0, LONG_MAX, &o->shard);
-            break;
-        case OPT_STEP_MS:
-            ok = parse_long(optarg, 0, 3600000, &o->step_ms);
-            break;
-        case OPT_SLOW:
-            ok = parse_double(optarg, 1.0, 1e6, &o->slow);
-            break;
-        case OPT_STALL_PROB:
-            ok = parse_double(optarg, 0, 1, &o->stall_prob);
-            break;
-        case OPT_STALL_SEC:
-            ok = parse_double(optarg, 0, 86400, &o->stall_sec);
-            break;
-        case OPT_PRINT_EVERY:
-            ok = parse_long(optarg, 1, LONG_MAX, &o->print_every);
-            break;
-        case OPT_TIMEOUT_MS:
-            ok = parse_long(optarg, 0, INT_MAX, &o->timeout_ms);
-            break;
-        case OPT_RETRIES:
-            ok = parse_long(optarg, 0, 1000, &o->retries);
-            break;
-        case OPT_TARGET_LOSS:
-            ok = parse_double(optarg, 0, 1e9, &o->target_loss);
-            break;
-        case OPT_EVAL_EVERY:
-            ok = parse_long(optarg, 1, 1000000, &o->eval_every);
-            break;
-        case 'h':
+        if (ch == 'h') {
             usage(stdout);
             exit(0);
-        default:
+        }
+        if (ch < OPT_SOCKET || ch > OPT_EVAL_EVERY) {
             usage(stderr);
             return 2;
         }
-        if (!ok) {
+        if (!set_opt(ch, optarg, o, &seed)) {
             fprintf(stderr, "preduce-trainer: bad value for --%s: '%s'\n",
                     longopts[ch - OPT_SOCKET].name, optarg);
             return 2;

@@ -1,6 +1,7 @@
 /*
- * The node role's control half: the link to the scheduler and the groups it
- * sends. See sched.h for the protocol on this link; node_ipc.c serves the
+ * The node role's control half: the link to the scheduler, and the node
+ * itself (create, reload, destroy). See sched.h for the protocol on this
+ * link; node_group.c takes the groups it sends, node_ipc.c serves the
  * trainers, engine.c runs the reductions.
  */
 #include "daemon/node/node.h"
@@ -25,291 +26,14 @@
 _Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
                "the daemon's grace leaves the library's slack no margin");
 
-#define TICK_MS         20
-#define BACKOFF_MIN_MS  100
-#define BACKOFF_MAX_MS  5000
-#define STASH_MAX_BYTES (256u << 20)
-#define MAX_CHUNK_BYTES (64u << 20) /* transport.chunk_kb's upper bound */
-
-/* This node's part of one group, kept until the engine calls back. */
-struct ngroup {
-    struct ngroup *next;
-    struct pr_node *n;
-    uint64_t id;
-    size_t nlocal;
-    struct nclient **clients; /* nlocal */
-    double *local_weight;     /* nlocal */
-    uint32_t *local_rank;     /* nlocal: the rank this group knows them by */
-    size_t k;
-    uint32_t *ranks; /* k: the whole group, for the trainers' results */
-    uint64_t *versions;
-    double *weights;
-    uint64_t max_version;
-};
+#define TICK_MS              20
+#define SCHED_BACKOFF_MIN_MS 100
+#define SCHED_BACKOFF_MAX_MS 5000
+#define STASH_MAX_BYTES      (256u << 20)
+#define MAX_CHUNK_BYTES      (64u << 20) /* transport.chunk_kb's upper bound */
 
 static void connect_sched(struct pr_node *n);
 static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m);
-
-int pr_node_sched_up(const struct pr_node *n)
-{
-    return n->sstate == S_UP && n->sched;
-}
-
-int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
-{
-    if (!n->sched || n->sstate < S_HELLO)
-        return -ENOTCONN;
-    int rc = pr_conn_send(n->sched, m);
-    if (rc < 0)
-        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
-    return rc;
-}
-
-int pr_node_fail_status(int64_t status)
-{
-    return status < 0 && status >= -4095 ? (int)status : -EPROTO;
-}
-
-void pr_node_group_detach(struct pr_node *n, struct nclient *c)
-{
-    for (struct ngroup *g = n->groups; g; g = g->next) {
-        if (g->id != c->group_id)
-            continue;
-        for (size_t i = 0; i < g->nlocal; i++) {
-            if (g->clients[i] != c)
-                continue;
-            /* The engine knows the member by the rank the group used. */
-            int rc = pr_engine_detach(n->engine, g->id, g->local_rank[i]);
-            if (rc == 0)
-                pr_info("group %llu: worker %u left: its tensors will not "
-                        "be written",
-                        (unsigned long long)g->id, g->local_rank[i]);
-            else
-                pr_warn("group %llu: pr_engine_detach(worker %u): %s",
-                        (unsigned long long)g->id, g->local_rank[i],
-                        strerror(-rc));
-            return;
-        }
-    }
-}
-
-static void ngroup_free(struct ngroup *g)
-{
-    free(g->clients);
-    free(g->local_weight);
-    free(g->local_rank);
-    free(g->ranks);
-    free(g->versions);
-    free(g->weights);
-    free(g);
-}
-
-static void send_group_done(struct pr_node *n, uint64_t id, int status)
-{
-    Pr__V1__GroupDone d = PR__V1__GROUP_DONE__INIT;
-    d.id = id;
-    d.status = status;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_GROUP_DONE;
-    m.group_done = &d;
-    if (pr_node_sched_up(n))
-        pr_node_send(n, &m);
-}
-
-/* The engine finished (or failed) this node's part: answer the trainers. */
-static void group_done_cb(void *arg, uint64_t id, int status)
-{
-    struct ngroup *g = arg;
-    struct pr_node *n = g->n;
-    struct ngroup **pp = &n->groups;
-    while (*pp && *pp != g)
-        pp = &(*pp)->next;
-    if (*pp)
-        *pp = g->next;
-    if (status < 0)
-        pr_warn("group %llu failed: %s", (unsigned long long)id,
-                strerror(-status));
-    for (size_t i = 0; i < g->nlocal; i++) {
-        struct nclient *c = g->clients[i];
-        Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
-        d.seq = c->seq;
-        d.status = status;
-        d.group_id = id;
-        d.n_members = g->k;
-        d.members = g->ranks;
-        d.weight = g->local_weight[i];
-        d.version = status == 0 ? g->max_version : c->version;
-        d.n_member_versions = g->k;
-        d.member_versions = g->versions;
-        d.n_member_weights = g->k;
-        d.member_weights = g->weights;
-        d.rank = g->local_rank[i];
-        pr_node_reduce_reply(c, &d);
-    }
-    if (!n->stopping)
-        send_group_done(n, id, status);
-    ngroup_free(g);
-}
-
-/* Fails the local members found so far and tells the scheduler. */
-static void group_refuse(struct pr_node *n, uint64_t id, struct nclient **found,
-                         size_t nfound, int status, const char *why)
-{
-    pr_warn("group %llu refused: %s", (unsigned long long)id, why);
-    for (size_t i = 0; i < nfound; i++)
-        pr_node_reduce_fail(found[i], status);
-    send_group_done(n, id, status);
-}
-
-/*
- * How long the engine may run this group, in ms: the scheduler's group
- * timeout, but never past a local member's reduce deadline plus
- * PR_NODE_GRACE_MS. The engine writes no result into a member's tensors
- * after that (engine.c finish, apply_chunk), and its trainer has its answer
- * by then, well before its library gives up: a trainer told that its
- * reduce failed, or that gave up on it, finds its tensors untouched. A
- * member already past it gets 0: the group fails without writing.
- */
-static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
-                               const struct ngroup *g)
-{
-    uint64_t now = uv_hrtime();
-    uint64_t limit =
-        gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
-    for (size_t i = 0; i < g->nlocal; i++) {
-        uint64_t end = g->clients[i]->reduce_deadline_ns +
-                       (uint64_t)PR_NODE_GRACE_MS * 1000000;
-        /* Rounded down: never a millisecond past the end. */
-        uint64_t left = end > now ? (end - now) / 1000000 : 0;
-        if (left < limit)
-            limit = left;
-    }
-    return (uint32_t)limit;
-}
-
-static void on_group(struct pr_node *n, const Pr__V1__Group *gm)
-{
-    uint32_t pos = UINT32_MAX;
-    for (size_t i = 0; i < gm->n_ring; i++)
-        if (gm->ring[i] == n->self)
-            pos = (uint32_t)i;
-    struct ngroup *g = calloc(1, sizeof(*g));
-    size_t k = gm->n_members;
-    struct pr_engine_member *em = calloc(k ? k : 1, sizeof(*em));
-    if (g) {
-        g->clients = calloc(k ? k : 1, sizeof(*g->clients));
-        g->local_weight = calloc(k ? k : 1, sizeof(double));
-        g->local_rank = calloc(k ? k : 1, sizeof(uint32_t));
-        g->ranks = calloc(k ? k : 1, sizeof(uint32_t));
-        g->versions = calloc(k ? k : 1, sizeof(uint64_t));
-        g->weights = calloc(k ? k : 1, sizeof(double));
-    }
-    if (!g || !em || !g->clients || !g->local_weight || !g->local_rank ||
-        !g->ranks || !g->versions || !g->weights) {
-        if (g)
-            ngroup_free(g);
-        free(em);
-        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
-        return;
-    }
-    g->n = n;
-    g->id = gm->id;
-    g->k = k;
-    g->max_version = gm->max_version;
-    const char *why = NULL;
-    int status = -EPROTO;
-    if (k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
-        why = "malformed group (no members, or this node not in the ring)";
-    for (size_t i = 0; i < k; i++) {
-        const Pr__V1__Member *mb = gm->members[i];
-        g->ranks[i] = mb->rank;
-        g->versions[i] = mb->version;
-        g->weights[i] = mb->weight;
-    }
-    /*
-     * Every local member must have this very reduce waiting, once. On a
-     * refusal, every local member that matched is failed too: its READY
-     * was used up by this group.
-     */
-    for (size_t i = 0; i < k && pos != UINT32_MAX; i++) {
-        const Pr__V1__Member *mb = gm->members[i];
-        if (mb->node_id != n->self)
-            continue;
-        struct nclient *c = pr_node_client_by_rank(n, mb->rank);
-        int dup = 0;
-        for (size_t j = 0; c && j < g->nlocal; j++)
-            dup |= g->clients[j] == c;
-        if (!c || dup || c->seq != mb->seq ||
-            (c->rstate != R_QUEUED && c->rstate != R_CANCELLING)) {
-            why = dup ? "a member appears twice"
-                      : "a local member has no reduce waiting";
-            status = -ESRCH;
-            continue;
-        }
-        size_t total = 0;
-        for (size_t p = 0; p < c->nparts; p++)
-            total += c->parts[p].len;
-        if (total != gm->nfloats) {
-            why = "a local member's tensors differ in length from the group";
-            status = -EINVAL;
-        }
-        /*
-         * A trainer that hung up while its reduce was queued (R_CANCELLING,
-         * no connection) was told it failed: its tensors must keep their
-         * inputs, whatever the group does with its floats.
-         */
-        em[g->nlocal] = (struct pr_engine_member){.rank = mb->rank,
-                                                  .weight = mb->weight,
-                                                  .parts = c->parts,
-                                                  .nparts = c->nparts,
-                                                  .in_place = c->in_place,
-                                                  .detached = !c->conn};
-        g->local_weight[g->nlocal] = mb->weight;
-        g->local_rank[g->nlocal] = mb->rank;
-        g->clients[g->nlocal++] = c;
-    }
-    if (!why && g->nlocal == 0)
-        why = "no member of the group is on this node";
-    if (why) {
-        group_refuse(n, gm->id, g->clients, g->nlocal, status, why);
-        ngroup_free(g);
-        free(em);
-        return;
-    }
-    struct pr_engine_group spec = {
-        .id = gm->id,
-        .total = gm->nfloats,
-        .k = (uint32_t)k,
-        .personal = gm->personal,
-        .m = (uint32_t)gm->n_ring,
-        .pos = pos,
-        .ring = gm->ring,
-        .local = em,
-        .nlocal = g->nlocal,
-        .timeout_ms = group_deadline(n, gm, g),
-        .done = group_done_cb,
-        .arg = g,
-    };
-    int rc = pr_engine_start(n->engine, &spec);
-    free(em);
-    if (rc < 0) {
-        /*
-         * The spec was checked above: what is left is no link to a
-         * neighbour (yet), a group id running already, or no memory.
-         */
-        group_refuse(n, gm->id, g->clients, g->nlocal,
-                     rc == -ENOMEM ? rc : -ECONNRESET,
-                     "the engine could not start it");
-        ngroup_free(g);
-        return;
-    }
-    for (size_t i = 0; i < g->nlocal; i++) {
-        g->clients[i]->rstate = R_GROUPED;
-        g->clients[i]->group_id = gm->id;
-    }
-    g->next = n->groups;
-    n->groups = g;
-}
 
 static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
 {
@@ -327,7 +51,7 @@ static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
 
 static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
 {
-    struct nclient *c = pr_node_client_by_rank(n, r->rank);
+    struct node_trainer *c = pr_node_trainer_by_rank(n, r->rank);
     if (!c || c->seq != r->seq ||
         (c->rstate != R_QUEUED && c->rstate != R_CANCELLING))
         return;
@@ -344,83 +68,99 @@ static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
     pr_node_reduce_reply(c, &d);
 }
 
+/*
+ * The scheduler's answer to this node's hello: a Welcome that proves it
+ * knows the cluster key makes the link S_UP (and the trainers waiting for
+ * it may join); an Error or anything else closes it.
+ */
+static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
+{
+    if (m->body_case == PR__V1__MSG__BODY_ERROR) {
+        pr_err("scheduler refused this node: %s",
+               m->error->reason ? m->error->reason : "");
+        return m->error->code < 0 ? m->error->code : -EPROTO;
+    }
+    if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
+        m->welcome->version != PR_PROTO_VERSION) {
+        pr_warn("scheduler: expected a welcome of version %u, got %s: "
+                "closing",
+                PR_PROTO_VERSION, pr_msg_name(m));
+        return -EPROTO;
+    }
+    const char *why;
+    if (pr_auth_check_welcome(n->key, n->my_nonce, n->sched_challenge,
+                              &m->welcome->auth, &why) < 0) {
+        pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
+        return -EACCES;
+    }
+    n->self = m->welcome->id;
+    n->sstate = S_UP;
+    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
+    pr_tcp_xport_set_self(n->xport, n->self);
+    /* A new scheduler session numbers groups from its own clock. */
+    uint64_t base = m->welcome->group_id_base;
+    if (base != 0 && base != n->sched_id_base) {
+        pr_engine_new_session(n->engine, base);
+        n->sched_id_base = base;
+    }
+    pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+    pr_node_ipc_sched_up(n);
+    return 0;
+}
+
+/*
+ * The scheduler registered (or refused) a trainer. One that left while
+ * joining has no cookie here any more: its new rank is given back.
+ */
+static void on_worker_joined(struct pr_node *n, const Pr__V1__WorkerJoined *j)
+{
+    struct node_trainer *c = pr_node_trainer_by_cookie(n, j->cookie);
+    if (c) {
+        pr_node_trainer_joined(c, j->status, j->rank);
+    } else if (j->status == 0) {
+        Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
+        l.rank = j->rank;
+        Pr__V1__Msg r = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
+        pr_node_send(n, &r);
+    }
+}
+
+/*
+ * The group failed on another node, for that node's reason (its trainer's
+ * wrong length, its memory...): for the trainers here, a peer was lost, or
+ * the group ran out of time.
+ */
+static void on_group_abort(struct pr_node *n, const Pr__V1__GroupAbort *a)
+{
+    pr_engine_abort(n->engine, a->id,
+                    a->status == -ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET);
+}
+
 static int sched_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 {
     struct pr_node *n = conn->owner;
     if (n->sstate == S_CHALLENGE && m->body_case != PR__V1__MSG__BODY_ERROR)
         return on_challenge(n, m);
-    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE) {
-        if (m->body_case == PR__V1__MSG__BODY_ERROR) {
-            pr_err("scheduler refused this node: %s",
-                   m->error->reason ? m->error->reason : "");
-            return m->error->code < 0 ? m->error->code : -EPROTO;
-        }
-        if (m->body_case != PR__V1__MSG__BODY_WELCOME ||
-            m->welcome->version != PR_PROTO_VERSION) {
-            pr_warn("scheduler: expected a welcome of version %u, got %s: "
-                    "closing",
-                    PR_PROTO_VERSION, pr_msg_name(m));
-            return -EPROTO;
-        }
-        const char *why;
-        if (pr_auth_check_welcome(n->key, n->nc, n->ns, &m->welcome->auth,
-                                  &why) < 0) {
-            pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
-            return -EACCES;
-        }
-        n->self = m->welcome->id;
-        n->sstate = S_UP;
-        n->backoff_ms = BACKOFF_MIN_MS;
-        pr_tcp_xport_set_self(n->xport, n->self);
-        /* A new scheduler session numbers groups from its own clock. */
-        uint64_t base = m->welcome->group_id_base;
-        if (base != 0 && base != n->sched_id_base) {
-            pr_engine_new_session(n->engine, base);
-            n->sched_id_base = base;
-        }
-        pr_info("joined job '%s' as node %u", n->conf->job, n->self);
-        pr_node_ipc_sched_up(n);
-        return 0;
-    }
+    if (n->sstate == S_HELLO || n->sstate == S_CHALLENGE)
+        return on_welcome(n, m);
     switch (m->body_case) {
     case PR__V1__MSG__BODY_PEER_LIST:
         on_peer_list(n, m->peer_list);
         return 0;
-    case PR__V1__MSG__BODY_WORKER_JOINED: {
-        const Pr__V1__WorkerJoined *j = m->worker_joined;
-        struct nclient *c = pr_node_client_by_cookie(n, j->cookie);
-        if (c) {
-            pr_node_client_joined(c, j->status, j->rank);
-        } else if (j->status == 0) {
-            Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
-            l.rank = j->rank;
-            Pr__V1__Msg r = PR_MSG_INIT;
-            r.body_case = PR__V1__MSG__BODY_WORKER_LEAVE;
-            r.worker_leave = &l;
-            pr_node_send(n, &r);
-        }
+    case PR__V1__MSG__BODY_WORKER_JOINED:
+        on_worker_joined(n, m->worker_joined);
         return 0;
-    }
     case PR__V1__MSG__BODY_GROUP:
-        on_group(n, m->group);
+        pr_node_on_group(n, m->group);
         return 0;
     case PR__V1__MSG__BODY_GROUP_ABORT:
-        /*
-         * The group failed on another node, for that node's reason (its
-         * trainer's wrong length, its memory...): for the trainers here,
-         * a peer was lost, or the group ran out of time.
-         */
-        pr_engine_abort(n->engine, m->group_abort->id,
-                        m->group_abort->status == -ETIMEDOUT ? -ETIMEDOUT
-                                                             : -ECONNRESET);
+        on_group_abort(n, m->group_abort);
         return 0;
     case PR__V1__MSG__BODY_REJECT:
         on_reject(n, m->reject);
         return 0;
     case PR__V1__MSG__BODY_PING: {
-        Pr__V1__Msg r = PR_MSG_INIT;
-        r.body_case = PR__V1__MSG__BODY_PONG;
-        r.pong = m->ping;
+        Pr__V1__Msg r = PR_MSG_OF(PONG, pong, m->ping);
         pr_node_send(n, &r);
         return 0;
     }
@@ -466,8 +206,9 @@ static void sched_on_close(struct pr_conn *conn, int status)
         pr_node_ipc_sched_lost(n);
     }
     uv_timer_start(&n->sched_retry, retry_cb, n->backoff_ms, 0);
-    n->backoff_ms =
-        n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
+    n->backoff_ms = n->backoff_ms * 2 > SCHED_BACKOFF_MAX_MS
+                        ? SCHED_BACKOFF_MAX_MS
+                        : n->backoff_ms * 2;
 }
 
 static const struct pr_conn_ops sched_ops = {
@@ -482,7 +223,7 @@ static void sched_connected(struct pr_conn *c, int status)
     if (n->sched != c)
         return;
     if (status < 0) {
-        if (n->backoff_ms <= BACKOFF_MIN_MS)
+        if (n->backoff_ms <= SCHED_BACKOFF_MIN_MS)
             pr_warn("scheduler %s: %s; retrying", n->conf->node_scheduler,
                     uv_strerror(status));
         pr_conn_close(c, status);
@@ -503,8 +244,8 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
     const char *why;
-    int rc =
-        pr_auth_answer(n->key, m->challenge, n->ns, n->nc, buf, &len, &why);
+    int rc = pr_auth_answer(n->key, m->challenge, n->sched_challenge,
+                            n->my_nonce, buf, &len, &why);
     if (rc < 0) {
         pr_err("scheduler %s: %s", n->conf->node_scheduler, why);
         return rc;
@@ -516,9 +257,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.data_addr = n->data_addr;
     h.auth.data = buf;
     h.auth.len = len;
-    Pr__V1__Msg r = PR_MSG_INIT;
-    r.body_case = PR__V1__MSG__BODY_HELLO;
-    r.hello = &h;
+    Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);
     n->sstate = S_HELLO;
     return pr_node_send(n, &r);
 }
@@ -563,9 +302,7 @@ static void tick_cb(uv_timer_t *t)
         n->last_ping_ms = now;
         Pr__V1__Ping p = PR__V1__PING__INIT;
         p.nonce = now;
-        Pr__V1__Msg m = PR_MSG_INIT;
-        m.body_case = PR__V1__MSG__BODY_PING;
-        m.ping = &p;
+        Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
         pr_node_send(n, &m);
     }
 }
@@ -631,6 +368,54 @@ static uint64_t read_max_map_count(void)
     return v;
 }
 
+/*
+ * Says so when vm.max_map_count leaves room for fewer tensors than
+ * node.max_tensors: node_tensor.c then caps them lower, and a trainer's
+ * create is refused before node.max_tensors is reached.
+ */
+static void warn_max_map_count(const struct pr_node *n)
+{
+    uint32_t max_tensors = n->conf->node_max_tensors;
+    uint64_t maps = n->max_map_count;
+    if (!maps || maps >= max_tensors + PR_NODE_MAP_RESERVE)
+        return;
+    pr_warn("vm.max_map_count is %llu: this node maps at most %llu "
+            "trainers' tensors (node.max_tensors = %u)",
+            (unsigned long long)maps,
+            maps > PR_NODE_MAP_RESERVE
+                ? (unsigned long long)(maps - PR_NODE_MAP_RESERVE)
+                : 0ULL,
+            max_tensors);
+}
+
+/*
+ * The peers' listener on node.data_listen, and the address the scheduler
+ * hands peers (node.data_advertise, else the address bound): 0 or the
+ * error, logged.
+ */
+static int listen_peers(struct pr_node *n)
+{
+    const struct pr_conf *conf = n->conf;
+    char host[96];
+    uint16_t port, bound = 0;
+    int rc = pr_conf_parse_hostport(conf->node_data_listen, host, sizeof(host),
+                                    &port);
+    if (rc == 0)
+        rc = pr_tcp_xport_listen(n->xport, host, port, &bound);
+    if (rc < 0) {
+        pr_err("peer listener on %s: %s", conf->node_data_listen,
+               rc == -EINVAL ? "bad address" : uv_strerror(rc));
+        return rc;
+    }
+    if (conf->node_data_advertise && conf->node_data_advertise[0])
+        snprintf(n->data_addr, sizeof(n->data_addr), "%s",
+                 conf->node_data_advertise);
+    else
+        snprintf(n->data_addr, sizeof(n->data_addr),
+                 strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
+    return 0;
+}
+
 int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
                    const struct pr_auth_key *key, struct pr_node **out)
 {
@@ -640,26 +425,15 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     n->loop = loop;
     n->conf = conf;
     n->key = key;
-    n->backoff_ms = BACKOFF_MIN_MS;
+    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
     uv_timer_init(loop, &n->sched_retry);
     uv_timer_init(loop, &n->tick);
     n->sched_retry.data = n;
     n->tick.data = n;
     n->handles = 2;
     n->max_map_count = read_max_map_count();
-    if (n->max_map_count &&
-        n->max_map_count < conf->node_max_tensors + PR_NODE_MAP_RESERVE)
-        pr_warn(
-            "vm.max_map_count is %llu: this node maps at most %llu "
-            "trainers' tensors (node.max_tensors = %u)",
-            (unsigned long long)n->max_map_count,
-            n->max_map_count > PR_NODE_MAP_RESERVE
-                ? (unsigned long long)(n->max_map_count - PR_NODE_MAP_RESERVE)
-                : 0ULL,
-            conf->node_max_tensors);
+    warn_max_map_count(n);
     int rc = 0;
-    char host[96];
-    uint16_t port, bound = 0;
     /*
      * Forwarded chunks keep their originator's size, which may be another
      * node's chunk_kb (or ours before a reload): accept up to the largest
@@ -681,22 +455,9 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     rc = open_rdma(n);
     if (rc < 0)
         goto fail;
-    rc = pr_conf_parse_hostport(conf->node_data_listen, host, sizeof(host),
-                                &port);
+    rc = listen_peers(n);
     if (rc == 0)
-        rc = pr_tcp_xport_listen(n->xport, host, port, &bound);
-    if (rc < 0) {
-        pr_err("peer listener on %s: %s", conf->node_data_listen,
-               rc == -EINVAL ? "bad address" : uv_strerror(rc));
-        goto fail;
-    }
-    if (conf->node_data_advertise && conf->node_data_advertise[0])
-        snprintf(n->data_addr, sizeof(n->data_addr), "%s",
-                 conf->node_data_advertise);
-    else
-        snprintf(n->data_addr, sizeof(n->data_addr),
-                 strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
-    rc = pr_node_ipc_listen(n);
+        rc = pr_node_ipc_listen(n);
     if (rc == 0 && conf->metrics_listen[0])
         rc = pr_metrics_start(loop, conf->metrics_listen,
                               pr_node_render_metrics, n, &n->metrics);

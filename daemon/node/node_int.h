@@ -1,23 +1,29 @@
 /*
- * State shared by the node role's two halves: node.c (scheduler link,
- * groups) and node_ipc.c (trainers). Everything here is owned by the loop
- * thread.
+ * State shared by the node role's files, each calling only those below it:
+ * node.c (the node, the scheduler link) on top; node_group.c (the groups
+ * the scheduler sends); node_ipc.c (the trainers' connections), calling
+ * node_socket.c (the socket file) and node_tensor.c (their shared
+ * tensors). node_metrics.c reads it all for metrics.h.
+ * Everything here is owned by the loop thread.
  */
 #ifndef PR_NODE_INT_H
 #define PR_NODE_INT_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <uv.h>
 
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
 #include "daemon/base/conn.h"
+#include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
 #include "daemon/base/stranger.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 
-struct ntensor {
+struct node_tensor {
     uint32_t id;
     float *data; /* the daemon's mapping of the trainer's memfd */
     size_t n;    /* floats */
@@ -25,7 +31,7 @@ struct ntensor {
     int doomed;  /* destroyed by the trainer while busy: free after */
 };
 
-enum cstate {
+enum trainer_state {
     C_HELLO,   /* waiting for the trainer's hello */
     C_WAIT,    /* hello taken; the scheduler link is not up yet */
     C_JOINING, /* WorkerJoin sent to the scheduler */
@@ -33,26 +39,26 @@ enum cstate {
 };
 
 /* Where a trainer's current reduce is. */
-enum rstate {
+enum reduce_state {
     R_NONE,
     R_QUEUED,     /* READY sent; waiting for a Group or a Reject */
     R_CANCELLING, /* deadline passed, Cancel sent */
     R_GROUPED,    /* its group is running in the engine */
 };
 
-struct nclient {
-    struct nclient *next;
+struct node_trainer {
+    struct node_trainer *next;
     struct pr_node *node;
     struct pr_conn *conn; /* NULL once the trainer hung up */
     uint32_t cookie;
     char name[64];
     int64_t rank;      /* -1 until the scheduler answered */
     int64_t prev_rank; /* the rank of the last scheduler session, or -1 */
-    enum cstate state;
-    struct ntensor *tensors;
+    enum trainer_state state;
+    struct node_tensor *tensors;
     size_t ntensors, cap;
     uint32_t next_tensor_id;
-    enum rstate rstate;
+    enum reduce_state rstate;
     uint64_t seq;
     uint64_t version;
     uint64_t deadline_ms; /* C_WAIT: when to give up on the scheduler */
@@ -63,13 +69,14 @@ struct nclient {
     uint64_t reduce_deadline_ns;
     struct pr_engine_part *parts;
     size_t nparts;
-    int in_place; /* of the reduce waiting: Reduce.in_place */
-    uint64_t group_id;
+    int in_place;             /* of the reduce waiting: Reduce.in_place */
+    uint64_t group_id;        /* R_GROUPED: the group it is in */
+    uint32_t group_rank;      /* R_GROUPED: the rank that group knows it by */
     uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
     struct pr_stranger st;    /* listed until its hello is taken */
 };
 
-enum sstate {
+enum sched_state {
     S_DOWN,
     S_CONNECTING,
     S_CHALLENGE, /* connected; waiting for the scheduler's challenge */
@@ -81,7 +88,7 @@ struct pr_node {
     uv_loop_t *loop;
     struct pr_conf *conf;
     struct pr_conn *sched;
-    enum sstate sstate;
+    enum sched_state sstate;
     uv_timer_t sched_retry;
     uint32_t backoff_ms;
     uint32_t self;
@@ -102,26 +109,27 @@ struct pr_node {
     uv_pipe_t refused;
     int refused_busy;
     int refused_pending;
-    struct nclient *clients;
-    uint32_t nclients;
+    struct node_trainer *trainers;
+    uint32_t ntrainers;
     uint32_t next_cookie;
     struct pr_tcp_xport *xport;
     struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
     struct pr_engine *engine;
-    struct ngroup *groups;
+    struct node_group *groups; /* running (node_group.c) */
     uv_timer_t tick;
     uint64_t last_ping_ms;
     int stopping;
     int handles;
     uint64_t reduces_ok, reduces_failed;
     const struct pr_auth_key *key; /* NULL: no cluster key */
-    uint8_t nc[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
-    uint8_t ns[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
+    uint8_t
+        my_nonce[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
+    uint8_t sched_challenge[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
     uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
     struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
     /*
      * Trainer connections before their hello (node_ipc.c): they do not
-     * count against max_clients; nclients - strangers.count do.
+     * count against max_clients; ntrainers - strangers.count do.
      */
     struct pr_strangers strangers;
 };
@@ -138,21 +146,35 @@ struct pr_node {
 /* Maps left to the daemon itself below vm.max_map_count (node_tensor.c). */
 #define PR_NODE_MAP_RESERVE 4096
 
-/* node.c */
-int pr_node_send(struct pr_node *n, Pr__V1__Msg *m);
-int pr_node_sched_up(const struct pr_node *n);
 /*
- * A scheduler's refusal of a trainer's registration as the trainer may see
- * it: a negative errno in -4095..-1 as it is, anything else (0, positive,
- * out of range) -EPROTO. (A reduce's status goes through pr_reduce_status,
- * proto/status.h, instead.)
+ * The scheduler link, as every file of the node reads and uses it. node.c
+ * drives the link (connect, hello, retries); these two are inline here,
+ * with the state they read, so that node_ipc.c and node_metrics.c, below
+ * node.c, reach the link without calling up into it.
  */
-int pr_node_fail_status(int64_t status);
+static inline int pr_node_sched_up(const struct pr_node *n)
+{
+    return n->sstate == S_UP && n->sched;
+}
+
+/* Sends m to the scheduler: 0, or -ENOTCONN before the hello, or why not. */
+static inline int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
+{
+    if (!n->sched || n->sstate < S_HELLO)
+        return -ENOTCONN;
+    int rc = pr_conn_send(n->sched, m);
+    if (rc < 0)
+        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
+    return rc;
+}
+
+/* node_group.c */
 /*
- * Trainer c left while its reduce is R_GROUPED: its group runs on without
- * writing c's tensors (pr_engine_detach).
+ * A Group from the scheduler: this node's members are matched to their
+ * trainers' waiting reduces and the engine runs the node's part; or the
+ * group is refused, failing the members matched (their READY is spent).
  */
-void pr_node_group_detach(struct pr_node *n, struct nclient *c);
+void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;
@@ -161,35 +183,45 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
 /* node_ipc.c */
 int pr_node_ipc_listen(struct pr_node *n);
 void pr_node_ipc_close(struct pr_node *n);
-struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie);
-struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank);
-void pr_node_client_joined(struct nclient *c, int status, uint32_t rank);
+struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
+                                               uint32_t cookie);
+struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t rank);
+void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank);
 /*
  * Answers the trainer's reduce (its status through pr_reduce_status) and
  * releases its tensors.
  */
-void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d);
-void pr_node_reduce_fail(struct nclient *c, int status);
+void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d);
+void pr_node_reduce_fail(struct node_trainer *c, int status);
 /* Deadlines of queued reduces; called by the node's tick. */
 void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
 /* The scheduler link went down: fail what waited on it. */
 void pr_node_ipc_sched_lost(struct pr_node *n);
 /* The scheduler link came (back) up: join every trainer again. */
 void pr_node_ipc_sched_up(struct pr_node *n);
-/* An Error frame to the trainer; the connection stays open. */
-void pr_node_reply_error(struct nclient *c, int code, const char *reason);
+
+/* node_socket.c */
+/*
+ * Binds node.socket (after clearing a stale file there) and listens, each
+ * trainer's connection going to on_connection (server->data is n): 0 or
+ * the error, logged.
+ */
+int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection);
+/* Closes the listener and removes the socket file if this daemon bound it. */
+void pr_node_socket_close(struct pr_node *n);
 
 /* node_tensor.c */
 /*
  * TensorCreate: a shared tensor, or an Error frame when it cannot be made
  * (0 either way); a negative errno when the connection must close.
  */
-int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t);
+int pr_node_tensor_create(struct node_trainer *c,
+                          const Pr__V1__TensorCreate *t);
 /* TensorDestroy: now, or when the reduce that reads it ends (doomed). */
-void pr_node_tensor_destroy(struct nclient *c, uint32_t id);
+void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id);
 /* A live tensor of c's by id, or NULL. */
-struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id);
+struct node_tensor *pr_node_tensor_by_id(struct node_trainer *c, uint32_t id);
 /* Unmaps t (and unregisters it from RDMA); the slot stays. */
-void pr_node_tensor_free(struct pr_node *n, struct ntensor *t);
+void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t);
 
 #endif

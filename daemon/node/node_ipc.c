@@ -7,8 +7,8 @@
  *     worker with the scheduler and answers Welcome{id = rank} or Error.
  *     A name is 1..63 bytes without control characters (it goes into log
  *     lines and metrics), as libpreduce requires too. Until its hello, a
- *     connection is a stranger (stranger.h: at most STRANGERS_MAX, closed
- *     after connect_timeout_ms) and no trainer: only those past it count
+ *     connection is a stranger (stranger.h: at most TRAINER_STRANGERS_MAX,
+ * closed after connect_timeout_ms) and no trainer: only those past it count
  *     against max_clients, and one more gets Error{-EUSERS}.
  *  2. TensorCreate{nfloats} -> TensorCreated{tensor_id} with the memfd
  *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
@@ -34,50 +34,44 @@
  * trainer may still hold them and was never told the reduce succeeded.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "daemon/base/log.h"
 #include "daemon/node/node_int.h"
-#include "daemon/xport/rdma/rdma.h"
 #include "proto/status.h"
 
 #define MAX_TENSORS_PER_REDUCE 4096
 /*
  * Trainer connections before their hello (stranger.h): at most
- * STRANGERS_MAX, STRANGERS_PER_UID of them from one user, each for
- * connect_timeout_ms. They do not count against max_clients.
+ * TRAINER_STRANGERS_MAX, TRAINER_STRANGERS_PER_UID of them from one user, each
+ * for connect_timeout_ms. They do not count against max_clients.
  */
-#define STRANGERS_MAX     64
-#define STRANGERS_PER_UID 32
+#define TRAINER_STRANGERS_MAX     64
+#define TRAINER_STRANGERS_PER_UID 32
 
-static const struct pr_conn_ops client_ops;
+static const struct pr_conn_ops trainer_ops;
 
-struct nclient *pr_node_client_by_cookie(struct pr_node *n, uint32_t cookie)
+struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
+                                               uint32_t cookie)
 {
-    for (struct nclient *c = n->clients; c; c = c->next)
+    for (struct node_trainer *c = n->trainers; c; c = c->next)
         if (c->cookie == cookie)
             return c;
     return NULL;
 }
 
-struct nclient *pr_node_client_by_rank(struct pr_node *n, uint32_t rank)
+struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t rank)
 {
-    for (struct nclient *c = n->clients; c; c = c->next)
+    for (struct node_trainer *c = n->trainers; c; c = c->next)
         if (c->rank == (int64_t)rank)
             return c;
     return NULL;
 }
 
-static void send_to(struct nclient *c, Pr__V1__Msg *m)
+static void send_to(struct node_trainer *c, Pr__V1__Msg *m)
 {
     if (!c->conn)
         return;
@@ -87,7 +81,7 @@ static void send_to(struct nclient *c, Pr__V1__Msg *m)
                 strerror(-rc));
 }
 
-static void send_leave(struct nclient *c)
+static void send_leave(struct node_trainer *c)
 {
     if (c->rank < 0 || !pr_node_sched_up(c->node))
         return;
@@ -97,16 +91,16 @@ static void send_leave(struct nclient *c)
     pr_node_send(c->node, &m);
 }
 
-/* Frees a client whose trainer is gone and whose reduce has ended. */
-static void client_free(struct nclient *c)
+/* Frees a trainer that is gone and whose reduce has ended. */
+static void trainer_free(struct node_trainer *c)
 {
     struct pr_node *n = c->node;
-    struct nclient **pp = &n->clients;
+    struct node_trainer **pp = &n->trainers;
     while (*pp && *pp != c)
         pp = &(*pp)->next;
     if (*pp)
         *pp = c->next;
-    n->nclients--;
+    n->ntrainers--;
     pr_stranger_remove(&c->st);
     send_leave(c);
     for (size_t i = 0; i < c->ntensors; i++)
@@ -116,11 +110,11 @@ static void client_free(struct nclient *c)
     free(c);
 }
 
-static void release_tensors(struct nclient *c)
+static void release_tensors(struct node_trainer *c)
 {
     size_t w = 0;
     for (size_t i = 0; i < c->ntensors; i++) {
-        struct ntensor *t = &c->tensors[i];
+        struct node_tensor *t = &c->tensors[i];
         t->busy = 0;
         if (t->doomed)
             pr_node_tensor_free(c->node, t);
@@ -134,11 +128,11 @@ static void release_tensors(struct nclient *c)
     c->rstate = R_NONE;
 }
 
-void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
+void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d)
 {
     release_tensors(c);
     if (!c->conn) {
-        client_free(c);
+        trainer_free(c);
         return;
     }
     /* Only the codes the library documents to its trainers. */
@@ -152,13 +146,11 @@ void pr_node_reduce_reply(struct nclient *c, const Pr__V1__ReduceDone *d)
     } else {
         c->node->reduces_failed++;
     }
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
-    m.reduce_done = &out;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE_DONE, reduce_done, &out);
     send_to(c, &m);
 }
 
-void pr_node_reduce_fail(struct nclient *c, int status)
+void pr_node_reduce_fail(struct node_trainer *c, int status)
 {
     Pr__V1__ReduceDone d = PR__V1__REDUCE_DONE__INIT;
     d.seq = c->seq;
@@ -168,18 +160,35 @@ void pr_node_reduce_fail(struct nclient *c, int status)
     pr_node_reduce_reply(c, &d);
 }
 
-void pr_node_reply_error(struct nclient *c, int code, const char *reason)
+static int send_join(struct node_trainer *c);
+
+/*
+ * A scheduler's refusal of a trainer's registration as the trainer may see
+ * it: a negative errno in -4095..-1 as it is, anything else (0, positive,
+ * out of range) -EPROTO. (A reduce's status goes through pr_reduce_status,
+ * proto/status.h, instead.)
+ */
+static int join_fail_status(int64_t status)
 {
-    Pr__V1__Error e = PR__V1__ERROR__INIT;
-    e.code = code;
-    e.reason = (char *)reason;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_ERROR;
-    m.error = &e;
-    send_to(c, &m);
+    return status < 0 && status >= -4095 ? (int)status : -EPROTO;
 }
 
-static int send_join(struct nclient *c);
+/*
+ * Trainer c left while its reduce is R_GROUPED: its group runs on without
+ * writing c's tensors. The engine knows the member by the rank the group
+ * used, which c keeps (the scheduler may have given it another since).
+ */
+static void group_detach(struct node_trainer *c)
+{
+    struct pr_node *n = c->node;
+    int rc = pr_engine_detach(n->engine, c->group_id, c->group_rank);
+    if (rc == 0)
+        pr_info("group %llu: worker %u left: its tensors will not be written",
+                (unsigned long long)c->group_id, c->group_rank);
+    else
+        pr_warn("group %llu: pr_engine_detach(worker %u): %s",
+                (unsigned long long)c->group_id, c->group_rank, strerror(-rc));
+}
 
 /* A worker name must not carry control characters into log lines. */
 static int has_control_chars(const char *name, size_t len)
@@ -192,7 +201,7 @@ static int has_control_chars(const char *name, size_t len)
     return 0;
 }
 
-static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
+static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
     if (h->version != PR_PROTO_VERSION) {
@@ -218,7 +227,7 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
         return 0;
     }
     /* c is still a stranger: these are the trainers past their hello. */
-    uint32_t trainers = n->nclients - n->strangers.count;
+    uint32_t trainers = n->ntrainers - n->strangers.count;
     if (trainers >= n->conf->node_max_clients) {
         /*
          * -EUSERS, not -EMFILE: the trainer's own descriptors are fine, it
@@ -246,15 +255,13 @@ static int on_hello(struct nclient *c, const Pr__V1__Hello *h)
 }
 
 /* Registers the trainer with the scheduler (WorkerJoin, C_JOINING). */
-static int send_join(struct nclient *c)
+static int send_join(struct node_trainer *c)
 {
     struct pr_node *n = c->node;
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = c->cookie;
     j.name = c->name;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
-    m.worker_join = &j;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
     int rc = pr_node_send(n, &m);
     if (rc < 0) {
         pr_conn_fail(c->conn, rc, "the scheduler is unreachable");
@@ -264,10 +271,10 @@ static int send_join(struct nclient *c)
     return 0;
 }
 
-void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
+void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
 {
     if (status != 0)
-        status = pr_node_fail_status(status);
+        status = join_fail_status(status);
     if (status == 0)
         c->rank = rank;
     if (!c->conn) {
@@ -276,7 +283,7 @@ void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
          * group of an earlier scheduler session still uses its tensors.
          */
         if (c->rstate == R_NONE)
-            client_free(c);
+            trainer_free(c);
         return;
     }
     if (c->state == C_UP) {
@@ -298,14 +305,12 @@ void pr_node_client_joined(struct nclient *c, int status, uint32_t rank)
     w.version = PR_PROTO_VERSION;
     w.id = rank;
     w.job = c->node->conf->job;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_WELCOME;
-    m.welcome = &w;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u", c->name, rank);
 }
 
-static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
+static void reduce_refuse(struct node_trainer *c, uint64_t seq, int status,
                           const char *why)
 {
     pr_warn("%s: reduce %llu refused: %s", c->conn->name,
@@ -315,9 +320,7 @@ static void reduce_refuse(struct nclient *c, uint64_t seq, int status,
     d.status = pr_reduce_status(status);
     d.version = c->version;
     d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
-    m.reduce_done = &d;
+    Pr__V1__Msg m = PR_MSG_OF(REDUCE_DONE, reduce_done, &d);
     send_to(c, &m);
 }
 
@@ -341,7 +344,7 @@ static uint64_t reduce_deadline(const struct pr_node *n,
     return end;
 }
 
-static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
+static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
 {
     struct pr_node *n = c->node;
     if (c->rstate != R_NONE) {
@@ -368,7 +371,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     }
     uint64_t total = 0;
     for (size_t i = 0; i < r->n_tensor_ids; i++) {
-        struct ntensor *t = pr_node_tensor_by_id(c, r->tensor_ids[i]);
+        struct node_tensor *t = pr_node_tensor_by_id(c, r->tensor_ids[i]);
         if (!t || t->busy) {
             for (size_t j = 0; j < c->ntensors; j++)
                 c->tensors[j].busy = 0;
@@ -393,9 +396,7 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     rd.version = r->version;
     rd.nfloats = total;
     rd.seq = r->seq;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_READY;
-    m.ready = &rd;
+    Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     c->rstate = R_QUEUED;
     int rc = pr_node_send(n, &m);
     if (rc < 0)
@@ -403,9 +404,9 @@ static int on_reduce(struct nclient *c, const Pr__V1__Reduce *r)
     return 0;
 }
 
-static int client_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+static int trainer_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 {
-    struct nclient *c = conn->owner;
+    struct node_trainer *c = conn->owner;
     if (c->state == C_HELLO) {
         if (m->body_case != PR__V1__MSG__BODY_HELLO) {
             pr_warn("%s: %s message before hello: closing", conn->name,
@@ -434,22 +435,20 @@ static int client_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
     }
 }
 
-static void send_cancel(struct nclient *c)
+static void send_cancel(struct node_trainer *c)
 {
     Pr__V1__Cancel k = PR__V1__CANCEL__INIT;
     k.rank = (uint32_t)c->rank;
     k.seq = c->seq;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_CANCEL;
-    m.cancel = &k;
+    Pr__V1__Msg m = PR_MSG_OF(CANCEL, cancel, &k);
     c->rstate = R_CANCELLING;
     if (pr_node_send(c->node, &m) < 0)
         pr_node_reduce_fail(c, -ETIMEDOUT);
 }
 
-static void client_on_close(struct pr_conn *conn, int status)
+static void trainer_on_close(struct pr_conn *conn, int status)
 {
-    struct nclient *c = conn->owner;
+    struct node_trainer *c = conn->owner;
     c->conn = NULL;
     if (c->state == C_UP || c->state == C_JOINING)
         pr_info("trainer '%s' (worker %lld) disconnected%s%s", c->name,
@@ -467,7 +466,7 @@ static void client_on_close(struct pr_conn *conn, int status)
          * reported a failure already) and may still hold its tensors: they
          * must keep their inputs.
          */
-        pr_node_group_detach(c->node, c);
+        group_detach(c);
         return; /* freed when the reduce ends */
     case R_CANCELLING:
         return; /* freed when the reduce ends */
@@ -476,13 +475,13 @@ static void client_on_close(struct pr_conn *conn, int status)
     }
     if (c->state == C_JOINING)
         return; /* freed when the scheduler answers */
-    client_free(c);
+    trainer_free(c);
 }
 
-static const struct pr_conn_ops client_ops = {
-    .on_msg = client_on_msg,
+static const struct pr_conn_ops trainer_ops = {
+    .on_msg = trainer_on_msg,
     .on_data = NULL,
-    .on_close = client_on_close,
+    .on_close = trainer_on_close,
 };
 
 static void on_connection(uv_stream_t *server, int status);
@@ -532,15 +531,15 @@ static void refuse(struct pr_node *n, uv_stream_t *server)
 static const struct pr_stranger_rules stranger_rules = {
     .what = "trainer socket",
     .awaits = "hello",
-    .max = STRANGERS_MAX,
-    .per_source_max = STRANGERS_PER_UID,
+    .max = TRAINER_STRANGERS_MAX,
+    .per_source_max = TRAINER_STRANGERS_PER_UID,
 };
 
 /* A trainer before its hello: told why, as a slow real one may read it. */
 static void stranger_close(struct pr_stranger *st, int status)
 {
-    struct nclient *c =
-        (struct nclient *)((char *)st - offsetof(struct nclient, st));
+    struct node_trainer *c =
+        (struct node_trainer *)((char *)st - offsetof(struct node_trainer, st));
     if (!c->conn)
         return;
     if (status == -ETIMEDOUT)
@@ -557,10 +556,10 @@ static void on_connection(uv_stream_t *server, int status)
         pr_warn("trainer socket: %s", uv_strerror(status));
         return;
     }
-    struct nclient *c = calloc(1, sizeof(*c));
+    struct node_trainer *c = calloc(1, sizeof(*c));
     if (c) {
         c->conn =
-            pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &client_ops, c);
+            pr_conn_create_pipe(n->loop, PR_CTRL_MAX_FRAME, &trainer_ops, c);
     }
     if (!c || !c->conn) {
         pr_err("trainer socket: out of memory for a trainer: refusing it");
@@ -574,9 +573,9 @@ static void on_connection(uv_stream_t *server, int status)
     c->cookie = ++n->next_cookie;
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer connection %u",
              c->cookie);
-    c->next = n->clients;
-    n->clients = c;
-    n->nclients++;
+    c->next = n->trainers;
+    n->trainers = c;
+    n->ntrainers++;
     if (uv_accept(server, &c->conn->h.stream) < 0) {
         pr_conn_close(c->conn, -ECONNABORTED);
         return;
@@ -594,127 +593,22 @@ static void on_connection(uv_stream_t *server, int status)
         pr_conn_close(c->conn, -EIO);
 }
 
-static int mkdir_parent(const char *path)
-{
-    char dir[256];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-/*
- * What is at the socket path before this daemon binds it: 0 when nothing
- * is, or a stale socket file that nobody answers on (removed, with a log
- * line); -EADDRINUSE when a daemon answers there (taking its path would
- * leave it running but unreachable); -EEXIST when it is no socket.
- */
-static int clear_socket_path(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode)) {
-        pr_err("trainer socket: %s exists and is not a socket: not "
-               "starting",
-               path);
-        return -EEXIST;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
-    close(fd);
-    /* EAGAIN: its backlog is full, so a daemon is there (and busy). */
-    if (rc == 0 || rc == -EAGAIN) {
-        pr_err("trainer socket: %s is in use by a running daemon: not "
-               "starting (give this one another node.socket)",
-               path);
-        return -EADDRINUSE;
-    }
-    if (rc != -ECONNREFUSED) {
-        pr_err("trainer socket: probing %s: connect: %s", path, strerror(-rc));
-        return rc;
-    }
-    pr_info("trainer socket: %s is stale (nobody answers): replacing it", path);
-    if (unlink(path) < 0 && errno != ENOENT) {
-        rc = -errno;
-        pr_err("trainer socket: unlink %s: %s", path, strerror(-rc));
-        return rc;
-    }
-    return 0;
-}
-
 int pr_node_ipc_listen(struct pr_node *n)
 {
-    const char *path = n->conf->node_socket;
-    struct sockaddr_un sa;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        pr_err("trainer socket: %s: %zu bytes, a Unix socket path holds "
-               "%zu at most",
-               path, strlen(path), sizeof(sa.sun_path) - 1);
-        return -ENAMETOOLONG;
-    }
-    int rc = mkdir_parent(path);
-    if (rc < 0) {
-        pr_err("trainer socket: mkdir for %s: %s", path, strerror(-rc));
-        return rc;
-    }
-    rc = clear_socket_path(path);
-    if (rc < 0)
-        return rc;
-    uv_pipe_init(n->loop, &n->ipc, 0);
-    n->ipc.data = n;
-    n->ipc_open = 1;
-    rc = uv_pipe_bind(&n->ipc, path);
-    if (rc == 0) {
-        struct stat st;
-        if (stat(path, &st) == 0) {
-            n->ipc_dev = st.st_dev;
-            n->ipc_ino = st.st_ino;
-        }
-        rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
-    }
-    if (rc < 0) {
-        pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
-        return rc;
-    }
-    pr_info("trainers connect to %s", path);
-    return 0;
-}
-
-static void ipc_closed_cb(uv_handle_t *h)
-{
-    struct pr_node *n = h->data;
-    if (--n->handles == 0)
-        free(n);
+    return pr_node_socket_open(n, on_connection);
 }
 
 void pr_node_ipc_close(struct pr_node *n)
 {
-    while (n->clients) {
-        struct nclient *c = n->clients;
+    while (n->trainers) {
+        struct node_trainer *c = n->trainers;
         if (c->conn) {
             /* Detach: the conn's close callback must not see c. */
             struct pr_conn *conn = c->conn;
             c->conn = NULL;
             pr_conn_detach_close(conn);
         }
-        n->clients = c->next;
+        n->trainers = c->next;
         pr_stranger_remove(&c->st);
         for (size_t i = 0; i < c->ntensors; i++)
             pr_node_tensor_free(c->node, &c->tensors[i]);
@@ -722,15 +616,7 @@ void pr_node_ipc_close(struct pr_node *n)
         free(c->parts);
         free(c);
     }
-    if (n->ipc_open) {
-        n->handles++;
-        uv_close((uv_handle_t *)&n->ipc, ipc_closed_cb);
-        /* Only the file this daemon bound: another's would be cut off. */
-        struct stat st;
-        if (n->ipc_ino && stat(n->conf->node_socket, &st) == 0 &&
-            st.st_dev == n->ipc_dev && st.st_ino == n->ipc_ino)
-            unlink(n->conf->node_socket);
-    }
+    pr_node_socket_close(n);
 }
 
 void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
@@ -738,9 +624,9 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
     uint64_t now_ns = uv_hrtime();
     pr_strangers_sweep(&n->strangers, &stranger_rules,
                        n->conf->node_connect_timeout_ms, now_ms);
-    struct nclient *c = n->clients;
+    struct node_trainer *c = n->trainers;
     while (c) {
-        struct nclient *next = c->next;
+        struct node_trainer *next = c->next;
         if (c->state == C_WAIT && now_ms >= c->deadline_ms) {
             c->state = C_HELLO;
             if (c->conn)
@@ -767,9 +653,9 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
 
 void pr_node_ipc_sched_lost(struct pr_node *n)
 {
-    struct nclient *c = n->clients;
+    struct node_trainer *c = n->trainers;
     while (c) {
-        struct nclient *next = c->next;
+        struct node_trainer *next = c->next;
         /*
          * Ranks belong to the scheduler session that gave them; the next
          * session is asked for the same one (pr_node_ipc_sched_up).
@@ -785,7 +671,7 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
             if (c->conn)
                 pr_conn_fail(c->conn, -ECONNRESET, "the scheduler went away");
             else
-                client_free(c);
+                trainer_free(c);
         }
         c = next;
     }
@@ -793,7 +679,7 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
 
 void pr_node_ipc_sched_up(struct pr_node *n)
 {
-    for (struct nclient *c = n->clients; c; c = c->next) {
+    for (struct node_trainer *c = n->trainers; c; c = c->next) {
         if (c->state == C_WAIT && c->conn) {
             send_join(c);
             continue;
@@ -805,9 +691,7 @@ void pr_node_ipc_sched_up(struct pr_node *n)
         j.cookie = c->cookie;
         j.name = c->name;
         j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
-        Pr__V1__Msg m = PR_MSG_INIT;
-        m.body_case = PR__V1__MSG__BODY_WORKER_JOIN;
-        m.worker_join = &j;
+        Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
         pr_node_send(n, &m);
     }
 }

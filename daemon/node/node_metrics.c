@@ -50,21 +50,11 @@ static void bytes(struct pr_metrics_buf *b, const char *transport,
                       (unsigned long long)recv);
 }
 
-int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
+/* Who this daemon is: the one preduce_info line. */
+static void render_info(struct pr_metrics_buf *b, const struct pr_node *n)
 {
-    const struct pr_node *n = ctx;
     const struct pr_conf *c = n->conf;
     char job[2 * 64 + 1], name[2 * 64 + 1];
-    struct pr_engine_stats es = {0};
-    struct pr_tcp_xport_stats ts = {0};
-    struct pr_rdma_stats rs = {0};
-    if (n->engine)
-        pr_engine_stats(n->engine, &es);
-    if (n->xport)
-        pr_tcp_xport_stats(n->xport, &ts);
-    if (n->rdma)
-        pr_rdma_stats(n->rdma, &rs);
-
     pr_metrics_header(b, "preduce_info", "gauge",
                       "This daemon: role, job and name.");
     pr_metrics_printf(b,
@@ -73,12 +63,17 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
                       pr_metrics_escape(c->job, job, sizeof(job)),
                       pr_metrics_escape(c->node_name, name, sizeof(name)),
                       n->self);
+}
+
+/* What the node itself counts: its scheduler link, trainers, reduces. */
+static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
+{
     gauge(b, "preduce_node_scheduler_up",
           "1 while the link to the scheduler is up.",
           (uint64_t)pr_node_sched_up(n));
     /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
-          n->nclients - n->strangers.count);
+          n->ntrainers - n->strangers.count);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);
@@ -90,6 +85,14 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
                       "preduce_node_reduce_seconds_count %llu\n",
                       (double)n->reduce_us_sum / 1e6,
                       (unsigned long long)n->reduce_us_count);
+}
+
+/* What the reduce engine counts (pr_engine_stats): groups and chunks. */
+static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
+{
+    struct pr_engine_stats es = {0};
+    if (n->engine)
+        pr_engine_stats(n->engine, &es);
     counter2(b, "preduce_node_groups_total",
              "This node's parts of groups run by the reduce engine, by "
              "outcome.",
@@ -109,6 +112,17 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
     counter(b, "preduce_node_reduced_bytes_total",
             "Result bytes written back into trainers' tensors.",
             es.bytes_reduced);
+}
+
+/* What the transports count: bytes by transport, links, RDMA's work. */
+static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
+{
+    struct pr_tcp_xport_stats ts = {0};
+    struct pr_rdma_stats rs = {0};
+    if (n->xport)
+        pr_tcp_xport_stats(n->xport, &ts);
+    if (n->rdma)
+        pr_rdma_stats(n->rdma, &rs);
     pr_metrics_header(b, "preduce_node_bytes_total", "counter",
                       "Data bytes to and from peer daemons, by transport.");
     bytes(b, "tcp", ts.bytes_sent, ts.bytes_recv);
@@ -124,11 +138,16 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
     counter(b, "preduce_node_rdma_cq_events_total",
             "Completion-channel events read (wake-ups for RDMA completions).",
             rs.cq_events);
+}
 
+/* One line per local trainer that said its name: its model version. */
+static void render_workers(struct pr_metrics_buf *b, const struct pr_node *n)
+{
+    char name[2 * 64 + 1];
     pr_metrics_header(b, "preduce_worker_version", "gauge",
                       "Model version of each local trainer after its last "
                       "reduce (rank -1: not registered).");
-    for (const struct nclient *w = n->clients; w; w = w->next) {
+    for (const struct node_trainer *w = n->trainers; w; w = w->next) {
         if (!w->conn || !w->name[0])
             continue;
         pr_metrics_printf(b,
@@ -137,5 +156,15 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
                           pr_metrics_escape(w->name, name, sizeof(name)),
                           (long long)w->rank, (unsigned long long)w->version);
     }
+}
+
+int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *b)
+{
+    const struct pr_node *n = ctx;
+    render_info(b, n);
+    render_node(b, n);
+    render_engine(b, n);
+    render_xport(b, n);
+    render_workers(b, n);
     return b->err;
 }

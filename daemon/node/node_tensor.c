@@ -16,7 +16,23 @@
 #include "daemon/node/node_int.h"
 #include "daemon/xport/rdma/rdma.h"
 
-void pr_node_tensor_free(struct pr_node *n, struct ntensor *t)
+/*
+ * An Error frame answering the trainer's create; the connection stays
+ * open. The create came on c->conn, so it is there to answer on.
+ */
+static void reply_error(struct node_trainer *c, int code, const char *reason)
+{
+    Pr__V1__Error e = PR__V1__ERROR__INIT;
+    e.code = code;
+    e.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_OF(ERROR, error, &e);
+    int rc = pr_conn_send(c->conn, &m);
+    if (rc < 0)
+        pr_warn("%s: send %s: %s", c->conn->name, pr_msg_name(&m),
+                strerror(-rc));
+}
+
+void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t)
 {
     if (t->data) {
         if (n->rdma)
@@ -48,8 +64,8 @@ static uint64_t node_tensor_cap(const struct pr_node *n)
  * 0, or an errno with why[] filled in: -EDQUOT for the trainer's own
  * quota (count or MiB), -ENOSPC when the node holds all it may.
  */
-static int check_limits(const struct nclient *c, uint64_t nfloats, char *why,
-                        size_t why_len)
+static int check_limits(const struct node_trainer *c, uint64_t nfloats,
+                        char *why, size_t why_len)
 {
     const struct pr_conf *conf = c->node->conf;
     if (c->ntensors >= conf->node_trainer_max_tensors) {
@@ -89,7 +105,7 @@ static int check_limits(const struct nclient *c, uint64_t nfloats, char *why,
  * is queued ahead of it on the stream, which holds for this request/answer
  * protocol (the trainer waits for this answer and reads meanwhile).
  */
-static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
+static int send_with_fd(struct node_trainer *c, const Pr__V1__Msg *m, int fd)
 {
     uint8_t *buf;
     size_t len;
@@ -136,55 +152,93 @@ static int send_with_fd(struct nclient *c, const Pr__V1__Msg *m, int fd)
     return 0;
 }
 
-int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
+/*
+ * The tensor's size against node.max_tensor_mb: 0, or -EINVAL with why[]
+ * filled in. Checked before the trainer's quotas, which count bytes.
+ */
+static int check_size(const struct node_trainer *c, uint64_t nfloats, char *why,
+                      size_t why_len)
 {
-    struct pr_node *n = c->node;
-    uint64_t max =
-        (uint64_t)n->conf->node_max_tensor_mb * 1024 * 1024 / sizeof(float);
-    if (t->nfloats == 0 || t->nfloats > max) {
-        char why[128];
-        snprintf(why, sizeof(why),
-                 "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
-                 (unsigned long long)t->nfloats, (unsigned long long)max);
-        pr_warn("%s: %s", c->conn->name, why);
-        pr_node_reply_error(c, -EINVAL, why);
+    uint64_t max = (uint64_t)c->node->conf->node_max_tensor_mb * 1024 * 1024 /
+                   sizeof(float);
+    if (nfloats != 0 && nfloats <= max)
         return 0;
-    }
-    char why[160];
-    int rc = check_limits(c, t->nfloats, why, sizeof(why));
-    if (rc < 0) {
-        pr_warn("%s: tensor of %llu floats refused: %s", c->conn->name,
-                (unsigned long long)t->nfloats, why);
-        pr_node_reply_error(c, rc, why);
+    snprintf(why, why_len,
+             "tensor of %llu floats: must be 1..%llu (max_tensor_mb)",
+             (unsigned long long)nfloats, (unsigned long long)max);
+    return -EINVAL;
+}
+
+/* Room for one more tensor in c->tensors: 0 or -ENOMEM. */
+static int reserve_slot(struct node_trainer *c)
+{
+    if (c->ntensors < c->cap)
         return 0;
-    }
-    if (c->ntensors == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        struct ntensor *nt = realloc(c->tensors, cap * sizeof(*nt));
-        if (!nt) {
-            pr_node_reply_error(c, -ENOMEM, "out of memory");
-            return 0;
-        }
-        c->tensors = nt;
-        c->cap = cap;
-    }
-    size_t bytes = (size_t)t->nfloats * sizeof(float);
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    struct node_tensor *nt = realloc(c->tensors, cap * sizeof(*nt));
+    if (!nt)
+        return -ENOMEM;
+    c->tensors = nt;
+    c->cap = cap;
+    return 0;
+}
+
+/*
+ * The shared memory of c's next tensor: a memfd of `bytes`, its size
+ * sealed (a trainer that shrank it would SIGBUS the daemon), mapped here.
+ * 0 with *fd and *data set, or -errno (logged) with nothing left open.
+ */
+static int map_shared(const struct node_trainer *c, size_t bytes, int *fd,
+                      void **data)
+{
     char label[96];
     snprintf(label, sizeof(label), "preduce:%s:%u", c->name,
              c->next_tensor_id + 1);
-    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int f = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     void *p = MAP_FAILED;
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-            MAP_FAILED)
-        rc = -errno;
-    if (rc < 0) {
+    if (f < 0 || ftruncate(f, (off_t)bytes) < 0 ||
+        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        (p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0)) ==
+            MAP_FAILED) {
+        int rc = -errno;
         pr_err("%s: tensor of %zu bytes: memfd/ftruncate/mmap: %s",
                c->conn->name, bytes, strerror(-rc));
-        if (fd >= 0)
-            close(fd);
-        pr_node_reply_error(c, rc, "cannot allocate shared memory");
+        if (f >= 0)
+            close(f);
+        return rc;
+    }
+    *fd = f;
+    *data = p;
+    return 0;
+}
+
+int pr_node_tensor_create(struct node_trainer *c, const Pr__V1__TensorCreate *t)
+{
+    struct pr_node *n = c->node;
+    char why[160];
+    int rc = check_size(c, t->nfloats, why, sizeof(why));
+    if (rc < 0) {
+        pr_warn("%s: %s", c->conn->name, why);
+        reply_error(c, rc, why);
+        return 0;
+    }
+    rc = check_limits(c, t->nfloats, why, sizeof(why));
+    if (rc < 0) {
+        pr_warn("%s: tensor of %llu floats refused: %s", c->conn->name,
+                (unsigned long long)t->nfloats, why);
+        reply_error(c, rc, why);
+        return 0;
+    }
+    if (reserve_slot(c) < 0) {
+        reply_error(c, -ENOMEM, "out of memory");
+        return 0;
+    }
+    size_t bytes = (size_t)t->nfloats * sizeof(float);
+    int fd = -1;
+    void *p = NULL;
+    rc = map_shared(c, bytes, &fd, &p);
+    if (rc < 0) {
+        reply_error(c, rc, "cannot allocate shared memory");
         return 0;
     }
     /*
@@ -194,19 +248,17 @@ int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
     if (n->rdma && (rc = pr_rdma_reg(n->rdma, p, bytes)) < 0) {
         munmap(p, bytes);
         close(fd);
-        pr_node_reply_error(c, rc, "cannot register the tensor for RDMA");
+        reply_error(c, rc, "cannot register the tensor for RDMA");
         return 0;
     }
-    struct ntensor *nt = &c->tensors[c->ntensors];
-    *nt =
-        (struct ntensor){.id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
+    struct node_tensor *nt = &c->tensors[c->ntensors];
+    *nt = (struct node_tensor){
+        .id = ++c->next_tensor_id, .data = p, .n = t->nfloats};
     n->ntensors++; /* pr_node_tensor_free() takes it back */
     Pr__V1__TensorCreated r = PR__V1__TENSOR_CREATED__INIT;
     r.tensor_id = nt->id;
     r.nfloats = t->nfloats;
-    Pr__V1__Msg m = PR_MSG_INIT;
-    m.body_case = PR__V1__MSG__BODY_TENSOR_CREATED;
-    m.tensor_created = &r;
+    Pr__V1__Msg m = PR_MSG_OF(TENSOR_CREATED, tensor_created, &r);
     rc = send_with_fd(c, &m, fd);
     close(fd);
     if (rc < 0) {
@@ -219,7 +271,7 @@ int pr_node_tensor_create(struct nclient *c, const Pr__V1__TensorCreate *t)
     return 0;
 }
 
-struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id)
+struct node_tensor *pr_node_tensor_by_id(struct node_trainer *c, uint32_t id)
 {
     for (size_t i = 0; i < c->ntensors; i++)
         if (c->tensors[i].id == id && !c->tensors[i].doomed)
@@ -227,9 +279,9 @@ struct ntensor *pr_node_tensor_by_id(struct nclient *c, uint32_t id)
     return NULL;
 }
 
-void pr_node_tensor_destroy(struct nclient *c, uint32_t id)
+void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id)
 {
-    struct ntensor *t = pr_node_tensor_by_id(c, id);
+    struct node_tensor *t = pr_node_tensor_by_id(c, id);
     if (!t)
         return;
     if (t->busy) {

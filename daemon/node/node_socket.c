@@ -1,0 +1,141 @@
+/*
+ * The trainers' socket file (node.socket): its parent directories, a stale
+ * file left by a daemon that died (replaced) or a live daemon's (refused:
+ * taking its path would cut it off), the listener bound there, and at
+ * close the removal of the file this daemon bound and no other. What
+ * connects is node_ipc.c's, through the callback it passes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/base/log.h"
+#include "daemon/node/node_int.h"
+
+static int mkdir_parent(const char *path)
+{
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/*
+ * What is at the socket path before this daemon binds it: 0 when nothing
+ * is, or a stale socket file that nobody answers on (removed, with a log
+ * line); -EADDRINUSE when a daemon answers there (taking its path would
+ * leave it running but unreachable); -EEXIST when it is no socket.
+ */
+static int clear_socket_path(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) {
+        pr_err("trainer socket: %s exists and is not a socket: not "
+               "starting",
+               path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+    close(fd);
+    /* EAGAIN: its backlog is full, so a daemon is there (and busy). */
+    if (rc == 0 || rc == -EAGAIN) {
+        pr_err("trainer socket: %s is in use by a running daemon: not "
+               "starting (give this one another node.socket)",
+               path);
+        return -EADDRINUSE;
+    }
+    if (rc != -ECONNREFUSED) {
+        pr_err("trainer socket: probing %s: connect: %s", path, strerror(-rc));
+        return rc;
+    }
+    pr_info("trainer socket: %s is stale (nobody answers): replacing it", path);
+    if (unlink(path) < 0 && errno != ENOENT) {
+        rc = -errno;
+        pr_err("trainer socket: unlink %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection)
+{
+    const char *path = n->conf->node_socket;
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        pr_err("trainer socket: %s: %zu bytes, a Unix socket path holds "
+               "%zu at most",
+               path, strlen(path), sizeof(sa.sun_path) - 1);
+        return -ENAMETOOLONG;
+    }
+    int rc = mkdir_parent(path);
+    if (rc < 0) {
+        pr_err("trainer socket: mkdir for %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    rc = clear_socket_path(path);
+    if (rc < 0)
+        return rc;
+    uv_pipe_init(n->loop, &n->ipc, 0);
+    n->ipc.data = n;
+    n->ipc_open = 1;
+    rc = uv_pipe_bind(&n->ipc, path);
+    if (rc == 0) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            n->ipc_dev = st.st_dev;
+            n->ipc_ino = st.st_ino;
+        }
+        rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
+    }
+    if (rc < 0) {
+        pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
+        return rc;
+    }
+    pr_info("trainers connect to %s", path);
+    return 0;
+}
+
+static void ipc_closed_cb(uv_handle_t *h)
+{
+    struct pr_node *n = h->data;
+    if (--n->handles == 0)
+        free(n);
+}
+
+void pr_node_socket_close(struct pr_node *n)
+{
+    if (!n->ipc_open)
+        return;
+    n->handles++;
+    uv_close((uv_handle_t *)&n->ipc, ipc_closed_cb);
+    /* Only the file this daemon bound: another's would be cut off. */
+    struct stat st;
+    if (n->ipc_ino && stat(n->conf->node_socket, &st) == 0 &&
+        st.st_dev == n->ipc_dev && st.st_ino == n->ipc_ino)
+        unlink(n->conf->node_socket);
+}
