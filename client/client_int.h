@@ -114,6 +114,7 @@ struct preduce_client {
     uint64_t seq; /* seq of the last reduce sent */
     bool inflight;
     bool in_place;           /* preduce_set_in_place() */
+    bool heal;               /* preduce_set_heal(): until a reduce succeeds */
     int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;

@@ -67,6 +67,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.tensor_ids = ids;
     r.timeout_ms = (uint32_t)timeout_ms;
     r.in_place = c->in_place;
+    r.heal = c->heal;
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
     Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);
@@ -94,6 +95,14 @@ int preduce_set_in_place(preduce_client_t *c, int on)
     return 0;
 }
 
+int preduce_set_heal(preduce_client_t *c, int on)
+{
+    if (!c || (on != 0 && on != 1))
+        return -EINVAL;
+    c->heal = on;
+    return 0;
+}
+
 /* Hands the stashed answer to the caller and ends the reduce. */
 static int finish(struct preduce_client *c)
 {
@@ -109,6 +118,7 @@ static int finish(struct preduce_client *c)
     pr_client_result_fini(&old);
     c->have_result = true;
     c->version = c->result.version;
+    c->heal = false; /* healed: the model is the group's now */
     return 0;
 }
 

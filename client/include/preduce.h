@@ -153,6 +153,17 @@ PREDUCE_API int preduce_reduce(preduce_client_t *c,
 PREDUCE_API int preduce_set_in_place(preduce_client_t *c, int on);
 
 /*
+ * on = 1: the next reduces, until one succeeds, take their group's model
+ * and give none of their own (weight 0 in the mean, the other members'
+ * weights over themselves): for a trainer restarted from an older
+ * checkpoint, whose model should heal from its peers rather than pull
+ * them back. A trainer whose first reduce brings a fresh model (version
+ * 1) to a job that has gone past it heals without asking. 0, or -EINVAL
+ * (on not 0 or 1).
+ */
+PREDUCE_API int preduce_set_heal(preduce_client_t *c, int on);
+
+/*
  * The same in two halves: start sends the request and returns at once; the
  * tensors must not be touched until wait returned something other than
  * -EAGAIN. wait with timeout_ms 0 only polls (-EAGAIN: not yet, also when
@@ -182,7 +193,6 @@ PREDUCE_API int preduce_result_member(const preduce_result_t *r, size_t i,
 PREDUCE_API double preduce_result_weight(const preduce_result_t *r);
 PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
 
-/* A short English text for a return code (never NULL). */
 /*
  * The daemon's own explanation of the last failure it reported to c (a
  * refused reduce or tensor create: say, "reduce of 300 floats, but this
@@ -190,6 +200,7 @@ PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
  * call on c; never NULL.
  */
 PREDUCE_API const char *preduce_last_error(const preduce_client_t *c);
+/* A short English text for a return code (never NULL). */
 PREDUCE_API const char *preduce_strerror(int err);
 
 /*

@@ -447,6 +447,8 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
         rc = -ENOMEM;
         goto fail;
     }
+    /* Early chunks wait for their group as long as a reduce may take. */
+    pr_engine_set_stash_ms(n->engine, conf->node_reduce_timeout_ms);
     struct pr_link_sink sink = pr_engine_sink(n->engine);
     pr_tcp_xport_set_sink(n->xport, &sink);
     pr_tcp_xport_set_key(n->xport, key);
@@ -477,6 +479,7 @@ fail:
 int pr_node_reload(struct pr_node *n)
 {
     pr_engine_set_chunk(n->engine, chunk_floats(n->conf));
+    pr_engine_set_stash_ms(n->engine, n->conf->node_reduce_timeout_ms);
     return 0;
 }
 

@@ -396,6 +396,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     rd.version = r->version;
     rd.nfloats = total;
     rd.seq = r->seq;
+    rd.heal = r->heal;
     Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     c->rstate = R_QUEUED;
     int rc = pr_node_send(n, &m);

@@ -6,6 +6,7 @@ waits)."""
 
 import errno
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -256,3 +257,86 @@ def test_overlap_merges_local_progress(cluster):
     assert [pr.reduces for pr in prs] == [2, 2]
     for cl in clients:
         cl.close()
+
+
+def test_fresh_joiner_heals_without_moving_the_others(cluster):
+    """A worker that joins a job which has gone past version 1 takes its
+    first group's model and gives none of its own: the others' mean is
+    exactly what it would have been without it."""
+    c = cluster(2)
+    a = preduce.Client(c.sock[0], "a")
+    b = preduce.Client(c.sock[1], "b")
+    wa, wb = a.tensor(64), b.tensor(64)
+    rng = np.random.RandomState(3)
+    for _ in range(3):  # the job goes to version 3
+        wa[:] = rng.rand(64)
+        wb[:] = rng.rand(64)
+        run_all([lambda: a.reduce([wa]), lambda: b.reduce([wb])])
+    assert np.array_equal(wa, wb)
+    j = preduce.Client(c.sock[0], "joiner")
+    wj = j.tensor(64)
+    wj[:] = 1000.0  # a fresh, very different model
+    wa[:] = rng.rand(64)
+    wb[:] = rng.rand(64)
+    want = (wa.astype(np.float64) + wb) / 2
+    results = {}
+    run_all([lambda: results.update(a=a.reduce([wa])),
+             lambda: results.update(b=b.reduce([wb])),
+             lambda: results.update(j=j.reduce([wj]))])
+    for w in (wa, wb, wj):
+        assert np.allclose(w, want, rtol=1e-6, atol=0)
+    weights = {m[0]: m[2] for m in results["j"].members}
+    assert weights[j.rank] == 0.0
+    assert weights[a.rank] == pytest.approx(0.5)
+    assert results["j"].version == results["a"].version
+    assert "heals" not in c.log("sched")  # it needed no asking
+    # Asked for: b comes back from an old checkpoint and heals likewise.
+    b.set_heal()
+    wa[:], wb[:], wj[:] = 1.0, 500.0, 3.0
+    run_all([lambda: a.reduce([wa]), lambda: b.reduce([wb]),
+             lambda: j.reduce([wj])])
+    assert np.allclose(wb, 2.0) and np.allclose(wa, 2.0)
+    assert "worker 1 (b) heals" in c.log("sched")
+    for cl in (a, b, j):
+        cl.close()
+
+
+def test_joiner_reaches_the_others_accuracy(cluster):
+    """PartialReduce: a worker joining a trained job mid-run is as good
+    as the others within a few steps (it takes their model)."""
+    c = cluster(2, sched_sets=("scheduler.policy=dynamic",))
+    torch.manual_seed(0)
+    x = torch.randn(512, 4)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    trained = threading.Event()
+
+    def acc(net):
+        with torch.no_grad():
+            return (net(x).argmax(1) == y).float().mean().item()
+
+    def worker(name, sock, steps, seed, out, start=None, mark=None):
+        if start is not None:
+            assert start.wait(60)
+        cl = preduce.Client(sock, name)
+        net = small_net(seed)
+        opt = torch.optim.SGD(net.parameters(), lr=0.2)
+        pr = preduce.torch.PartialReduce(net, opt, cl)
+        out[name] = [acc(net)]
+        for s in range(steps):
+            i = torch.randint(0, 512, (32,))
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[i]), y[i]).backward()
+            pr.step()
+            out[name].append(acc(net))
+            if mark is not None and s == 150:
+                mark.set()
+            time.sleep(0.002)
+        cl.close()
+
+    out = {}
+    run_all([lambda: worker("a", c.sock[0], 250, 1, out, mark=trained),
+             lambda: worker("b", c.sock[1], 250, 2, out),
+             lambda: worker("late", c.sock[1], 5, 9, out, start=trained)])
+    assert out["a"][150] > 0.9
+    assert out["late"][0] < 0.8          # a fresh model
+    assert max(out["late"][1:]) > out["a"][150] - 0.05

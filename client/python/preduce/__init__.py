@@ -63,6 +63,7 @@ def _load():
                                                ctypes.c_int]),
         "preduce_set_in_place": (ctypes.c_int, [ctypes.c_void_p,
                                                 ctypes.c_int]),
+        "preduce_set_heal": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
         "preduce_last_result": (ctypes.c_void_p, [ctypes.c_void_p]),
         "preduce_result_group": (ctypes.c_uint64, [ctypes.c_void_p]),
         "preduce_result_size": (ctypes.c_size_t, [ctypes.c_void_p]),
@@ -259,6 +260,13 @@ class Client:
         each reduce); on error an element may then hold its result rather
         than its input (preduce_set_in_place)."""
         _check(_l().preduce_set_in_place(self._c, 1 if on else 0))
+
+    def set_heal(self, on=True):
+        """The next reduces, until one succeeds, take the group's model and
+        give none of this worker's (weight 0): after a restart from an
+        older checkpoint (preduce_set_heal). A fresh model joining a job
+        that has gone past it heals without asking."""
+        _check(_l().preduce_set_heal(self._c, 1 if on else 0))
 
     def close(self):
         """Ends the connection; the arrays must not be used afterwards."""
