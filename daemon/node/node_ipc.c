@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/node/node_int.h"
 #include "proto/status.h"
@@ -204,12 +205,8 @@ static int has_control_chars(const char *name, size_t len)
 static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
-    if (h->version != PR_PROTO_VERSION) {
-        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
-                c->conn->name, h->version, PR_PROTO_VERSION);
-        pr_conn_fail(c->conn, -EPROTO, "protocol version mismatch");
+    if (pr_hello_version(c->conn, h) < 0)
         return 0;
-    }
     size_t len = h->name ? strlen(h->name) : 0;
     if (h->role != PR__V1__ROLE__ROLE_CLIENT || len == 0 ||
         len >= sizeof(c->name)) {

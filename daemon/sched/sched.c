@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "daemon/base/conn.h"
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
 #include "daemon/sched/core/sched_core.h"
@@ -77,12 +78,8 @@ static void node_forget(struct pr_sched *s, struct sched_node *n,
 static int check_hello(struct sched_node *n, const Pr__V1__Hello *h,
                        uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
-    if (h->version != PR_PROTO_VERSION) {
-        pr_warn("%s: protocol version %u, this scheduler speaks %u: closing",
-                n->conn->name, h->version, PR_PROTO_VERSION);
-        pr_conn_fail(n->conn, -EPROTO, "protocol version mismatch");
+    if (pr_hello_version(n->conn, h) < 0)
         return -1;
-    }
     char host[96];
     uint16_t port;
     if (h->role != PR__V1__ROLE__ROLE_NODE || !h->data_addr ||
@@ -94,14 +91,11 @@ static int check_hello(struct sched_node *n, const Pr__V1__Hello *h,
         pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
         return -1;
     }
-    const char *why;
-    if (pr_auth_check_hello(n->s->key, n->challenge, &h->auth, proof, plen,
-                            &why) < 0) {
-        pr_warn("%s (node '%s'): authentication failed: %s: closing",
-                n->conn->name, h->name ? h->name : "", why);
-        pr_conn_fail(n->conn, -EACCES, "authentication failed");
+    char who[96];
+    snprintf(who, sizeof(who), "node '%s'", h->name ? h->name : "");
+    if (pr_hello_auth(n->conn, n->s->key, n->challenge, h, who, proof, plen) <
+        0)
         return -1;
-    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
 
@@ -98,12 +99,8 @@ static int hello_check(struct stranger *st, const Pr__V1__Hello *h,
 {
     struct pr_conn *c = st->conn;
     struct pr_tcp_xport *x = st->x;
-    if (h->version != PR_PROTO_VERSION) {
-        pr_warn("%s: protocol version %u, this daemon speaks %u: closing",
-                c->name, h->version, PR_PROTO_VERSION);
-        pr_conn_fail(c, -EPROTO, "protocol version mismatch");
+    if (pr_hello_version(c, h) < 0)
         return -1;
-    }
     if (h->role != PR__V1__ROLE__ROLE_NODE || h->node_id == x->self ||
         h->node_id < x->self) {
         pr_warn("%s: hello from role %d node %u is not a peer that connects "
@@ -112,14 +109,10 @@ static int hello_check(struct stranger *st, const Pr__V1__Hello *h,
         pr_conn_fail(c, -EPROTO, "not a peer of this node");
         return -1;
     }
-    const char *why;
-    if (pr_auth_check_hello(x->key, st->challenge, &h->auth, proof, plen,
-                            &why) < 0) {
-        pr_warn("%s (node %u): authentication failed: %s: closing", c->name,
-                h->node_id, why);
-        pr_conn_fail(c, -EACCES, "authentication failed");
+    char who[32];
+    snprintf(who, sizeof(who), "node %u", h->node_id);
+    if (pr_hello_auth(c, x->key, st->challenge, h, who, proof, plen) < 0)
         return -1;
-    }
     return 0;
 }
 

@@ -1,0 +1,33 @@
+/*
+ * The checks every listener makes of a Hello, in one place: the protocol
+ * version, and (on TCP links) the cluster key's proof. Each failure logs
+ * one line naming the connection and the reason, fails the connection with
+ * an Error the peer can read, and returns the errno; the caller then
+ * returns without touching the connection further. Which roles and names
+ * a listener accepts stays its own business (node_ipc.c, sched.c,
+ * xport_accept.c).
+ */
+#ifndef PR_HELLO_H
+#define PR_HELLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/base/auth.h"
+#include "daemon/base/conn.h"
+
+/* 0, or -EPROTO: the peer speaks another protocol version. */
+int pr_hello_version(struct pr_conn *c, const Pr__V1__Hello *h);
+
+/*
+ * The Hello's proof against `challenge` (the nonce this side sent) under
+ * `key` (NULL: no authentication, always 0). On success proof[*plen] is
+ * this side's answer for its Welcome. `who` names the peer in the log
+ * line ("node 'a'", "node 3"). 0, or -EACCES.
+ */
+int pr_hello_auth(struct pr_conn *c, const struct pr_auth_key *key,
+                  const uint8_t challenge[PR_AUTH_NONCE_LEN],
+                  const Pr__V1__Hello *h, const char *who,
+                  uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen);
+
+#endif
