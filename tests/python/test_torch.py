@@ -302,8 +302,9 @@ def test_fresh_joiner_heals_without_moving_the_others(cluster):
 
 
 def test_joiner_reaches_the_others_accuracy(cluster):
-    """PartialReduce: a worker joining a trained job mid-run is as good
-    as the others within a few steps (it takes their model)."""
+    """PartialReduce trains a model to its target on 2 daemons x 2
+    trainers, and a worker joining mid-run is as good as the others within
+    a few steps (it takes their model)."""
     c = cluster(2, sched_sets=("scheduler.policy=dynamic",))
     torch.manual_seed(0)
     x = torch.randn(512, 4)
@@ -335,8 +336,13 @@ def test_joiner_reaches_the_others_accuracy(cluster):
 
     out = {}
     run_all([lambda: worker("a", c.sock[0], 250, 1, out, mark=trained),
-             lambda: worker("b", c.sock[1], 250, 2, out),
+             lambda: worker("b", c.sock[0], 250, 2, out),
+             lambda: worker("c", c.sock[1], 250, 3, out),
+             lambda: worker("d", c.sock[1], 250, 4, out),
              lambda: worker("late", c.sock[1], 5, 9, out, start=trained)])
+    # 2 daemons x 2 trainers reach the target, the joiner within a few
+    # steps of its arrival.
+    assert min(out[w][-1] for w in "abcd") > 0.9
     assert out["a"][150] > 0.9
     assert out["late"][0] < 0.8          # a fresh model
     assert max(out["late"][1:]) > out["a"][150] - 0.05
