@@ -224,9 +224,14 @@ static const struct {
     {-ENOTCONN, "not connected: the connection to the daemon is broken "
                 "(close and connect again)"},
     {-EPIPE, "the daemon closed the connection"},
-    {-EAGAIN, "the reduce has not finished yet"},
+    {-EAGAIN, "not yet: the reduce has not finished, or the daemon is "
+              "busy with new connections (try again)"},
     {-ENOMEM, "out of memory"},
     {-EMFILE, "out of file descriptors in this process (RLIMIT_NOFILE)"},
+    {-EUSERS, "too many trainers on this node (node.max_clients)"},
+    {-EDQUOT, "over this trainer's tensor quota (node.trainer_max_tensors "
+              "or node.trainer_max_mb)"},
+    {-ENOSPC, "the node holds all the tensors it may (node.max_tensors)"},
 };
 
 int preduce_error_retryable(int err)

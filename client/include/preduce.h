@@ -70,7 +70,10 @@ typedef struct preduce_result preduce_result_t;
  * the job; 1 to 63 bytes, no control characters) and waits until the
  * scheduler has given it a rank. -ENOENT/-ECONNREFUSED: no daemon;
  * -ETIMEDOUT; -EPROTO: the daemon speaks another protocol version;
- * -EEXIST: name taken; -EINVAL.
+ * -EEXIST: name taken; -EUSERS: the node serves node.max_clients trainers
+ * already; -EAGAIN: the node is flooded with new connections, try again;
+ * -ENOTCONN: the node has no scheduler link and gave up waiting for one;
+ * -EINVAL.
  */
 PREDUCE_API int preduce_connect(const char *socket_path, const char *name,
                                 int timeout_ms, preduce_client_t **out);
@@ -100,7 +103,9 @@ PREDUCE_API int preduce_fd(const preduce_client_t *c);
  * -EINVAL: nfloats is 0 or over the daemon's limit (max_tensor_mb);
  * -ENOMEM (or another negative errno): the daemon could not allocate or
  * register the memory; -EMFILE: this process had no free descriptor to
- * receive it; -ETIMEDOUT.
+ * receive it; -EDQUOT: over this trainer's quota (node.trainer_max_tensors,
+ * node.trainer_max_mb); -ENOSPC: the node holds node.max_tensors already;
+ * -ETIMEDOUT. preduce_last_error() then has the daemon's reason.
  */
 PREDUCE_API int preduce_tensor_create(preduce_client_t *c, size_t nfloats,
                                       int timeout_ms, preduce_tensor_t **out);

@@ -14,10 +14,11 @@
  *     passed by SCM_RIGHTS on that frame; both sides map it. The daemon
  *     seals the memfd's size first, so a trainer cannot truncate it under
  *     the daemon's mapping (which would SIGBUS the daemon). A tensor the
- *     daemon cannot make (over max_tensor_mb: -EINVAL; memfd, mmap or RDMA
- *     registration failed: their errno) is answered with Error{code,
- *     reason} instead, and the connection stays: creates are answered in
- *     order, which is how the trainer knows which create an Error answers.
+ *     daemon cannot make (over max_tensor_mb: -EINVAL; past the trainer's
+ *     quota: -EDQUOT; past the node's node.max_tensors: -ENOSPC; memfd,
+ *     mmap or RDMA registration failed: their errno) is answered with
+ * Error{code, reason} instead, and the connection stays: creates are answered
+ * in order, which is how the trainer knows which create an Error answers.
  *  3. Reduce{seq, version, tensor_ids, timeout_ms, deadline_ns} -> READY
  *     to the scheduler; then ReduceDone{seq, status, group, ...} when the
  *     group ran, the scheduler refused, or the deadline passed. The
@@ -317,6 +318,7 @@ static void reduce_refuse(struct node_trainer *c, uint64_t seq, int status,
     d.status = pr_reduce_status(status);
     d.version = c->version;
     d.rank = c->rank < 0 ? 0 : (uint32_t)c->rank;
+    d.reason = (char *)why; /* preduce_last_error() */
     Pr__V1__Msg m = PR_MSG_OF(REDUCE_DONE, reduce_done, &d);
     send_to(c, &m);
 }

@@ -90,7 +90,7 @@ static void sweep_cb(uv_timer_t *t)
 
 /*
  * A hello this node takes: our protocol version, from a peer node that
- * connects to us (a lower id connects to a higher one), passing the
+ * connects to us (the higher id dials the lower one), passing the
  * cluster key's check; proof (plen bytes) then answers it in the welcome.
  * -1 if not, with c failed and the reason logged.
  */
