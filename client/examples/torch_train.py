@@ -108,11 +108,16 @@ def main(argv):
                                 rank=a.rank, world_size=a.world)
         params = list(model.parameters())
 
-        def sync():
-            flat = torch.nn.utils.parameters_to_vector(params)
+        def sync(done):
+            # One all-reduce per step carries the models and whether any
+            # worker's time is up: all stop at the same step (a worker
+            # that left alone would leave the others waiting in theirs).
+            flat = torch.cat([torch.nn.utils.parameters_to_vector(params),
+                              torch.tensor([1.0 if done else 0.0])])
             dist.all_reduce(flat)
             flat /= a.world
-            torch.nn.utils.vector_to_parameters(flat, params)
+            torch.nn.utils.vector_to_parameters(flat[:-1], params)
+            return flat[-1].item() > 0
         step_fn = opt.step
     else:
         import preduce
@@ -130,7 +135,8 @@ def main(argv):
     t0 = time.monotonic()
     step = 0
     loss_fn = torch.nn.CrossEntropyLoss()
-    while time.monotonic() - t0 < a.seconds:
+    stop = False
+    while not stop:
         i = torch.randint(0, len(xs), (a.batch,))
         opt.zero_grad()
         loss_fn(model(xs[i]), ys[i]).backward()
@@ -139,8 +145,8 @@ def main(argv):
             pause += stall_s
         time.sleep(pause)
         step_fn()
-        if sync:
-            sync()
+        done = time.monotonic() - t0 >= a.seconds
+        stop = sync(done) if sync else done
         step += 1
         if step % a.eval_every == 0:
             print(json.dumps({"t": round(time.monotonic() - t0, 4),
