@@ -157,6 +157,23 @@ static int add_sets(const char **argv, int argc, const char *const *sets)
     return argc;
 }
 
+/*
+ * --set for each space-separated key=value in $var, split in buf (which
+ * must outlive argv: the tokens point into it).
+ */
+static int add_env_sets(const char **argv, int argc, const char *var, char *buf,
+                        size_t len)
+{
+    const char *env = getenv(var);
+    snprintf(buf, len, "%s", env ? env : "");
+    for (char *save = NULL, *tok = strtok_r(buf, " ", &save);
+         tok && argc < MAX_ARGS - 3; tok = strtok_r(NULL, " ", &save)) {
+        argv[argc++] = "--set";
+        argv[argc++] = tok;
+    }
+    return argc;
+}
+
 int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
 {
     char who[16], sched[64], sock[320], data[64], name[32];
@@ -192,13 +209,8 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
     argc = add_sets(argv, argc, node_sets);
     /* Settings from the environment, e.g. the RDMA guest's transport. */
     static char env_sets[1024];
-    const char *env = getenv("PREDUCE_TEST_NODE_SETS");
-    snprintf(env_sets, sizeof(env_sets), "%s", env ? env : "");
-    for (char *save = NULL, *tok = strtok_r(env_sets, " ", &save);
-         tok && argc < MAX_ARGS - 3; tok = strtok_r(NULL, " ", &save)) {
-        argv[argc++] = "--set";
-        argv[argc++] = tok;
-    }
+    argc = add_env_sets(argv, argc, "PREDUCE_TEST_NODE_SETS", env_sets,
+                        sizeof(env_sets));
     argv[argc] = NULL;
     c->node_pid[i] = spawn(c, who, argv);
     if (c->node_pid[i] < 0)
@@ -220,13 +232,8 @@ int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
      * come first, so that a test's own settings win over them.
      */
     static char env_sets[1024];
-    const char *env = getenv("PREDUCE_TEST_SCHED_SETS");
-    snprintf(env_sets, sizeof(env_sets), "%s", env ? env : "");
-    for (char *save = NULL, *tok = strtok_r(env_sets, " ", &save);
-         tok && argc < MAX_ARGS - 3; tok = strtok_r(NULL, " ", &save)) {
-        argv[argc++] = "--set";
-        argv[argc++] = tok;
-    }
+    argc = add_env_sets(argv, argc, "PREDUCE_TEST_SCHED_SETS", env_sets,
+                        sizeof(env_sets));
     argc = add_sets(argv, argc, sched_sets);
     argv[argc] = NULL;
     c->sched_pid = spawn(c, "sched", argv);

@@ -162,16 +162,23 @@ class PartialReduce:
 
     # -- the averages --
 
-    def _reduce(self):
-        """One blocking reduce of self.flat: True on success."""
+    def _attempt(self, call, *args):
+        """call(*args), or None after a retryable PreduceError (counted in
+        failed: the model stays as it was); other errors raise."""
         try:
-            self.last_result = self.client.reduce([self.flat],
-                                                  self.timeout_ms)
+            return call(*args)
         except preduce.PreduceError as e:
             if not e.retryable:
                 raise
             self.failed += 1
+            return None
+
+    def _reduce(self):
+        """One blocking reduce of self.flat: True on success."""
+        r = self._attempt(self.client.reduce, [self.flat], self.timeout_ms)
+        if r is None:
             return False
+        self.last_result = r
         self.reduces += 1
         return True
 
@@ -215,27 +222,18 @@ class PartialReduce:
         for t, v in zip(self._tensors, self._views):
             v.copy_(t)
         self._snapshot = self.flat.clone()
-        try:
-            self._pending = self.client.reduce_start([self.flat],
-                                                     self.timeout_ms)
-        except preduce.PreduceError as e:
-            if not e.retryable:
-                raise
-            self.failed += 1
-            self._pending = None
+        self._pending = self._attempt(self.client.reduce_start, [self.flat],
+                                      self.timeout_ms)
 
     @torch.no_grad()
     def _merge(self):
         """x += average - snapshot: the group's correction on top of the
         local progress made while the reduce ran."""
         handle, self._pending = self._pending, None
-        try:
-            self.last_result = handle.wait()
-        except preduce.PreduceError as e:
-            if not e.retryable:
-                raise
-            self.failed += 1
+        r = self._attempt(handle.wait)
+        if r is None:
             return
+        self.last_result = r
         self.reduces += 1
         correction = self.flat - self._snapshot
         for t, c in zip(self._tensors, self._split(correction)):
