@@ -44,6 +44,8 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
         return pr_client_err(c);
     if (c->inflight)
         return -EBUSY;
+    /* A reason from an earlier call would be taken for this one's. */
+    c->last_error[0] = '\0';
     if (n > PR_CLIENT_MAX_FRAME / sizeof(uint32_t))
         return -EINVAL;
     /* Each tensor once, and only this client's. */

@@ -201,8 +201,9 @@ PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
 /*
  * The daemon's own explanation of the last failure it reported to c (a
  * refused reduce or tensor create: say, "reduce of 300 floats, but this
- * job reduces 200 (...)"), or "" when it gave none. Valid until the next
- * call on c; never NULL.
+ * job reduces 200 (...)"), or "" when it gave none. Each reduce or tensor
+ * create clears it (a failure the library found itself, -EBUSY or
+ * -EINVAL, has none). Valid until the next call on c; never NULL.
  */
 PREDUCE_API const char *preduce_last_error(const preduce_client_t *c);
 /* A short English text for a return code (never NULL). */

@@ -73,7 +73,7 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
           (uint64_t)pr_node_sched_up(n));
     /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
-          n->ntrainers - n->strangers.count);
+          n->ngreeted);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);

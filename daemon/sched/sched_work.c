@@ -344,6 +344,15 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
         return;
     }
+    /*
+     * Refused before anything changes: check_layout() may redefine the
+     * job's layout and heal marks the worker, neither of which a READY
+     * the core then refuses may leave behind.
+     */
+    if (pr_sched_core_is_ready(s->core, r->rank)) {
+        reject(n, r->rank, r->seq, -EALREADY, "already queued");
+        return;
+    }
     if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
         0) {
         pr_warn("worker %u (%s): %s", r->rank, s->workers[r->rank].name, why);

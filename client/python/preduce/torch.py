@@ -82,6 +82,9 @@ class PartialReduce:
             raise ValueError("period must be at least 1")
         if average == "gradients" and (outer_lr is not None or overlap):
             raise ValueError("outer_lr and overlap apply to average='model'")
+        if average == "gradients" and int(period) != 1:
+            raise ValueError("average='gradients' averages every step's "
+                             "gradients: period must be 1")
         if outer_lr is not None and overlap:
             raise ValueError("outer_lr and overlap together are not "
                              "supported: choose one")
@@ -129,6 +132,8 @@ class PartialReduce:
                           if outer_lr is not None else None)
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
+        self.closed = False
+        client._before_close(self.detach)
 
     # -- the training loop's side --
 
@@ -140,6 +145,10 @@ class PartialReduce:
         """The optimizer's step, with the partial reduce that goes with it
         (before it for gradients, after every period-th for the model).
         Returns what optimizer.step() returned."""
+        if self.closed:
+            raise RuntimeError("PartialReduce: its client was closed "
+                               "(the model is kept; make a new "
+                               "PartialReduce with a new client)")
         if self.average == "gradients":
             self._reduce_gradients()
             loss = self.optimizer.step(closure)
@@ -160,6 +169,24 @@ class PartialReduce:
         """Waits for a background average (overlap) and merges it."""
         if self._pending is not None:
             self._merge()
+
+    @torch.no_grad()
+    def detach(self):
+        """Moves the parameters out of the shared memory into ordinary
+        tensors (a copy): the model then outlives the client, whose
+        close() calls this. No average follows; step() raises."""
+        if self.closed:
+            return
+        if self._pending is not None and not self.client.closed:
+            self._attempt(self._pending.wait)
+            self._pending = None
+        if self.zero_copy:
+            for t in self._tensors:
+                t.data = t.data.clone()
+        self.flat = self.flat.clone()
+        self._views = list(self._split(self.flat))
+        self._shared_np = None
+        self.closed = True
 
     # -- the averages --
 
@@ -200,11 +227,22 @@ class PartialReduce:
                 v.copy_(t)
         if not self._reduce():
             return
-        if self._anchor is not None:
+        if self._anchor is not None and self._healed():
+            # The group's model replaced ours: it is the new anchor, and
+            # our stale momentum would push it back where we were.
+            self._anchor.copy_(self.flat)
+            self._momentum.zero_()
+        elif self._anchor is not None:
             self._outer_step()
         if not self.zero_copy:
             for t, v in zip(self._tensors, self._views):
                 t.copy_(v)
+
+    def _healed(self):
+        """This worker took its group's model without giving its own
+        (a healing join: weight 0 among others)."""
+        r = self.last_result
+        return r is not None and r.weight == 0.0 and len(r.members) > 1
 
     @torch.no_grad()
     def _outer_step(self):

@@ -269,9 +269,13 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
     pr_sched_gen_remove(c, rank);
     c->w[rank].state = PR_SCHED_ABSENT;
     c->live--;
-    /* Everybody left: a job that comes next waits for min_workers again. */
+    /*
+     * Everybody left: a job that comes next waits for min_workers again,
+     * and its fresh models are not taken for joiners of this one.
+     */
     if (c->live == 0) {
         c->started = 0;
+        c->job_version = 0;
     }
     pr_sched_gen_check(c);
     return 0;
@@ -329,9 +333,16 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
     k->state = PR_SCHED_READY;
     k->version = version;
     k->seq = seq;
-    /* A fresh model joining a job that has gone past it. */
+    /*
+     * A fresh model joining a job that has gone past it. The job's version
+     * is the largest any READY or group has shown: after a scheduler
+     * restart the trained workers' first READYs tell it.
+     */
     if (version <= 1 && c->job_version > 1) {
         k->heal = 1;
+    }
+    if (version > c->job_version) {
+        c->job_version = version;
     }
     k->ready_us = now_us;
     enqueue(c, rank);
@@ -348,6 +359,11 @@ int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank)
     }
     c->w[rank].heal = 1;
     return 0;
+}
+
+int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank)
+{
+    return c != NULL && known(c, rank) && c->w[rank].state == PR_SCHED_READY;
 }
 
 int pr_sched_core_cancel(struct pr_sched_core *c, uint32_t rank, uint64_t seq,
@@ -523,6 +539,23 @@ static uint64_t choose(struct pr_sched_core *c, uint32_t n,
     return max_version;
 }
 
+/*
+ * The largest version among the members that give their model (a healer
+ * takes the group's version, it does not set it).
+ */
+static uint64_t givers_version(const struct pr_sched_core *c,
+                               const struct pr_sched_member *m, uint32_t n)
+{
+    uint64_t v = 0;
+
+    for (uint32_t j = 0; j < n; j++) {
+        if (!c->w[m[j].rank].heal && m[j].version > v) {
+            v = m[j].version;
+        }
+    }
+    return v;
+}
+
 /* How many of the chosen members heal in this group. */
 static uint32_t count_healing(const struct pr_sched_core *c,
                               const struct pr_sched_member *m, uint32_t n)
@@ -617,6 +650,7 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
 
     /* Weights may fail: the queue is untouched until they are in. */
     if (healing > 0 && healing < n) {
+        max_version = givers_version(c, m, n);
         rc = heal_weights(c, m, n);
     } else if (c->p.policy != PR_POLICY_ALLREDUCE &&
                c->p.weighting == PR_WEIGHT_STALENESS) {

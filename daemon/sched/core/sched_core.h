@@ -137,6 +137,8 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
  * with a member that is not healing. -ENOENT if unknown.
  */
 int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank);
+/* 1 if worker `rank` is queued READY (its next ready() is -EALREADY). */
+int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank);
 /*
  * Withdraws a queued READY with this seq: 0 if it was withdrawn, -ENOENT if
  * the worker is not queued with that seq (already grouped, or unknown).

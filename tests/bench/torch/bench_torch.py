@@ -43,6 +43,8 @@ CONFIGS = [
     ("constant P=2", "preduce",
      ("scheduler.policy=constant", "scheduler.group_size=2"), ()),
     ("dynamic", "preduce", ("scheduler.policy=dynamic",), ()),
+    ("dynamic (adaptive window only)", "preduce",
+     ("scheduler.policy=dynamic", "scheduler.window_wait=0"), ()),
     ("dynamic staleness", "preduce",
      ("scheduler.policy=dynamic", "scheduler.weighting=staleness"), ()),
     ("dynamic + outer", "preduce", ("scheduler.policy=dynamic",),
@@ -175,7 +177,8 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(PROFILES), figsize=(12, 4.5),
-                             sharey=True)
+                             sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, (prof, _) in zip(axes, PROFILES):
         for name, *_ in CONFIGS:
             run = results[prof][name][0]  # the first repeat
