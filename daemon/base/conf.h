@@ -36,6 +36,12 @@ enum pr_reload_missing {
 /* The largest config file pr_conf_load() reads, bytes. */
 #define PR_CONF_MAX_BYTES (1024 * 1024)
 
+/* scheduler.ring_order: how a group's ring is ordered. */
+enum pr_ring_order {
+    PR_RING_MEASURED = 0, /* by the nodes' measured link rates */
+    PR_RING_ID = 1,       /* node id order */
+};
+
 struct pr_conf {
     /* global */
     int role;           /* enum pr_role */
@@ -67,7 +73,8 @@ struct pr_conf {
     double sched_window_min_ms;
     double sched_window_max_ms;
     double sched_window_wait;
-    int sched_weighting; /* enum pr_weighting (sched_core.h) */
+    int sched_weighting;  /* enum pr_weighting (sched_core.h) */
+    int sched_ring_order; /* enum pr_ring_order */
     double sched_staleness_alpha;
     uint32_t sched_isolation_bound; /* B; 0 turns the generator off */
     double sched_gen_hold_ms;       /* generator: fixed hold; 0 = adaptive */

@@ -23,6 +23,9 @@ static const struct enum_name weightings[] = {
     {"staleness", PR_WEIGHT_STALENESS},
     {NULL, 0}};
 
+static const struct enum_name ring_orders[] = {
+    {"measured", PR_RING_MEASURED}, {"id", PR_RING_ID}, {NULL, 0}};
+
 static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
                                           {"rdma", PR_XPORT_RDMA},
                                           {"tcp", PR_XPORT_TCP},
@@ -108,6 +111,9 @@ static const struct entry rows[] = {
      "opener's step; 0 = the adaptive window alone"},
     {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
      weightings, F_RELOAD, "uniform or staleness"},
+    {"scheduler", "ring_order", T_ENUM, OFF(sched_ring_order), "measured", 0, 0,
+     ring_orders, F_RELOAD,
+     "measured (fewest slow links, from the nodes' link rates) or id"},
     {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
      0, 1, NULL, F_RELOAD,
      "staleness: decay per version behind, strictly in (0, 1)"},

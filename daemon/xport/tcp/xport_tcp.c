@@ -347,6 +347,7 @@ static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
     }
     p->base.bytes_recv += len;
     p->x->bytes_recv += len;
+    pr_link_rate_sample(&p->base, n, c->rx_frame_ns, uv_now(p->x->loop));
     if (p->x->sink.on_chunk)
         p->x->sink.on_chunk(p->x->sink.ctx, p->base.node_id, &h, data);
     return 0;
@@ -556,4 +557,21 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
     st->links_up = 0;
     for (const struct tpeer *p = x->peers; p; p = p->next)
         st->links_up += p->state == P_UP;
+}
+
+size_t pr_tcp_xport_rates(const struct pr_tcp_xport *x, uint64_t now_ms,
+                          struct pr_link_rate *out, size_t max)
+{
+    size_t n = 0;
+    for (const struct tpeer *p = x->peers; p && n < max; p = p->next) {
+        if (p->base.rate_in <= 0)
+            continue;
+        out[n++] = (struct pr_link_rate){
+            .node = p->base.node_id,
+            .bytes_per_s = p->base.rate_in,
+            .age_ms =
+                now_ms > p->base.rate_in_ms ? now_ms - p->base.rate_in_ms : 0,
+        };
+    }
+    return n;
 }
