@@ -144,6 +144,15 @@ static int load_config(struct daemon *d)
         print_err(where, &err);
         return rc;
     }
+    if (d->conf.role == PR_ROLE_NODE) {
+        char why[256];
+        gid_t gid;
+        rc = pr_node_socket_gid(&d->conf, &gid, why, sizeof(why));
+        if (rc < 0) {
+            fprintf(stderr, "preduced: node.socket_group: %s\n", why);
+            return rc;
+        }
+    }
     if (d->conf.sec_key_file && d->conf.sec_key_file[0]) {
         const char *why = "";
         rc = pr_auth_load(d->conf.sec_key_file, &d->key, &why);
