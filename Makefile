@@ -13,6 +13,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
 SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 BUILD ?= build
@@ -299,6 +300,14 @@ bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
 	$(MAKE) --no-print-directory $(PEER_BINS)
 	$(TEST_ENV) tests/bench/peers/peers.sh $(SIZES)
 
+# Files made at install time from templates (*.in), with the directories
+# of this install: the units name the binaries and the config where they
+# are.
+UNITS := preduced.service preduced-scheduler.service
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+	-e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
 demo: all
 	./client/examples/demo.sh $(BUILD)
 
@@ -315,9 +324,12 @@ install: all
 	install -d $(DESTDIR)$(PYDIR)/preduce
 	install -m 644 client/python/preduce/*.py $(DESTDIR)$(PYDIR)/preduce/
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
-	for u in systemd/*.service; do \
-		sed 's|/usr/local/bin|$(BINDIR)|g' $$u > \
-			$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
+	for u in $(UNITS); do \
+		$(SUBST) systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 644 $(DESTDIR)$(UNITDIR)/$$u; done
+	install -d $(DESTDIR)$(SYSUSERSDIR)
+	install -m 644 systemd/preduce.sysusers \
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
@@ -325,7 +337,8 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
 		$(DESTDIR)$(INCDIR)/preduce.h \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
-		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
+		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
 	rm -rf $(DESTDIR)$(PYDIR)/preduce
 
 # RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):
