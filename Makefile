@@ -14,6 +14,7 @@ INCDIR ?= $(PREFIX)/include
 SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
 SYSUSERSDIR ?= /usr/lib/sysusers.d
+MANDIR ?= $(PREFIX)/share/man
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 BUILD ?= build
@@ -96,7 +97,17 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	install uninstall clean format bench
 .SECONDARY:
 
-all: $(BINS) $(LIB_SO) $(LIB_A)
+# Man pages: preduced.conf(5) is made from conf/preduced.conf (the keys'
+# one documentation) by man/conf2man.awk; the others are written by hand.
+MAN_GEN := $(BUILD)/man/preduced.conf.5
+MANS := man/preduced.8 man/preducectl.1 man/libpreduce.3 $(MAN_GEN)
+
+all: $(BINS) $(LIB_SO) $(LIB_A) $(MAN_GEN)
+
+$(MAN_GEN): conf/preduced.conf man/preduced.conf.5.in man/conf2man.awk
+	@mkdir -p $(dir $@)
+	awk -f man/conf2man.awk conf/preduced.conf man/preduced.conf.5.in >$@.tmp
+	mv $@.tmp $@
 
 # One protoc-c run makes both files (a grouped target: make -j would
 # otherwise run it once per file, both writing at the same time).
@@ -204,6 +215,19 @@ check-python: $(BINS) $(LIB_SO)
 check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(LOAD_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
+
+# What an administrator installs (tests/ops/): the units (systemd-analyze
+# verify, exposure at most 3.5, printed), the sysusers file, the man pages
+# (groff -ww, one entry per config key), and as root the trainers' socket
+# group with two users (skipped, saying so, without root). Each suite
+# prints Check's closing line; each is bounded by timeout, about 20 s in
+# all. CI runs it (.ci/run); make check does not, since it adds users.
+OPS_SUITES := units man socket-group
+.PHONY: check-ops
+check-ops: all
+	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \
+		$(TEST_ENV) BUILD=$(BUILD) MAKE="$(MAKE)" \
+			timeout 120 tests/ops/$$t.sh || rc=1; done; exit $$rc
 
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
@@ -327,6 +351,9 @@ install: all
 	for u in $(UNITS); do \
 		$(SUBST) systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
 		chmod 644 $(DESTDIR)$(UNITDIR)/$$u; done
+	for m in $(MANS); do s=$${m##*.}; \
+		install -d $(DESTDIR)$(MANDIR)/man$$s && \
+		install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 644 systemd/preduce.sysusers \
 		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
@@ -338,7 +365,8 @@ uninstall:
 		$(DESTDIR)$(INCDIR)/preduce.h \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
-		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf \
+		$(foreach m,$(MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
 	rm -rf $(DESTDIR)$(PYDIR)/preduce
 
 # RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):

@@ -8,6 +8,7 @@
 #   skip NAME WHY        a case not run
 #   check NAME CMD...    pass if CMD succeeds, else fail with its output
 #   finish               the summary line; exit status 1 on any failure
+#   wait_log FILE TEXT   waits up to 5 s for TEXT in FILE
 
 OPS_CHECKS=0
 OPS_FAILS=0
@@ -34,4 +35,15 @@ finish() {
         pct=$(((OPS_CHECKS - OPS_FAILS) * 100 / OPS_CHECKS))
     echo "$pct%: Checks: $OPS_CHECKS, Failures: $OPS_FAILS, Errors: 0"
     [ "$OPS_FAILS" -eq 0 ]
+}
+
+# A node daemon's socket file exists from its bind, a moment before it
+# listens: wait for the line it logs once it does.
+wait_log() {
+    for _ in $(seq 100); do
+        grep -qF -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "no \"$2\" in $1 within 5 s" >&2
+    return 1
 }

@@ -62,7 +62,7 @@ timeout 60 "$PREDUCED" --role node --set node.scheduler=127.0.0.1:$sport \
     --set node.data_listen=127.0.0.1:$(cluster_free_port) \
     >"$D/node.log" 2>&1 &
 CLUSTER_PIDS+=($!)
-cluster_wait "$SOCK"
+wait_log "$D/node.log" "trainers connect to"
 
 if [ "$(stat -c '%a %G' "$SOCK")" = "660 $GROUP" ]; then
     pass "socket mode 660, group $GROUP"
