@@ -15,6 +15,7 @@ SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 MANDIR ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 BUILD ?= build
@@ -89,7 +90,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
+	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch] \
+	tests/ops/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
@@ -218,11 +220,12 @@ check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 
 # What an administrator installs (tests/ops/): the units (systemd-analyze
 # verify, exposure at most 3.5, printed), the sysusers file, the man pages
-# (groff -ww, one entry per config key), and as root the trainers' socket
+# (groff -ww, one entry per config key), pkg-config (a program built
+# against a DESTDIR install reduces), and as root the trainers' socket
 # group with two users (skipped, saying so, without root). Each suite
 # prints Check's closing line; each is bounded by timeout, about 20 s in
 # all. CI runs it (.ci/run); make check does not, since it adds users.
-OPS_SUITES := units man socket-group
+OPS_SUITES := units man pkgconfig socket-group
 .PHONY: check-ops
 check-ops: all
 	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \
@@ -345,6 +348,9 @@ install: all
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 644 client/include/preduce.h $(DESTDIR)$(INCDIR)/
+	install -d $(DESTDIR)$(PKGCONFIGDIR)
+	$(SUBST) client/preduce.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
 	install -d $(DESTDIR)$(PYDIR)/preduce
 	install -m 644 client/python/preduce/*.py $(DESTDIR)$(PYDIR)/preduce/
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
@@ -362,7 +368,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
 		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
-		$(DESTDIR)$(INCDIR)/preduce.h \
+		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf \
