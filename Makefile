@@ -232,6 +232,14 @@ check-ops: all
 		$(TEST_ENV) BUILD=$(BUILD) MAKE="$(MAKE)" \
 			timeout 120 tests/ops/$$t.sh || rc=1; done; exit $$rc
 
+# client/examples/slurm/preduce.sbatch on a local Slurm (tests/slurm/:
+# Debian's slurmctld, slurmd and munge, installed when missing; two nodes
+# on this machine): the job trains and leaves no process. Root only
+# (skipped, saying so, otherwise); about 15 s once installed, at most 600.
+.PHONY: check-slurm
+check-slurm: all
+	BUILD=$(BUILD) timeout 600 tests/slurm/check.sh
+
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
 		$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_SRCS) && \
