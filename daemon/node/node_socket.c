@@ -61,6 +61,9 @@ int pr_node_socket_gid(const struct pr_conf *c, gid_t *gid, char *why,
     if (rc == 0 && found)
         *gid = found->gr_gid;
     free(buf);
+    /* Some NSS modules say "no such group" with an errno (getgrnam_r(3)). */
+    if (rc == ENOENT || rc == ESRCH)
+        rc = 0;
     if (rc == 0 && !found) {
         snprintf(why, len, "no group named '%s' (getent group %s)", name, name);
         return -ENOENT;
