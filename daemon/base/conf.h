@@ -67,6 +67,7 @@ struct pr_conf {
     double sched_window_ms;     /* dynamic: initial window */
     double sched_window_min_ms;
     double sched_window_max_ms;
+    double sched_window_wait;
     int sched_weighting; /* enum pr_weighting (sched_core.h) */
     double sched_staleness_alpha;
     uint32_t sched_isolation_bound; /* B; 0 turns the generator off */

@@ -105,6 +105,10 @@ static const struct entry rows[] = {
      0.001, 10000, NULL, F_RELOAD, "dynamic: smallest window, ms"},
     {"scheduler", "window_max_ms", T_DBL, OFF(sched_window_max_ms), "10", 0.001,
      10000, NULL, F_RELOAD, "dynamic: largest window, ms"},
+    {"scheduler", "window_wait", T_DBL, OFF(sched_window_wait), "0.5", 0, 1,
+     NULL, F_RELOAD,
+     "dynamic: wait for workers expected within this fraction of the "
+     "opener's step; 0 = the adaptive window alone"},
     {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
      weightings, F_RELOAD, "uniform or staleness"},
     {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",

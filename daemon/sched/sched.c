@@ -25,6 +25,7 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->window_ms = c->sched_window_ms;
     p->window_min_ms = c->sched_window_min_ms;
     p->window_max_ms = c->sched_window_max_ms;
+    p->window_wait = c->sched_window_wait;
     p->weighting = c->sched_weighting;
     p->staleness_alpha = c->sched_staleness_alpha;
     p->isolation_bound = c->sched_isolation_bound;

@@ -92,6 +92,7 @@ class PartialReduce:
         self.steps = 0      # optimizer steps taken
         self.reduces = 0    # averages that succeeded
         self.failed = 0     # averages that failed with a retryable code
+        self.members = 0    # sum of the successful averages' group sizes
         self.last_result = None
         seen, self._tensors = set(), []
         for mod, name, t in _members(model, buffers):
@@ -178,9 +179,19 @@ class PartialReduce:
         r = self._attempt(self.client.reduce, [self.flat], self.timeout_ms)
         if r is None:
             return False
+        self._count(r)
+        return True
+
+    def _count(self, r):
         self.last_result = r
         self.reduces += 1
-        return True
+        self.members += len(r.members)
+
+    @property
+    def mean_group_size(self):
+        """The mean size of the groups this worker averaged in (0.0 before
+        the first): a worker whose groups stay small lags its peers."""
+        return self.members / self.reduces if self.reduces else 0.0
 
     @torch.no_grad()
     def _reduce_model(self):
@@ -233,8 +244,7 @@ class PartialReduce:
         r = self._attempt(handle.wait)
         if r is None:
             return
-        self.last_result = r
-        self.reduces += 1
+        self._count(r)
         correction = self.flat - self._snapshot
         for t, c in zip(self._tensors, self._split(correction)):
             t.add_(c)
@@ -250,7 +260,7 @@ class PartialReduce:
     def state_dict(self):
         """What a checkpoint needs beside the model's and optimizer's."""
         return {"steps": self.steps, "reduces": self.reduces,
-                "failed": self.failed,
+                "failed": self.failed, "members": self.members,
                 "anchor": None if self._anchor is None
                 else self._anchor.clone(),
                 "momentum": None if self._momentum is None
@@ -261,6 +271,7 @@ class PartialReduce:
         self.steps = int(state["steps"])
         self.reduces = int(state.get("reduces", 0))
         self.failed = int(state.get("failed", 0))
+        self.members = int(state.get("members", 0))
         if self._anchor is not None and state.get("anchor") is not None:
             self._anchor.copy_(state["anchor"])
             self._momentum.copy_(state["momentum"])

@@ -76,7 +76,8 @@ static int params_ok(const struct pr_sched_params *p)
         }
         if (!ms_ok(p->window_min_ms) || !ms_ok(p->window_ms) ||
             !ms_ok(p->window_max_ms) || p->window_min_ms > p->window_ms ||
-            p->window_ms > p->window_max_ms) {
+            p->window_ms > p->window_max_ms ||
+            !(p->window_wait >= 0.0 && p->window_wait <= 1.0)) {
             return 0;
         }
         break;
@@ -277,9 +278,11 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
 }
 
 /*
- * The worker's pace, for the generator's hold (sched_gen.c, design 5): an
- * EWMA (weight 1/4) of its ready-to-ready interval, each sample capped at
- * the longest hold. The first READY since it joined gives no interval.
+ * The worker's pace, for the generator's hold (sched_gen.c, design 5) and
+ * the arrival-aware window: an EWMA (weight 1/4) of its ready-to-ready
+ * interval and one of its deviation from it (as TCP keeps RTT and its
+ * variance), each sample capped at the longest hold. The first READY
+ * since it joined gives no interval.
  */
 static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
                  uint64_t now_us)
@@ -290,7 +293,15 @@ static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
         if (dt > c->hold_max_us) {
             dt = c->hold_max_us;
         }
-        k->ewma_us = k->timed ? k->ewma_us - k->ewma_us / 4 + dt / 4 : dt;
+        if (k->timed) {
+            uint64_t d = dt > k->ewma_us ? dt - k->ewma_us : k->ewma_us - dt;
+
+            k->dev_us = k->dev_us - k->dev_us / 4 + d / 4;
+            k->ewma_us = k->ewma_us - k->ewma_us / 4 + dt / 4;
+        } else {
+            k->ewma_us = dt;
+            k->dev_us = dt / 2; /* no spread seen yet: assume a wide one */
+        }
         k->timed = 1;
     }
     k->readied = 1;
@@ -370,6 +381,59 @@ static uint64_t window_open_us(const struct pr_sched_core *c)
     return t > c->started_us ? t : c->started_us;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/*
+ * When the dynamic window that opened at t0 closes. The adaptive window
+ * alone: t0 + window_ms. Arrival-aware (window_wait > 0, the opener's pace
+ * known): the group waits for each live worker not queued whose next READY
+ * is expected (its last READY + its interval) within the horizon, t0 +
+ * window_wait x the opener's interval, until that time plus twice its
+ * spread (plus 1/32 of its interval, the jitter a steady one still has),
+ * never past the horizon; for nobody else, so no longer than
+ * window_min_ms once those it expects are queued. A worker whose pace is
+ * not known yet (it just joined) is waited for as the adaptive window
+ * would. Why: with a fixed or adaptive window, two fast workers that once
+ * met stay in step and keep meeting while a third, out of phase, ends up
+ * alone or with the straggler, and the straggler meets one fast worker at
+ * a time (docs/algorithm.md has the figures). O(cap): a pass over the
+ * slots per call, made only by dynamic's due() and deadline.
+ */
+static uint64_t window_close_us(const struct pr_sched_core *c, uint64_t t0)
+{
+    const struct pr_sched_wk *h = &c->w[c->head];
+    uint64_t base = t0 + pr_sched_ms_to_us(c->window_ms);
+
+    if (!(c->p.window_wait > 0.0) || !h->timed) {
+        return base;
+    }
+    uint64_t horizon = t0 + (uint64_t)(c->p.window_wait * (double)h->ewma_us);
+    uint64_t close = t0 + pr_sched_ms_to_us(c->p.window_min_ms);
+
+    for (uint32_t r = 0; r < c->cap; r++) {
+        const struct pr_sched_wk *k = &c->w[r];
+
+        if (k->state == PR_SCHED_ABSENT || k->state == PR_SCHED_READY) {
+            continue;
+        }
+        if (!k->timed) {
+            close = max_u64(close, base);
+            continue;
+        }
+        uint64_t e = k->ready_us + k->ewma_us;
+
+        if (e <= horizon) {
+            uint64_t until = e + 2 * k->dev_us + k->ewma_us / 32;
+
+            close = max_u64(close, until < horizon ? until : horizon);
+        }
+    }
+    return close;
+}
+
 /*
  * Is a group due at now_us? If so, *n is how many queued workers it takes
  * and *cap the most it could ever hold (for the generator's hold rule).
@@ -398,7 +462,7 @@ static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
         if (c->queued >= gmax) {
             return 1;
         }
-        return now_us >= window_open_us(c) + pr_sched_ms_to_us(c->window_ms);
+        return now_us >= window_close_us(c, window_open_us(c));
     }
     }
 }
@@ -599,7 +663,7 @@ int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
         return (int64_t)c->hold_until_us;
     }
     if (c->p.policy == PR_POLICY_DYNAMIC) {
-        return (int64_t)(window_open_us(c) + pr_sched_ms_to_us(c->window_ms));
+        return (int64_t)window_close_us(c, window_open_us(c));
     }
     return -1;
 }

@@ -50,6 +50,13 @@ struct pr_sched_params {
     double window_ms;    /* dynamic: initial window */
     double window_min_ms;
     double window_max_ms;
+    /*
+     * dynamic: the arrival-aware window (docs/algorithm.md). > 0: a group
+     * waits for the workers expected READY within this fraction of the
+     * opener's ready-to-ready interval, and for no one else; 0: the
+     * adaptive window alone. In [0, 1].
+     */
+    double window_wait;
     int weighting;            /* enum pr_weighting */
     double staleness_alpha;   /* (0, 1) */
     uint32_t isolation_bound; /* B; 0 = generator off */
