@@ -222,10 +222,11 @@ check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 # verify, exposure at most 3.5, printed), the sysusers file, the man pages
 # (groff -ww, one entry per config key), pkg-config (a program built
 # against a DESTDIR install reduces), and as root the trainers' socket
-# group with two users (skipped, saying so, without root). Each suite
-# prints Check's closing line; each is bounded by timeout, about 20 s in
+# group with two users and both units under a real systemd booted in a
+# systemd-nspawn container (skipped, saying so, without root). Each suite
+# prints Check's closing line; each is bounded by timeout, about 30 s in
 # all. CI runs it (.ci/run); make check does not, since it adds users.
-OPS_SUITES := units man pkgconfig socket-group
+OPS_SUITES := units man pkgconfig socket-group nspawn
 .PHONY: check-ops
 check-ops: all
 	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \
