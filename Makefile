@@ -103,6 +103,14 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 # one documentation) by man/conf2man.awk; the others are written by hand.
 MAN_GEN := $(BUILD)/man/preduced.conf.5
 MANS := man/preduced.8 man/preducectl.1 man/libpreduce.3 $(MAN_GEN)
+# man preduce_reduce and the rest: a page per function of libpreduce(3)'s
+# synopsis, each a .so link to it (LP and RP keep make from counting the
+# pattern's parentheses).
+LP := (
+RP := )
+MAN3_LINKS := $(shell sed -n \
+	's/^\.BI ".*[ *]\$(LP)preduce_[a-z_]*\$(RP)[$(LP)].*/\1/p' \
+	man/libpreduce.3)
 
 all: $(BINS) $(LIB_SO) $(LIB_A) $(MAN_GEN)
 
@@ -369,6 +377,8 @@ install: all
 	for m in $(MANS); do s=$${m##*.}; \
 		install -d $(DESTDIR)$(MANDIR)/man$$s && \
 		install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for f in $(MAN3_LINKS); do echo '.so man3/libpreduce.3' \
+		>$(DESTDIR)$(MANDIR)/man3/$$f.3; done
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 644 systemd/preduce.sysusers \
 		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
@@ -381,7 +391,8 @@ uninstall:
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf \
-		$(foreach m,$(MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
+		$(foreach m,$(MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(MAN3_LINKS:%=$(DESTDIR)$(MANDIR)/man3/%.3)
 	rm -rf $(DESTDIR)$(PYDIR)/preduce
 
 # RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):

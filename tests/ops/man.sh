@@ -2,9 +2,11 @@
 # The man pages as `make install` puts them in a DESTDIR: each of
 # preduced(8), preduced.conf(5), preducectl(1) and libpreduce(3) is there
 # and renders with `groff -man -ww -z` without a single warning (also as
-# man(1) sets it for terminals 60, 80 and 120 columns wide); and
+# man(1) sets it for terminals 60, 80 and 120 columns wide);
 # preduced.conf(5) has an entry for every key `preduced -T` prints, no
-# more, so the page and the config table cannot drift apart. Root is not
+# more, so the page and the config table cannot drift apart; and every
+# function the installed libpreduce.so.1 exports is in libpreduce(3)'s
+# synopsis and is a page of its own that man(1) finds (a .so link). Root is not
 # needed; groff comes with groff-base. Bounded: about 3 s.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,5 +59,27 @@ if [ -n "$keys" ] && [ "$keys" = "$entries" ]; then
 else
     fail "preduced.conf(5) documents every key" \
         "$(diff <(echo "$keys") <(echo "$entries"))"
+fi
+
+# Every function the installed library exports has a page (a .so link to
+# libpreduce(3), in whose synopsis it is), found by man(1).
+syms=$(nm -D --defined-only "$T/usr/lib/libpreduce.so.1" |
+    awk '{ sub(/@.*/, "", $3); if ($3 ~ /^preduce_/) print $3 }' | sort)
+missing=
+for f in $syms; do
+    grep -q "^\.BI \".*[ *]$f(" "$M/man3/libpreduce.3" ||
+        missing+=" $f (not in the synopsis)"
+    if command -v man >/dev/null; then
+        [ "$(MANPATH=$M man -w "$f" 2>/dev/null)" = "$M/man3/libpreduce.3" ] ||
+            missing+=" $f (man -w: $(MANPATH=$M man -w "$f" 2>&1))"
+    else
+        [ -f "$M/man3/$f.3" ] || missing+=" $f (no page)"
+    fi
+done
+n=$(wc -w <<<"$syms")
+if [ "$n" -gt 0 ] && [ -z "$missing" ]; then
+    pass "the $n functions libpreduce.so.1 exports: man FUNCTION is libpreduce(3)"
+else
+    fail "a page per exported function" "${missing:-no symbols}"
 fi
 finish
