@@ -51,6 +51,7 @@ struct pr_conf {
     /* [node] */
     char *node_name;           /* default: the host name */
     char *node_socket;         /* trainers' Unix socket path */
+    char *node_socket_group;   /* its group, name or id; "" = the daemon's */
     char *node_scheduler;      /* host:port of the scheduler */
     char *node_data_listen;    /* host:port peers connect to */
     char *node_data_advertise; /* host:port given to peers; "" = listen */

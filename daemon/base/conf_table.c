@@ -61,6 +61,9 @@ static const struct entry rows[] = {
      "this node's name; empty = host name"},
     {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
      0, NULL, F_SOCKPATH, "Unix socket the local trainers connect to"},
+    {"node", "socket_group", T_STR, OFF(node_socket_group), "", 0, 0, NULL, 0,
+     "group (name or id) owning node.socket, mode 0660; empty = the "
+     "daemon's"},
     {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
      NULL, F_ADDR, "host:port of the job's scheduler"},
     {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,

@@ -2,10 +2,14 @@
  * The trainers' socket file (node.socket): its parent directories, a stale
  * file left by a daemon that died (replaced) or a live daemon's (refused:
  * taking its path would cut it off), the listener bound there, and at
- * close the removal of the file this daemon bound and no other. What
- * connects is node_ipc.c's, through the callback it passes.
+ * close the removal of the file this daemon bound and no other. Its
+ * owner and mode (node.socket_group, 0660) are set between bind and
+ * listen: before listen() nobody can connect, so there is no moment when
+ * the file is open to more than those. What connects is node_ipc.c's,
+ * through the callback it passes.
  */
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +19,91 @@
 #include <unistd.h>
 
 #include "daemon/base/log.h"
+#include "daemon/node/node.h"
 #include "daemon/node/node_int.h"
+
+/* The trainers' socket: its owner and the group may connect. */
+#define SOCKET_MODE 0660
+
+int pr_node_socket_gid(const struct pr_conf *c, gid_t *gid, char *why,
+                       size_t len)
+{
+    const char *name = c->node_socket_group ? c->node_socket_group : "";
+    if (!name[0]) {
+        *gid = getegid();
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(name, &end, 10);
+    if (name[0] >= '0' && name[0] <= '9' && *end == '\0' && errno == 0 &&
+        v < (gid_t)-1) {
+        *gid = (gid_t)v;
+        return 0;
+    }
+    /* getgrnam_r wants room for the group's members: grow until it fits. */
+    struct group gr, *found = NULL;
+    size_t buflen = 16384;
+    char *buf = NULL;
+    int rc;
+    for (;;) {
+        char *nbuf = realloc(buf, buflen);
+        if (!nbuf) {
+            rc = ENOMEM;
+            break;
+        }
+        buf = nbuf;
+        rc = getgrnam_r(name, &gr, buf, buflen, &found);
+        if (rc != ERANGE || buflen >= (1u << 24))
+            break;
+        buflen *= 2;
+    }
+    if (rc == 0 && found)
+        *gid = found->gr_gid;
+    free(buf);
+    /* Some NSS modules say "no such group" with an errno (getgrnam_r(3)). */
+    if (rc == ENOENT || rc == ESRCH)
+        rc = 0;
+    if (rc == 0 && !found) {
+        snprintf(why, len, "no group named '%s' (getent group %s)", name, name);
+        return -ENOENT;
+    }
+    if (rc != 0) {
+        snprintf(why, len, "looking up group '%s': %s", name, strerror(rc));
+        return -rc;
+    }
+    return 0;
+}
+
+/*
+ * Gives the socket file its group and mode; 0 or the error, logged. Only
+ * the group changes: the owner stays the daemon's user.
+ */
+static int set_access(const struct pr_node *n, const char *path)
+{
+    char why[256];
+    gid_t gid;
+    int rc = pr_node_socket_gid(n->conf, &gid, why, sizeof(why));
+    if (rc < 0) {
+        pr_err("trainer socket: node.socket_group: %s", why);
+        return rc;
+    }
+    if (n->conf->node_socket_group[0] && chown(path, (uid_t)-1, gid) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: chown(%s, -1, %u) for node.socket_group %s "
+               "failed: %s (the daemon must be root or a member of the "
+               "group)",
+               path, (unsigned)gid, n->conf->node_socket_group, strerror(-rc));
+        return rc;
+    }
+    if (chmod(path, SOCKET_MODE) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: chmod(%s, %o) failed: %s", path, SOCKET_MODE,
+               strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
 
 static int mkdir_parent(const char *path)
 {
@@ -110,13 +198,18 @@ int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection)
             n->ipc_dev = st.st_dev;
             n->ipc_ino = st.st_ino;
         }
+        rc = set_access(n, path);
+        if (rc < 0)
+            return rc;
         rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
     }
     if (rc < 0) {
         pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
         return rc;
     }
-    pr_info("trainers connect to %s", path);
+    pr_info("trainers connect to %s (mode %o%s%s)", path, SOCKET_MODE,
+            n->conf->node_socket_group[0] ? ", group " : "",
+            n->conf->node_socket_group);
     return 0;
 }
 
