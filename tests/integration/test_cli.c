@@ -530,6 +530,43 @@ START_TEST(test_cli_socket_in_use)
 END_TEST
 
 /*
+ * A daemon whose socket file was removed and taken by another daemon
+ * leaves the other's file alone when it stops (libuv unlinked the path of
+ * a pipe it bound, whatever file was there by then); the file is there
+ * only once it accepts (bound beside it, renamed into place).
+ */
+START_TEST(test_cli_socket_replaced_left_alone)
+{
+    char sock[256], sched[64];
+    snprintf(sock, sizeof(sock), "node.socket=%s/r.sock", cli_dir);
+    const char *path = sock + strlen("node.socket=");
+    snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
+             h_free_port());
+    const char *args[] = {
+        "--role", "node", "--set", sock,
+        "--set",  sched,  "--set", "node.data_listen=127.0.0.1:0",
+        NULL};
+    const char *log1 = cli_path("a.log"), *log2 = cli_path("b.log");
+    pid_t a = cli_spawn(args, log1, log1);
+    ck_assert(file_says(log1, "trainers connect to"));
+    ck_assert(answers(path));
+    ck_assert_int_eq(unlink(path), 0);
+    cli_daemon_pid = cli_spawn(args, log2, log2);
+    ck_assert(file_says(log2, "trainers connect to"));
+    ck_assert(answers(path));
+    ck_assert_int_eq(kill(a, SIGTERM), 0);
+    ck_assert_int_eq(cli_wait_exit(a, CLI_RUN_TIMEOUT_MS), 0);
+    ck_assert(answers(path)); /* b's socket survived a's exit */
+    /* No temporary name left beside it. */
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)a);
+    ck_assert_int_eq(access(tmp, F_OK), -1);
+    cli_daemon_stop();
+    ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/*
  * node.socket_group: an unknown group fails -t and the start with one
  * line naming it (a scheduler, which has no such socket, does not care);
  * a known one, by name or by number, owns the socket file, whose mode is
@@ -607,6 +644,7 @@ int main(void)
     tcase_add_test(tc, test_cli_test_not_a_file);
     tcase_add_test(tc, test_cli_test_socket_path_too_long);
     tcase_add_test(tc, test_cli_socket_in_use);
+    tcase_add_test(tc, test_cli_socket_replaced_left_alone);
     tcase_add_test(tc, test_cli_socket_group);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
