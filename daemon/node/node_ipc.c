@@ -306,6 +306,7 @@ void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
     w.version = PR_PROTO_VERSION;
     w.id = rank;
     w.job = c->node->conf->job;
+    w.grace_ms = PR_NODE_GRACE_MS;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u", c->name, rank);
