@@ -234,7 +234,7 @@ check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 # systemd-nspawn container (skipped, saying so, without root). Each suite
 # prints Check's closing line; each is bounded by timeout, about 30 s in
 # all. CI runs it (.ci/run); make check does not, since it adds users.
-OPS_SUITES := units man pkgconfig socket-group nspawn
+OPS_SUITES := units man pkgconfig k8s socket-group nspawn
 .PHONY: check-ops
 check-ops: all
 	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \

@@ -9,7 +9,7 @@ PKGS=(
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
     check clang-format python3 python3-numpy
     systemd systemd-container groff-base man-db
-    python3-torch python3-pytest
+    python3-torch python3-pytest python3-yaml
 )
 
 missing=()
