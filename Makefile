@@ -73,6 +73,9 @@ TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
 TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
 LOAD_SRCS := $(wildcard tests/load/*.c)
 LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
+HOSTS_SRCS := $(wildcard tests/hosts/test_*.c)
+HOSTS_BINS := $(HOSTS_SRCS:tests/hosts/test_%.c=$(BUILD)/tests/hosts_%)
+HOSTS_LIB_OBJS := $(BUILD)/tests/hosts/hosts.o
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -87,11 +90,12 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
+	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch] \
+	tests/hosts/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
-	coverage check-load \
+	coverage check-load check-hosts \
 	install uninstall clean format bench
 .SECONDARY:
 
@@ -163,6 +167,11 @@ $(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
+$(BUILD)/tests/hosts_%: $(BUILD)/tests/hosts/test_%.o $(HOSTS_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
 # Benchmarks link the harness, not the Check-based command-line fixture.
 BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
@@ -203,6 +212,13 @@ check-python: $(BINS) $(LIB_SO)
 check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(LOAD_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
+
+# Several hosts on this machine (tests/hosts/): each a network namespace
+# on a bridge the suite makes, links capped with tc, partitions by taking
+# a host's link down. Needs root (skipped with a message otherwise);
+# tests/hosts/run.sh deletes every namespace it made on any exit.
+check-hosts: $(HOSTS_BINS) $(BINS) $(LIB_SO)
+	@$(TEST_ENV) tests/hosts/run.sh $(HOSTS_BINS)
 
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
