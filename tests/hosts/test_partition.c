@@ -1,0 +1,294 @@
+/*
+ * Partitions: one host's cable out while its daemon and trainers live on,
+ * across 4 hosts (tests/hosts/hosts.h) with 2 trainers each, policy
+ * allreduce (every group needs every live worker, so a stall shows).
+ *
+ * Longer than scheduler.node_timeout_ms: the others go on without the
+ * host within the timeout + 1 s; when the cable is back its daemon rejoins
+ * and its trainers are in groups again. Shorter: nobody is dropped, and
+ * only groups in flight on the link may fail, with a documented code.
+ * In both, every result is the exact combination of its members, versions
+ * never go back, and every failed reduce left its input in place (the
+ * harness's strict trainers): no update lost or doubled.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "preduce.h"
+#include "tests/hosts/hosts.h"
+
+#define NHOSTS 4
+#define PER    2
+#define NTRAIN (NHOSTS * PER)
+#define CUT    (NHOSTS - 1) /* the host whose cable goes (not the sched's) */
+
+static struct hh h;
+
+static void setup(void)
+{
+    ck_assert_int_eq(hh_up(&h, NHOSTS), 0);
+    for (int i = 0; i < NHOSTS; i++)
+        ck_assert_int_eq(hh_net(&h, "cap %d 200mbit", i), 0);
+}
+
+static void teardown(void)
+{
+    ck_assert_int_eq(hh_down(&h), 0);
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+struct run {
+    char names[NTRAIN][16];
+    pid_t pids[NTRAIN];
+    struct h_trace *tr[NTRAIN];
+    int ntr[NTRAIN];
+    uint32_t cut_ranks[PER];
+    double t_down, t_up;
+};
+
+/* Starts the job (timeouts in ms), waits for its warm-up. */
+static void start(struct run *r, int heartbeat_ms, int node_timeout_ms,
+                  double run_s)
+{
+    char hb[64], nt[64];
+    snprintf(hb, sizeof(hb), "scheduler.heartbeat_ms=%d", heartbeat_ms);
+    snprintf(nt, sizeof(nt), "scheduler.node_timeout_ms=%d", node_timeout_ms);
+    const char *const sched[] = {"scheduler.policy=allreduce", hb, nt, NULL};
+    /* A node judges the scheduler by the same keys of its own. */
+    const char *const node[] = {hb, nt, "node.connect_timeout_ms=1000", NULL};
+    ck_assert_int_eq(hh_start(&h, sched, node), 0);
+    for (int i = 0; i < NTRAIN; i++) {
+        snprintf(r->names[i], sizeof(r->names[i]), "t%d", i);
+        struct h_trainer_opts o = {.name = r->names[i],
+                                   .node = i % NHOSTS,
+                                   .n = 100003,
+                                   .nparts = 2,
+                                   .uniform = 1,
+                                   .slow_ms = 2,
+                                   .join_k = NTRAIN,
+                                   .run_s = run_s,
+                                   .timeout_ms = 8000,
+                                   .tolerate_errors = 1,
+                                   .retry_ms = 20,
+                                   .trace = 1,
+                                   .strict = 1};
+        r->pids[i] = h_trainer_spawn(&h.c, &o);
+        ck_assert_int_gt(r->pids[i], 0);
+    }
+    for (int i = 0; i < NTRAIN; i++)
+        ck_assert_int_eq(h_trainer_warm(&h.c, r->names[i], 30000), 0);
+}
+
+/* Cable of host CUT out for down_s, then in again. */
+static void cut(struct run *r, double down_s)
+{
+    sleep_s(1.0);
+    r->t_down = h_now();
+    ck_assert_int_eq(hh_net(&h, "link %d down", CUT), 0);
+    sleep_s(down_s);
+    r->t_up = h_now();
+    ck_assert_int_eq(hh_net(&h, "link %d up", CUT), 0);
+}
+
+/* Waits for the trainers (each checked every result) and reads traces. */
+static void finish(struct run *r)
+{
+    int failed = 0;
+    for (int i = 0; i < NTRAIN; i++) {
+        int st = h_wait(r->pids[i], 60000);
+        if (st != 0) {
+            fprintf(stderr, "trainer %s: status %d\n", r->names[i], st);
+            failed = 1;
+        }
+    }
+    if (failed) {
+        h_log_dump(&h.c, "sched");
+        h_log_dump(&h.c, "node3");
+    }
+    ck_assert_int_eq(failed, 0);
+    int n = 0;
+    for (int i = 0; i < NTRAIN; i++) {
+        r->ntr[i] = h_trace_read(&h.c, r->names[i], &r->tr[i]);
+        ck_assert_int_gt(r->ntr[i], 0);
+        if (i % NHOSTS == CUT)
+            r->cut_ranks[n++] = r->tr[i][r->ntr[i] - 1].rank;
+    }
+}
+
+static void release(struct run *r)
+{
+    for (int i = 0; i < NTRAIN; i++)
+        free(r->tr[i]);
+}
+
+static int has_cut(const struct run *r, const struct h_trace *t)
+{
+    for (int j = 0; j < PER; j++)
+        if (h_trace_has(t, r->cut_ranks[j]))
+            return 1;
+    return 0;
+}
+
+/* A failure's code is one README's table documents for a lost peer. */
+static int documented(int rc)
+{
+    return rc == -ECONNRESET || rc == -ETIMEDOUT;
+}
+
+START_TEST(test_partition_long)
+{
+    const int timeout_ms = 1500;
+    struct run r;
+    memset(&r, 0, sizeof(r));
+    start(&r, 250, timeout_ms, 16.0);
+    cut(&r, 4.0); /* well past the node timeout */
+    finish(&r);
+    double detect = 1e9, go_on = 0, rejoin = 0;
+    for (int i = 0; i < NTRAIN; i++) {
+        if (i % NHOSTS == CUT)
+            continue;
+        /* The first result without the cut host, and the first failure. */
+        double first_without = 1e9, first_full = 1e9;
+        long fails = 0;
+        for (int j = 0; j < r.ntr[i]; j++) {
+            const struct h_trace *t = &r.tr[i][j];
+            if (t->t1 < r.t_down)
+                continue;
+            if (t->rc < 0) {
+                fails++;
+                ck_assert_msg(documented(t->rc), "%s: code %d (%s)",
+                              r.names[i], t->rc, preduce_strerror(t->rc));
+                /*
+                 * The others lose nothing to the host's return: its
+                 * daemon comes back as a new node, on new links.
+                 */
+                ck_assert_msg(t->t0 < r.t_up,
+                              "%s: a reduce started %.2f s after the cable "
+                              "was back failed: %s",
+                              r.names[i], t->t0 - r.t_up,
+                              preduce_strerror(t->rc));
+                if (t->t1 - r.t_down < detect)
+                    detect = t->t1 - r.t_down;
+            } else if (!has_cut(&r, t) && first_without > 1e8) {
+                first_without = t->t1 - r.t_down;
+            } else if (t->t0 > r.t_up && t->k == NTRAIN && first_full > 1e8) {
+                first_full = t->t1 - r.t_up;
+            }
+        }
+        printf("%s: %ld failed after the cut; on without host %d after "
+               "%.2f s, all %d again %.2f s after the cable was back\n",
+               r.names[i], fails, CUT, first_without, NTRAIN, first_full);
+        ck_assert_msg(first_without <= timeout_ms / 1000.0 + 1.0,
+                      "%s went on %.2f s after the cut", r.names[i],
+                      first_without);
+        ck_assert_msg(first_full < 1e8, "%s: never a group of %d again",
+                      r.names[i], NTRAIN);
+        if (first_without > go_on)
+            go_on = first_without;
+        if (first_full > rejoin)
+            rejoin = first_full;
+    }
+    /* The cut host's trainers are in groups with the others again. */
+    for (int i = CUT; i < NTRAIN; i += NHOSTS) {
+        long after = 0;
+        for (int j = 0; j < r.ntr[i]; j++) {
+            const struct h_trace *t = &r.tr[i][j];
+            after += t->rc == 0 && t->t0 > r.t_up && t->k == NTRAIN;
+        }
+        printf("%s (host %d): %ld groups of %d after the cable was back\n",
+               r.names[i], CUT, after, NTRAIN);
+        ck_assert_int_gt(after, 0);
+    }
+    ck_assert(h_log_contains(&h.c, "sched", ") lost: "));
+    printf("partition of %.1f s (node timeout %d ms): first failure %.2f s "
+           "after the cut, the others on after %.2f s, all rejoined %.2f s "
+           "after the cable was back, updates lost 0\n",
+           r.t_up - r.t_down, timeout_ms, detect, go_on, rejoin);
+    release(&r);
+}
+END_TEST
+
+START_TEST(test_partition_short)
+{
+    const int timeout_ms = 3000;
+    struct run r;
+    memset(&r, 0, sizeof(r));
+    start(&r, 500, timeout_ms, 7.0);
+    cut(&r, 0.8); /* well under the node timeout */
+    finish(&r);
+    long fails_total = 0;
+    double stall = 0;
+    /* Groups grow smaller at the end, as trainers finish and leave. */
+    double t_leave = 1e18;
+    for (int i = 0; i < NTRAIN; i++)
+        if (r.tr[i][r.ntr[i] - 1].t1 < t_leave)
+            t_leave = r.tr[i][r.ntr[i] - 1].t1;
+    for (int i = 0; i < NTRAIN; i++) {
+        long fails = 0, full_after = 0;
+        double prev = 0;
+        for (int j = 0; j < r.ntr[i]; j++) {
+            const struct h_trace *t = &r.tr[i][j];
+            if (t->t1 < r.t_down) {
+                prev = t->t1;
+                continue;
+            }
+            if (t->rc < 0) {
+                fails++;
+                ck_assert_msg(documented(t->rc), "%s: code %d (%s)",
+                              r.names[i], t->rc, preduce_strerror(t->rc));
+                /* A failed group was in flight while the cable was out. */
+                ck_assert_msg(t->t0 < r.t_up, "%s: failed a reduce started "
+                              "%.2f s after the cable was back",
+                              r.names[i], t->t0 - r.t_up);
+                continue;
+            }
+            if (prev > 0 && t->t1 - prev > stall)
+                stall = t->t1 - prev;
+            prev = t->t1;
+            /* Nobody was dropped: every group is all of them. */
+            if (t->t1 <= t_leave)
+                ck_assert_int_eq(t->k, NTRAIN);
+            full_after += t->t0 > r.t_up;
+        }
+        /* At most the one reduce in flight on the link failed. */
+        ck_assert_int_le(fails, 1);
+        ck_assert_int_gt(full_after, 0);
+        fails_total += fails;
+    }
+    ck_assert(!h_log_contains(&h.c, "sched", ") lost: "));
+    printf("cut of %.1f s (node timeout %d ms): no node dropped, %ld reduces "
+           "failed, longest stall %.2f s, updates lost 0\n",
+           r.t_up - r.t_down, timeout_ms, fails_total, stall);
+    release(&r);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("hosts_partition");
+    TCase *tc = tcase_create("partition");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_partition_long);
+    tcase_add_test(tc, test_partition_short);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
