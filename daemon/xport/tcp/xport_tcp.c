@@ -500,8 +500,8 @@ static void remove_peer(struct tpeer *p)
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
 {
     if (x->self != 0 && x->self != self && x->peers) {
-        pr_info("now node %u (was %u): dropping the links of node %u",
-                self, x->self, x->self);
+        pr_info("now node %u (was %u): dropping the links of node %u", self,
+                x->self, x->self);
         while (x->peers)
             remove_peer(x->peers);
     }
