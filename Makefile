@@ -213,6 +213,21 @@ check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(LOAD_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
 
+# All-reduce bus bandwidth across 2 and 4 hosts at a capped rate, next to
+# iperf3 over the same link (tests/hosts/bench_hosts.c; installs iperf3
+# when missing): BENCH_HOSTS_ARGS="RATE_MBIT MIB ROUNDS" (100 4 3), the
+# table in $(BUILD)/bench-hosts.txt. About 2 minutes, root.
+.PHONY: bench-hosts
+$(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
+		$(HOSTS_LIB_OBJS) $(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
+	tests/hosts/bench-setup.sh
+	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
+		$(BENCH_HOSTS_ARGS)"
+
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking
 # a host's link down. Needs root (skipped with a message otherwise);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# make check-hosts: runs each multi-host suite (a Check binary) given on
-# the command line, with PREDUCE_HOSTS_PREFIX naming its namespaces
-# prh<this shell's pid>-<test's pid>-*. Whatever way this script ends
-# (a suite fails, times out, ^C, SIGTERM), the trap deletes every
-# namespace of that prefix; namespaces left by a run that was SIGKILLed
-# (prh<pid> of a process that no longer exists) are deleted first.
+# make check-hosts: runs each multi-host suite (a Check binary, or any
+# program with its arguments as one word) given on the command line, with
+# PREDUCE_HOSTS_PREFIX naming its namespaces prh<this shell's pid>-<test's
+# pid>-*. Whatever way this script ends (a suite fails, times out, ^C,
+# SIGTERM), the trap deletes every namespace of that prefix; namespaces
+# left by a run that was SIGKILLed (prh<pid> of a process that no longer
+# exists) are deleted first.
 #
 # Skipped, saying so, where network namespaces cannot be made (not root,
 # no ip). Each suite is bounded by HOSTS_SUITE_TIMEOUT seconds (240).
@@ -46,7 +47,9 @@ export PREDUCE_HOSTS_PREFIX=$prefix PREDUCE_HOSTS_NET=$net
 status=0
 for t in "$@"; do
     echo "== $t"
-    timeout -k 5 "${HOSTS_SUITE_TIMEOUT:-240}" "$t"
+    # Unquoted: an argument may be a program with its arguments.
+    # shellcheck disable=SC2086
+    timeout -k 5 "${HOSTS_SUITE_TIMEOUT:-240}" $t
     rc=$?
     if [ $rc -ne 0 ]; then
         [ $rc -eq 124 ] && echo "check-hosts: $t timed out"
