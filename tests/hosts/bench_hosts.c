@@ -6,8 +6,10 @@
  * ring of H, 2 (H - 1) / H of the model, over the time of one all-reduce;
  * the ring's bound is the cap itself. Next to it, in the same topology and
  * round, iperf3 over the same link (host 0 to host 1): what one TCP stream
- * gets through that cap. Rounds alternate the two; medians and ranges are
- * printed and written to a file. Figures, never a pass or fail.
+ * gets through that cap, one way and both ways at once (--bidir: a ring
+ * node sends and receives at once, which at high rates costs this
+ * machine's shared cores more than the cap). Rounds alternate the two; medians
+ * and ranges are printed and written to a file. Figures, never a pass or fail.
  *
  *   bench_hosts [RATE_MBIT [MIB [ROUNDS]]]      (100 4 3)
  *
@@ -38,8 +40,12 @@ static double median(const double *v, int n, double *lo, double *hi)
     return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
-/* iperf3 from host 0 to host 1 for 3 s: received bits per second, or -1. */
-static double iperf(const struct hh *h)
+/*
+ * iperf3 from host 0 to host 1 for 3 s: received bits per second, or -1.
+ * bidir: both ways at once (a ring node sends and receives at once), the
+ * mean of the two ways.
+ */
+static double iperf(const struct hh *h, int bidir)
 {
     char cmd[512];
     snprintf(cmd, sizeof(cmd),
@@ -52,11 +58,13 @@ static double iperf(const struct hh *h)
     for (int tries = 0; tries < 20 && bps < 0; tries++) {
         usleep(200000);
         snprintf(cmd, sizeof(cmd),
-                 "ip netns exec %s-h0 timeout 20 iperf3 -J -t 3 -c 10.77.0.2 "
-                 "2>/dev/null | python3 -c 'import json,sys; "
-                 "print(json.load(sys.stdin)[\"end\"][\"sum_received\"]"
-                 "[\"bits_per_second\"])' 2>/dev/null",
-                 h->prefix);
+                 "ip netns exec %s-h0 timeout 20 iperf3 -J -t 3 %s -c "
+                 "10.77.0.2 2>/dev/null | python3 -c 'import json,sys; "
+                 "e = json.load(sys.stdin)[\"end\"]; "
+                 "v = [e[k][\"bits_per_second\"] for k in "
+                 "(\"sum_received\", \"sum_received_bidir_reverse\") "
+                 "if k in e]; print(sum(v) / len(v))' 2>/dev/null",
+                 h->prefix, bidir ? "--bidir" : "");
         FILE *f = popen(cmd, "r");
         if (!f)
             break;
@@ -136,7 +144,7 @@ int main(int argc, char **argv)
     size_t floats = (size_t)(mib * 262144);
     double cap = mbit * 1e6 / 8; /* bytes/s */
     static const int hosts[] = {2, 4};
-    double bus[2][MAX_ROUNDS], ip[2][MAX_ROUNDS];
+    double bus[2][MAX_ROUNDS], ip[2][MAX_ROUNDS], bi[2][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < 2; k++) {
             struct hh h;
@@ -149,17 +157,23 @@ int main(int argc, char **argv)
             int steps = (int)(4.0 * cap / (ring * floats * sizeof(float)));
             steps = steps < 3 ? 3 : steps;
             /* Alternate which goes first, round by round. */
-            if (r % 2 == 0)
-                ip[k][r] = iperf(&h) / 8;
+            if (r % 2 == 0) {
+                ip[k][r] = iperf(&h, 0) / 8;
+                bi[k][r] = iperf(&h, 1) / 8;
+            }
             bus[k][r] = preduce(&h, floats, steps);
-            if (r % 2 == 1)
-                ip[k][r] = iperf(&h) / 8;
+            if (r % 2 == 1) {
+                ip[k][r] = iperf(&h, 0) / 8;
+                bi[k][r] = iperf(&h, 1) / 8;
+            }
             hh_down(&h);
             printf("round %d, %d hosts: all-reduce bus %.2f MB/s, iperf3 "
-                   "%.2f MB/s, cap %.2f MB/s\n",
-                   r + 1, hosts[k], bus[k][r] / 1e6, ip[k][r] / 1e6, cap / 1e6);
+                   "%.2f MB/s one way, %.2f MB/s each way both at once, cap "
+                   "%.2f MB/s\n",
+                   r + 1, hosts[k], bus[k][r] / 1e6, ip[k][r] / 1e6,
+                   bi[k][r] / 1e6, cap / 1e6);
             fflush(stdout);
-            if (bus[k][r] < 0 || ip[k][r] < 0)
+            if (bus[k][r] < 0 || ip[k][r] < 0 || bi[k][r] < 0)
                 return 1;
         }
     }
@@ -173,25 +187,27 @@ int main(int argc, char **argv)
                 "(%.2f MB/s) each way, %.1f MiB model, %d rounds: median "
                 "(min-max)\n",
                 mbit, cap / 1e6, mib, rounds);
-        fprintf(o, "%-6s %-24s %-24s %-18s %s\n", "hosts", "bus MB/s",
-                "iperf3 MB/s", "bus/cap", "bus/iperf3");
+        fprintf(o, "%-5s %-21s %-21s %-21s %-19s %-19s %s\n", "hosts",
+                "bus MB/s", "iperf3 MB/s", "iperf3 bidir MB/s", "bus/cap",
+                "bus/iperf3", "bus/iperf3 bidir");
         for (int k = 0; k < 2; k++) {
-            double lo, hi, lo2, hi2, rc[MAX_ROUNDS], ri[MAX_ROUNDS];
-            for (int r = 0; r < rounds; r++) {
-                rc[r] = bus[k][r] / cap;
-                ri[r] = bus[k][r] / ip[k][r];
+            const double *cols[3] = {bus[k], ip[k], bi[k]};
+            char cell[6][64];
+            for (int c = 0; c < 3; c++) {
+                double lo, hi, m = median(cols[c], rounds, &lo, &hi);
+                snprintf(cell[c], sizeof(cell[c]), "%.2f (%.2f-%.2f)", m / 1e6,
+                         lo / 1e6, hi / 1e6);
             }
-            double b = median(bus[k], rounds, &lo, &hi);
-            double i = median(ip[k], rounds, &lo2, &hi2);
-            char c1[64], c2[64];
-            snprintf(c1, sizeof(c1), "%.2f (%.2f-%.2f)", b / 1e6, lo / 1e6,
-                     hi / 1e6);
-            snprintf(c2, sizeof(c2), "%.2f (%.2f-%.2f)", i / 1e6, lo2 / 1e6,
-                     hi2 / 1e6);
-            double mc = median(rc, rounds, &lo, &hi);
-            double mi = median(ri, rounds, &lo2, &hi2);
-            fprintf(o, "%-6d %-24s %-24s %.3f (%.3f-%.3f) %.3f (%.3f-%.3f)\n",
-                    hosts[k], c1, c2, mc, lo, hi, mi, lo2, hi2);
+            for (int c = 0; c < 3; c++) {
+                double v[MAX_ROUNDS], lo, hi;
+                for (int r = 0; r < rounds; r++)
+                    v[r] = bus[k][r] / (c == 0 ? cap : cols[c][r]);
+                double m = median(v, rounds, &lo, &hi);
+                snprintf(cell[3 + c], sizeof(cell[3 + c]), "%.3f (%.3f-%.3f)",
+                         m, lo, hi);
+            }
+            fprintf(o, "%-5d %-21s %-21s %-21s %-19s %-19s %s\n", hosts[k],
+                    cell[0], cell[1], cell[2], cell[3], cell[4], cell[5]);
         }
     }
     if (f) {
