@@ -25,6 +25,7 @@
 #define PER    2
 #define NTRAIN (NHOSTS * PER)
 #define CUT    (NHOSTS - 1) /* the host whose cable goes (not the sched's) */
+#define SCHED  0            /* the scheduler's host */
 
 static struct hh h;
 
@@ -51,6 +52,7 @@ struct run {
     pid_t pids[NTRAIN];
     struct h_trace *tr[NTRAIN];
     int ntr[NTRAIN];
+    int cut; /* the host whose cable goes */
     uint32_t cut_ranks[PER];
     double t_down, t_up;
 };
@@ -92,15 +94,15 @@ static void start(struct run *r, const char *policy, int heartbeat_ms,
         ck_assert_int_eq(h_trainer_warm(&h.c, r->names[i], 30000), 0);
 }
 
-/* Cable of host CUT out for down_s, then in again. */
+/* Cable of host r->cut out for down_s, then in again. */
 static void cut(struct run *r, double down_s)
 {
     sleep_s(1.0);
     r->t_down = h_now();
-    ck_assert_int_eq(hh_net(&h, "link %d down", CUT), 0);
+    ck_assert_int_eq(hh_net(&h, "link %d down", r->cut), 0);
     sleep_s(down_s);
     r->t_up = h_now();
-    ck_assert_int_eq(hh_net(&h, "link %d up", CUT), 0);
+    ck_assert_int_eq(hh_net(&h, "link %d up", r->cut), 0);
 }
 
 /* Waits for the trainers (each checked every result) and reads traces. */
@@ -123,7 +125,7 @@ static void finish(struct run *r)
     for (int i = 0; i < NTRAIN; i++) {
         r->ntr[i] = h_trace_read(&h.c, r->names[i], &r->tr[i]);
         ck_assert_int_gt(r->ntr[i], 0);
-        if (i % NHOSTS == CUT)
+        if (i % NHOSTS == r->cut)
             r->cut_ranks[n++] = r->tr[i][r->ntr[i] - 1].rank;
     }
 }
@@ -171,12 +173,13 @@ static void partition_long(const char *policy)
     int all = strcmp(policy, "allreduce") == 0;
     struct run r;
     memset(&r, 0, sizeof(r));
+    r.cut = CUT;
     start(&r, policy, 250, timeout_ms, 16.0);
     cut(&r, 4.0);
     finish(&r);
     double detect = 1e9, go_on = 0, rejoin = 0;
     for (int i = 0; i < NTRAIN; i++) {
-        if (i % NHOSTS == CUT)
+        if (i % NHOSTS == r.cut)
             continue;
         /*
          * The first result without the cut host, the first with it again
@@ -213,7 +216,7 @@ static void partition_long(const char *policy)
         }
         printf("%s/%s: %ld failed after the cut; on without host %d after "
                "%.2f s, with it again %.2f s after the cable was back\n",
-               policy, r.names[i], fails, CUT, first_without, first_with);
+               policy, r.names[i], fails, r.cut, first_without, first_with);
         ck_assert_msg(first_without <= timeout_ms / 1000.0 + 1.0,
                       "%s went on %.2f s after the cut", r.names[i],
                       first_without);
@@ -230,7 +233,7 @@ static void partition_long(const char *policy)
      * daemon gives up on the scheduler (the same timeout), not when the
      * cable is back; then they are in groups with the others again.
      */
-    for (int i = CUT; i < NTRAIN; i += NHOSTS) {
+    for (int i = r.cut; i < NTRAIN; i += NHOSTS) {
         long after = 0;
         double failed_at = 1e9;
         for (int j = 0; j < r.ntr[i]; j++) {
@@ -242,7 +245,7 @@ static void partition_long(const char *policy)
         }
         printf("%s/%s (host %d): first failure %.2f s after the cut, %ld "
                "groups with the others after the cable was back\n",
-               policy, r.names[i], CUT, failed_at, after);
+               policy, r.names[i], r.cut, failed_at, after);
         ck_assert_msg(failed_at <= timeout_ms / 1000.0 + 1.0,
                       "%s: its reduce failed %.2f s after the cut", r.names[i],
                       failed_at);
@@ -271,11 +274,68 @@ START_TEST(test_partition_long_dynamic)
 }
 END_TEST
 
+/*
+ * The scheduler's host cut off for 4 s: every node loses the scheduler
+ * (and it them), so nobody can go on; every trainer hears of its failed
+ * reduce within the node timeout + 1 s, and once the cable is back every
+ * daemon rejoins (under a new id, on new links) and all 8 trainers are
+ * in one group again.
+ */
+START_TEST(test_partition_sched_host)
+{
+    const int timeout_ms = 1500;
+    struct run r;
+    memset(&r, 0, sizeof(r));
+    r.cut = SCHED;
+    start(&r, "allreduce", 250, timeout_ms, 16.0);
+    cut(&r, 4.0);
+    finish(&r);
+    double heard = 0, back = 0;
+    long fails_total = 0;
+    for (int i = 0; i < NTRAIN; i++) {
+        double failed_at = 1e9, again = 1e9;
+        for (int j = 0; j < r.ntr[i]; j++) {
+            const struct h_trace *t = &r.tr[i][j];
+            if (t->t1 < r.t_down)
+                continue;
+            if (t->rc < 0) {
+                fails_total++;
+                ck_assert_msg(documented(t->rc), "%s: code %d (%s)", r.names[i],
+                              t->rc, preduce_strerror(t->rc));
+                if (failed_at > 1e8)
+                    failed_at = t->t1 - r.t_down;
+            } else if (t->t0 > r.t_up && t->k == NTRAIN && again > 1e8) {
+                again = t->t1 - r.t_up;
+            }
+        }
+        printf("sched host: %s heard %.2f s after the cut, all %d again "
+               "%.2f s after the cable was back\n",
+               r.names[i], failed_at, NTRAIN, again);
+        ck_assert_msg(failed_at <= timeout_ms / 1000.0 + 1.0,
+                      "%s: its reduce failed %.2f s after the cut", r.names[i],
+                      failed_at);
+        ck_assert_msg(again < 1e8, "%s: never a group of %d again", r.names[i],
+                      NTRAIN);
+        if (failed_at > heard)
+            heard = failed_at;
+        if (again > back)
+            back = again;
+    }
+    ck_assert(h_log_contains(&h.c, "sched", ") lost: "));
+    printf("scheduler's host cut off for %.1f s (node timeout %d ms): every "
+           "trainer heard within %.2f s, %ld reduces failed, all %d in one "
+           "group again %.2f s after the cable was back, updates lost 0\n",
+           r.t_up - r.t_down, timeout_ms, heard, fails_total, NTRAIN, back);
+    release(&r);
+}
+END_TEST
+
 START_TEST(test_partition_short)
 {
     const int timeout_ms = 3000;
     struct run r;
     memset(&r, 0, sizeof(r));
+    r.cut = CUT;
     start(&r, "allreduce", 500, timeout_ms, 7.0);
     cut(&r, 0.8); /* well under the node timeout */
     finish(&r);
@@ -338,6 +398,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_partition_long_allreduce);
     tcase_add_test(tc, test_partition_long_dynamic);
+    tcase_add_test(tc, test_partition_sched_host);
     tcase_add_test(tc, test_partition_short);
     suite_add_tcase(s, tc);
     return s;
