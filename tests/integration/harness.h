@@ -1,8 +1,9 @@
 /*
  * Test harness for integration tests: starts real preduced processes (a
- * scheduler and node daemons) on loopback, each with its own port, socket
- * directory and log file under a private temporary directory, and stops
- * them. Every wait here has a deadline.
+ * scheduler and node daemons) on loopback, or each in a network namespace
+ * of its own (struct h_place, tests/hosts/), each with its own port,
+ * socket directory and log file under a private temporary directory, and
+ * stops them. Every wait here has a deadline.
  */
 #ifndef PR_HARNESS_H
 #define PR_HARNESS_H
