@@ -216,7 +216,11 @@ check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 # All-reduce bus bandwidth across 2 and 4 hosts at a capped rate, next to
 # iperf3 over the same link (tests/hosts/bench_hosts.c; installs iperf3
 # when missing): BENCH_HOSTS_ARGS="RATE_MBIT MIB ROUNDS" (100 4 3), the
-# table in $(BUILD)/bench-hosts.txt. About 2 minutes, root.
+# table in $(BUILD)/bench-hosts.txt. Then one host's link at a quarter of
+# the others', time to a target loss under allreduce and dynamic
+# (tests/hosts/slowlink.sh, SLOWLINK_ROUNDS, 3), in
+# $(BUILD)/bench-hosts-slowlink.txt. About 3 minutes, root.
+SLOWLINK_ROUNDS ?= 3
 .PHONY: bench-hosts
 $(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
 		$(HOSTS_LIB_OBJS) $(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
@@ -227,6 +231,10 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
 	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
 		$(BENCH_HOSTS_ARGS)"
+	@tests/hosts/run.sh "$(abspath tests/hosts/slowlink.sh) \
+		$(abspath $(BUILD)) $(SLOWLINK_ROUNDS)" \
+		>$(BUILD)/bench-hosts-slowlink.txt; \
+		st=$$?; cat $(BUILD)/bench-hosts-slowlink.txt; exit $$st
 
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking

@@ -7,9 +7,11 @@
 #   net.sh up P H             namespaces P-sw (bridge br0) and P-h0..P-h<H-1>,
 #                             host i at 10.77.0.<i+1>/24 on its eth0, whose
 #                             other end is port h<i> of the bridge
-#   net.sh cap P I RATE       host i's link capped at RATE (tc units, e.g.
+#   net.sh cap P I RATE [BURST]
+#                             host i's link capped at RATE (tc units, e.g.
 #                             100mbit) each way: tbf on its eth0 (sending)
-#                             and on the bridge's port h<i> (receiving)
+#                             and on the bridge's port h<i> (receiving);
+#                             BURST (64kb) is what may pass at once
 #   net.sh racks P IN CROSS R0 R1 ...
 #                             host i in rack R<i>; each way of its link
 #                             carries IN to hosts of its rack and CROSS to
@@ -31,9 +33,9 @@ in_ns() { ip netns exec "$1" "${@:2}"; }
 
 # Replaces the root qdisc of dev in namespace ns by tbf at rate.
 tbf() {
-    local ns=$1 dev=$2 rate=$3
+    local ns=$1 dev=$2 rate=$3 burst=$4
     in_ns "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" \
-        burst 64kb latency 200ms
+        burst "$burst" latency 200ms
 }
 
 # htb on dev in ns: class 1:10 (IN) by default, 1:20 (CROSS) for packets
@@ -71,9 +73,9 @@ up)
     done
     ;;
 cap)
-    i=${1:?host} rate=${2:?rate}
-    tbf "$p-h$i" eth0 "$rate"
-    tbf "$p-sw" "h$i" "$rate"
+    i=${1:?host} rate=${2:?rate} burst=${3:-64kb}
+    tbf "$p-h$i" eth0 "$rate" "$burst"
+    tbf "$p-sw" "h$i" "$rate" "$burst"
     ;;
 racks)
     in=${1:?rate within a rack} cross=${2:?rate across racks}
