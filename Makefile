@@ -76,6 +76,9 @@ TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
 TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
 LOAD_SRCS := $(wildcard tests/load/*.c)
 LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
+HOSTS_SRCS := $(wildcard tests/hosts/test_*.c)
+HOSTS_BINS := $(HOSTS_SRCS:tests/hosts/test_%.c=$(BUILD)/tests/hosts_%)
+HOSTS_LIB_OBJS := $(BUILD)/tests/hosts/hosts.o
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -91,11 +94,11 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
 	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch] \
-	tests/ops/*.[ch]))
+	tests/ops/*.[ch] tests/hosts/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
-	coverage check-load \
+	coverage check-load check-hosts \
 	install uninstall clean format bench
 .SECONDARY:
 
@@ -185,6 +188,11 @@ $(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
+$(BUILD)/tests/hosts_%: $(BUILD)/tests/hosts/test_%.o $(HOSTS_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
 # Benchmarks link the harness, not the Check-based command-line fixture.
 BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
@@ -248,6 +256,36 @@ check-ops: all
 .PHONY: check-slurm
 check-slurm: all
 	BUILD=$(BUILD) timeout 600 tests/slurm/check.sh
+
+# All-reduce bus bandwidth across 2 and 4 hosts at a capped rate, next to
+# iperf3 over the same link (tests/hosts/bench_hosts.c; installs iperf3
+# when missing): BENCH_HOSTS_ARGS="RATE_MBIT MIB ROUNDS" (100 4 3), the
+# table in $(BUILD)/bench-hosts.txt. Then one host's link at a quarter of
+# the others', time to a target loss under allreduce and dynamic
+# (tests/hosts/slowlink.sh, SLOWLINK_ROUNDS, 3), in
+# $(BUILD)/bench-hosts-slowlink.txt. About 3 minutes, root.
+SLOWLINK_ROUNDS ?= 3
+.PHONY: bench-hosts
+$(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
+		$(HOSTS_LIB_OBJS) $(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
+	tests/hosts/bench-setup.sh
+	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
+		$(BENCH_HOSTS_ARGS)"
+	@tests/hosts/run.sh "$(abspath tests/hosts/slowlink.sh) \
+		$(abspath $(BUILD)) $(SLOWLINK_ROUNDS)" \
+		>$(BUILD)/bench-hosts-slowlink.txt; \
+		st=$$?; cat $(BUILD)/bench-hosts-slowlink.txt; exit $$st
+
+# Several hosts on this machine (tests/hosts/): each a network namespace
+# on a bridge the suite makes, links capped with tc, partitions by taking
+# a host's link down. Needs root (skipped with a message otherwise);
+# tests/hosts/run.sh deletes every namespace it made on any exit.
+check-hosts: $(HOSTS_BINS) $(BINS) $(LIB_SO)
+	@$(TEST_ENV) tests/hosts/run.sh $(HOSTS_BINS)
 
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \

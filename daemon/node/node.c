@@ -321,6 +321,14 @@ static void tick_cb(uv_timer_t *t)
     if (now - n->sched->last_rx_ms > n->conf->sched_node_timeout_ms) {
         pr_warn("scheduler silent for %llu ms: dropping the link",
                 (unsigned long long)(now - n->sched->last_rx_ms));
+        /*
+         * By the same timeout the scheduler judges this node gone, aborts
+         * its groups on the other nodes and has the peers drop their links
+         * to it; a partition keeps all of that from arriving here. The
+         * groups running here cannot finish: their trainers hear so now,
+         * not at their deadline.
+         */
+        pr_node_groups_fail(n, -ECONNRESET);
         pr_conn_close(n->sched, -ETIMEDOUT);
         return;
     }

@@ -312,3 +312,10 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
     g->next = n->groups;
     n->groups = g;
 }
+
+void pr_node_groups_fail(struct pr_node *n, int status)
+{
+    /* pr_engine_abort() runs group_done_cb later: the list stays as is. */
+    for (struct node_group *g = n->groups; g; g = g->next)
+        pr_engine_abort(n->engine, g->id, status);
+}

@@ -183,6 +183,8 @@ static inline int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
  * group is refused, failing the members matched (their READY is spent).
  */
 void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm);
+/* Fails every group running here with status (done() runs later). */
+void pr_node_groups_fail(struct pr_node *n, int status);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;

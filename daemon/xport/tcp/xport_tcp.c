@@ -82,11 +82,6 @@ void pr_tcp_xport_set_key(struct pr_tcp_xport *x, const struct pr_auth_key *key)
     x->key = key;
 }
 
-void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
-{
-    x->self = self;
-}
-
 struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id)
 {
     for (struct tpeer *p = x->peers; p; p = p->next)
@@ -492,6 +487,26 @@ static void remove_peer(struct tpeer *p)
         p->x->sink.on_link_down(p->x->sink.ctx, p->base.node_id, -ECONNRESET);
     pr_tcp_peer_fail_pending(p, -ECONNRESET);
     uv_close((uv_handle_t *)&p->retry, peer_closed_cb);
+}
+
+/*
+ * Every link came up under the id its hello named. A new id is a new
+ * membership: the scheduler dropped the old one, and the peers their links
+ * to it; but their closing may not have arrived (a partition: the FIN is
+ * retransmitted with backoff, seconds after the network is back), and until
+ * it does such a link looks up here, so this node would neither dial the
+ * peers that now wait for its new id nor hear from them. Drop them all;
+ * the next peer list dials anew.
+ */
+void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
+{
+    if (x->self != 0 && x->self != self && x->peers) {
+        pr_info("now node %u (was %u): dropping the links of node %u", self,
+                x->self, x->self);
+        while (x->peers)
+            remove_peer(x->peers);
+    }
+    x->self = self;
 }
 
 int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
