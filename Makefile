@@ -275,6 +275,9 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
 	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
 		$(BENCH_HOSTS_ARGS)"
+	@$(TEST_ENV) BENCH_RING_OUT=$(abspath $(BUILD))/bench-hosts-ring.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts ring \
+		$(BENCH_RING_ARGS)"
 	@tests/hosts/run.sh "$(abspath tests/hosts/slowlink.sh) \
 		$(abspath $(BUILD)) $(SLOWLINK_ROUNDS)" \
 		>$(BUILD)/bench-hosts-slowlink.txt; \

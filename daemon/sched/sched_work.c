@@ -30,6 +30,9 @@ struct sched_group {
     uint32_t *nodes;
     uint8_t *done; /* per node */
     uint64_t expires_ms;
+    uint64_t formed_us; /* pr_sched_now_us() at dispatch */
+    uint32_t *ranks;    /* its members, told its reduce time at the end */
+    uint32_t nranks;
 };
 
 static struct sched_node *node_by_id(struct pr_sched *s, uint32_t id)
@@ -51,6 +54,7 @@ static void group_free(struct sched_group *g)
 {
     free(g->nodes);
     free(g->done);
+    free(g->ranks);
     free(g);
 }
 
@@ -169,6 +173,13 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
         goto out;
     memcpy(sg->nodes, ring, m * sizeof(*ring));
     sg->expires_ms = uv_now(s->loop) + 2ull * gm.timeout_ms + 1000;
+    sg->formed_us = pr_sched_now_us();
+    sg->ranks = malloc(g->n * sizeof(*sg->ranks));
+    if (sg->ranks) {
+        for (uint32_t i = 0; i < g->n; i++)
+            sg->ranks[i] = g->members[i].rank;
+        sg->nranks = g->n;
+    }
     for (uint32_t i = 0; i < m; i++) {
         struct sched_node *n = node_by_id(s, ring[i]);
         if (n)
@@ -455,6 +466,10 @@ void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
         all = 1;
     }
     if (all) {
+        /* Done everywhere: its members' reduce time, for the window. */
+        uint64_t us = pr_sched_now_us() - g->formed_us;
+        for (uint32_t i = 0; d->status >= 0 && i < g->nranks; i++)
+            pr_sched_core_reduced(s->core, g->ranks[i], us);
         *pp = g->next;
         group_free(g);
     }

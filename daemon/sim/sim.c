@@ -337,6 +337,12 @@ static int on_reduced(struct run *u, uint32_t slot)
     int rc = 0;
 
     apply(u, g);
+    core_enter(u);
+    for (uint32_t j = 0; j < g->n; j++) {
+        /* What the scheduler learns from the nodes' GroupDones. */
+        pr_sched_core_reduced(u->core, g->members[j].rank, comm_us(u->c, g->n));
+    }
+    core_leave(u);
     for (uint32_t j = 0; j < g->n && rc == 0; j++) {
         uint32_t i = g->members[j].rank;
 

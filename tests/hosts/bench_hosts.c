@@ -14,6 +14,15 @@
  *   bench_hosts [RATE_MBIT [MIB [ROUNDS]]]      (100 4 3)
  *
  * The table goes to $BENCH_HOSTS_OUT (build/bench-hosts.txt).
+ *
+ * Ring order (`bench_hosts ring [TRUNK_MBIT [MIB [ROUNDS]]]`, 40 1 3): two
+ * racks of two hosts on two bridges joined by one trunk capped at
+ * TRUNK_MBIT (net.sh trunk), hosts 0 and 2 in one, 1 and 3 in the other,
+ * so that node id order crosses the trunk on every hop (each way of it
+ * then carries two ring links) where two crossings would do. The same
+ * all-reduce with scheduler.ring_order = id and = measured, alternating
+ * which goes first; measured gets warm-up steps to time its links (the
+ * nodes report every 100 ms here). The table goes to $BENCH_RING_OUT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,12 +89,15 @@ static double iperf(const struct hh *h, int bidir)
  * `floats` after 2 of warm-up: the bus bandwidth in bytes per second, or
  * -1 after printing why.
  */
-static double preduce(struct hh *h, size_t floats, int steps)
+static double preduce(struct hh *h, size_t floats, int steps, int warmup,
+                      const char *const *extra)
 {
     char mw[64];
     snprintf(mw, sizeof(mw), "scheduler.min_workers=%d", h->nhosts);
-    const char *const sets[] = {"scheduler.policy=allreduce", mw, NULL};
-    if (hh_start(h, sets, NULL) < 0) {
+    const char *sets[8] = {"scheduler.policy=allreduce", mw};
+    for (int i = 0; extra && extra[i] && i < 5; i++)
+        sets[2 + i] = extra[i];
+    if (hh_start(h, sets, extra) < 0) {
         fprintf(stderr, "bench_hosts: daemons did not start\n");
         return -1;
     }
@@ -98,7 +110,7 @@ static double preduce(struct hh *h, size_t floats, int steps)
                                    .n = floats,
                                    .nparts = 1,
                                    .steps = steps,
-                                   .warmup = 2,
+                                   .warmup = warmup,
                                    .no_check = 1,
                                    .timeout_ms = 60000};
         pids[i] = h_trainer_spawn(&h->c, &o);
@@ -125,8 +137,85 @@ static double preduce(struct hh *h, size_t floats, int steps)
     return ring * (double)floats * sizeof(float) / per;
 }
 
+/* Two racks joined by a capped trunk: ring_order id against measured. */
+static int ring_main(int argc, char **argv)
+{
+    int mbit = argc > 2 ? atoi(argv[2]) : 40;
+    double mib = argc > 3 ? atof(argv[3]) : 1;
+    int rounds = argc > 4 ? atoi(argv[4]) : 3;
+    if (mbit <= 0 || mib <= 0 || rounds <= 0 || rounds > MAX_ROUNDS) {
+        fprintf(stderr,
+                "usage: bench_hosts ring [TRUNK_MBIT [MIB [ROUNDS<=%d]]]\n",
+                MAX_ROUNDS);
+        return 2;
+    }
+    const char *out = getenv("BENCH_RING_OUT");
+    out = out ? out : "build/bench-hosts-ring.txt";
+    size_t floats = (size_t)(mib * 262144);
+    double trunk = mbit * 1e6 / 8;
+    static const char *const mode[2] = {"id", "measured"};
+    double bus[2][MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
+        for (int j = 0; j < 2; j++) {
+            int k = r % 2 ? 1 - j : j; /* alternate which goes first */
+            char order[64];
+            snprintf(order, sizeof(order), "scheduler.ring_order=%s", mode[k]);
+            const char *const extra[] = {order, "scheduler.heartbeat_ms=100",
+                                         NULL};
+            struct hh h;
+            if (hh_up(&h, 4) < 0 || hh_net(&h, "trunk %dmbit 0 1 0 1", mbit))
+                return 1;
+            /* About 4 s of the worst order's time for the timed steps. */
+            int steps = (int)(4.0 * trunk / (3.0 * floats * sizeof(float)));
+            steps = steps < 5 ? 5 : steps;
+            bus[k][r] = preduce(&h, floats, steps, 12, extra);
+            hh_down(&h);
+            printf("round %d, ring_order %s: all-reduce bus %.2f MB/s "
+                   "(trunk %.2f MB/s each way)\n",
+                   r + 1, mode[k], bus[k][r] / 1e6, trunk / 1e6);
+            fflush(stdout);
+            if (bus[k][r] < 0)
+                return 1;
+        }
+    }
+    FILE *f = fopen(out, "w");
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? f : stdout;
+        if (!o)
+            continue;
+        fprintf(o,
+                "ring order: 4 hosts in two racks (hosts 0, 2 | 1, 3) "
+                "joined by one trunk at %d Mbit/s (%.2f MB/s) each way, "
+                "%.1f MiB model, allreduce, %d rounds: median (min-max)\n",
+                mbit, trunk / 1e6, mib, rounds);
+        double v[MAX_ROUNDS], lo, hi, m;
+        for (int k = 0; k < 2; k++) {
+            m = median(bus[k], rounds, &lo, &hi);
+            fprintf(o, "ring_order %-8s bus %.2f (%.2f-%.2f) MB/s\n", mode[k],
+                    m / 1e6, lo / 1e6, hi / 1e6);
+        }
+        for (int r = 0; r < rounds; r++)
+            v[r] = bus[1][r] / bus[0][r];
+        m = median(v, rounds, &lo, &hi);
+        fprintf(o, "measured / id: %.2fx (%.2f-%.2f)\n", m, lo, hi);
+    }
+    if (f) {
+        fclose(f);
+        printf("written to %s\n", out);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "ring")) {
+        if (access("/run/netns", F_OK) != 0 && geteuid() != 0) {
+            printf("bench-hosts ring: SKIPPED: network namespaces need "
+                   "root\n");
+            return 0;
+        }
+        return ring_main(argc, argv);
+    }
     int mbit = argc > 1 ? atoi(argv[1]) : 100;
     double mib = argc > 2 ? atof(argv[2]) : 4;
     int rounds = argc > 3 ? atoi(argv[3]) : 3;
@@ -161,7 +250,7 @@ int main(int argc, char **argv)
                 ip[k][r] = iperf(&h, 0) / 8;
                 bi[k][r] = iperf(&h, 1) / 8;
             }
-            bus[k][r] = preduce(&h, floats, steps);
+            bus[k][r] = preduce(&h, floats, steps, 2, NULL);
             if (r % 2 == 1) {
                 ip[k][r] = iperf(&h, 0) / 8;
                 bi[k][r] = iperf(&h, 1) / 8;

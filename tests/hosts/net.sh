@@ -16,6 +16,13 @@
 #                             host i in rack R<i>; each way of its link
 #                             carries IN to hosts of its rack and CROSS to
 #                             the others (htb, a class per destination)
+#   net.sh trunk P RATE R0 R1 ...
+#                             two racks on two bridges joined by one cable
+#                             (the trunk, veth t0-t1) capped at RATE each
+#                             way (tbf on t0 and t1): host i's port moves
+#                             to bridge br<R_i> (R_i 0 or 1); traffic
+#                             between the racks shares the trunk, as on a
+#                             real uplink (what ring order is measured on)
 #   net.sh link P I down|up   host i's cable out or in (port h<i>): its
 #                             processes and addresses stay, packets to and
 #                             from it are dropped
@@ -24,7 +31,7 @@
 # Every command is bounded (ip and tc do not wait on the network).
 set -euo pipefail
 
-cmd=${1:?usage: net.sh up|cap|racks|link|down PREFIX ...}
+cmd=${1:?usage: net.sh up|cap|racks|trunk|link|down PREFIX ...}
 p=${2:?prefix}
 shift 2
 
@@ -89,6 +96,24 @@ racks)
         # Sending: by destination; receiving: by source.
         htb2 "$p-h$i" eth0 "$in" "$cross" dst "${others[@]}"
         htb2 "$p-sw" "h$i" "$in" "$cross" src "${others[@]}"
+    done
+    ;;
+trunk)
+    rate=${1:?rate of the trunk}
+    shift
+    ip -n "$p-sw" link add br1 type bridge
+    ip -n "$p-sw" link set br1 up
+    ip -n "$p-sw" link add t0 type veth peer name t1
+    ip -n "$p-sw" link set t0 master br0
+    ip -n "$p-sw" link set t1 master br1
+    ip -n "$p-sw" link set t0 up
+    ip -n "$p-sw" link set t1 up
+    # t0 sends what br0 hands to br1; t1 the other way.
+    tbf "$p-sw" t0 "$rate" 64kb
+    tbf "$p-sw" t1 "$rate" 64kb
+    racks=("$@")
+    for ((i = 0; i < ${#racks[@]}; i++)); do
+        [ "${racks[i]}" = 1 ] && ip -n "$p-sw" link set "h$i" master br1
     done
     ;;
 link)

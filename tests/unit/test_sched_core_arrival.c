@@ -12,8 +12,9 @@
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
 
-#define STEP_US 10000u /* the fast workers' ready-to-ready interval */
-#define WARM    12     /* rounds that teach the core everyone's pace */
+#define STEP_US   10000u /* the fast workers' ready-to-ready interval */
+#define WARM      12     /* rounds that teach the core everyone's pace */
+#define REDUCE_US 200u   /* a reduce: short beside the step */
 
 static struct pr_sched_params arrival_params(void)
 {
@@ -21,6 +22,14 @@ static struct pr_sched_params arrival_params(void)
 
     p.window_wait = 0.5;
     return p;
+}
+
+/* The group of ranks took `us` to reduce (the scheduler's GroupDones). */
+static void reduced(struct pr_sched_core *c, const uint32_t *ranks, uint32_t n,
+                    uint64_t us)
+{
+    for (uint32_t i = 0; i < n; i++)
+        pr_sched_core_reduced(c, ranks[i], us);
 }
 
 /*
@@ -44,6 +53,7 @@ static uint64_t warm_up(struct pr_sched_core *c, uint32_t n)
             sf_ready(c, r, 1, t);
         }
         sf_expect_group(c, t, all, n, NULL);
+        reduced(c, all, n, REDUCE_US);
     }
     return t;
 }
@@ -124,9 +134,11 @@ START_TEST(test_arrival_horizon_is_the_openers)
         sf_ready(c, 1, 1, t);
         if (i % 3 == 0) {
             sf_expect_group(c, t, (const uint32_t[]){2, 0, 1}, 3, NULL);
+            reduced(c, (const uint32_t[]){2, 0, 1}, 3, REDUCE_US);
         } else {
             /* Within the initial 5 ms window, before the next round. */
             sf_expect_group(c, t + 5000, (const uint32_t[]){0, 1}, 2, NULL);
+            reduced(c, (const uint32_t[]){0, 1}, 2, REDUCE_US);
         }
     }
     /* Two fast rounds: worker 2 is due in 18 and 8 ms, beyond 5 ms. */
@@ -163,6 +175,52 @@ START_TEST(test_arrival_unknown_pace_falls_back)
     ck_assert_int_eq(pr_sched_core_add_worker(c, 2, 1, t - 1), 0);
     sf_ready(c, 0, 2, t);
     sf_ready(c, 1, 2, t);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c),
+                     (int64_t)(t + (uint64_t)ceil(win * 1000.0)));
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+/*
+ * A worker whose reduces take a quarter of its step or more (a slow link)
+ * is not waited for: the group would wait on its link. As the opener, it
+ * waits the adaptive window only. Reduces unknown yet: the same.
+ */
+START_TEST(test_arrival_not_for_slow_reduces)
+{
+    struct pr_sched_params p = arrival_params();
+    struct pr_sched_core *c = sf_make(&p, 3);
+    uint64_t t = warm_up(c, 3) + STEP_US;
+    double win;
+
+    /* Worker 2's reduces now take 4 ms of its 10 ms step. */
+    for (int i = 0; i < 8; i++)
+        pr_sched_core_reduced(c, 2, 4000);
+    sf_ready(c, 0, 2, t);
+    sf_ready(c, 1, 2, t);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c), (int64_t)t + 10);
+    sf_expect_group(c, t + 10, (const uint32_t[]){0, 1}, 2, NULL);
+    /* Worker 2 opens: the adaptive window, not a wait for the pair. */
+    win = pr_sched_core_window_ms(c);
+    sf_ready(c, 2, 2, t + 20);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c),
+                     (int64_t)(t + 20 + (uint64_t)ceil(win * 1000.0)));
+    pr_sched_core_destroy(c);
+
+    /* Nothing known of the reduces: the adaptive window too. */
+    c = sf_make(&p, 2);
+    for (int i = 0; i < WARM; i++) {
+        t = (uint64_t)i * STEP_US;
+        sf_ready(c, 0, 1, t);
+        sf_ready(c, 1, 1, t);
+        sf_expect_group(c, t, (const uint32_t[]){0, 1}, 2, NULL);
+    }
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 2, 1, t), 0);
+    pr_sched_core_reduced(c, 99, 5); /* unknown: ignored */
+    pr_sched_core_reduced(NULL, 0, 5);
+    win = pr_sched_core_window_ms(c);
+    t += STEP_US;
+    sf_ready(c, 0, 2, t);
     ck_assert_int_eq(pr_sched_core_deadline_us(c),
                      (int64_t)(t + (uint64_t)ceil(win * 1000.0)));
     pr_sched_core_destroy(c);
@@ -210,6 +268,7 @@ static Suite *arrival_suite(void)
     tcase_add_test(tc, test_arrival_overdue_not_waited_for);
     tcase_add_test(tc, test_arrival_horizon_is_the_openers);
     tcase_add_test(tc, test_arrival_unknown_pace_falls_back);
+    tcase_add_test(tc, test_arrival_not_for_slow_reduces);
     tcase_add_test(tc, test_arrival_off_is_the_adaptive_window);
     tcase_add_test(tc, test_arrival_params_checked);
     suite_add_tcase(s, tc);

@@ -361,6 +361,17 @@ int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank)
     return 0;
 }
 
+void pr_sched_core_reduced(struct pr_sched_core *c, uint32_t rank, uint64_t us)
+{
+    if (c == NULL || !known(c, rank)) {
+        return;
+    }
+    struct pr_sched_wk *k = &c->w[rank];
+
+    k->red_us = k->red_known ? k->red_us - k->red_us / 4 + us / 4 : us;
+    k->red_known = 1;
+}
+
 int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank)
 {
     return c != NULL && known(c, rank) && c->w[rank].state == PR_SCHED_READY;
@@ -412,18 +423,34 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
  * never past the horizon; for nobody else, so no longer than
  * window_min_ms once those it expects are queued. A worker whose pace is
  * not known yet (it just joined) is waited for as the adaptive window
- * would. Why: with a fixed or adaptive window, two fast workers that once
- * met stay in step and keep meeting while a third, out of phase, ends up
- * alone or with the straggler, and the straggler meets one fast worker at
- * a time (docs/algorithm.md has the figures). O(cap): a pass over the
- * slots per call, made only by dynamic's due() and deadline.
+ * would. Only workers whose reduces are short beside their step count
+ * (compute_bound()): an opener that is not closes at the adaptive window,
+ * and one that is waits for no worker that is not. Why: with a fixed or
+ * adaptive window, two fast workers that once met stay in step and keep meeting
+ * while a third, out of phase, ends up alone or with the straggler, and the
+ * straggler meets one fast worker at a time (docs/algorithm.md has the
+ * figures). O(cap): a pass over the slots per call, made only by dynamic's
+ * due() and deadline.
  */
+/*
+ * Its reduces are short beside its step: waiting for it costs its group
+ * little. A worker whose reduces take a quarter of its step or more (a
+ * slow link, or a model large for the network) makes every group it
+ * joins slow: drawn into one group with everyone, the fast workers would
+ * wait on its link at every step (make bench-hosts' slow-link case went
+ * from 4 to 9 s that way).
+ */
+static int compute_bound(const struct pr_sched_wk *k)
+{
+    return k->timed && k->red_known && k->red_us * 4 < k->ewma_us;
+}
+
 static uint64_t window_close_us(const struct pr_sched_core *c, uint64_t t0)
 {
     const struct pr_sched_wk *h = &c->w[c->head];
     uint64_t base = t0 + pr_sched_ms_to_us(c->window_ms);
 
-    if (!(c->p.window_wait > 0.0) || !h->timed) {
+    if (!(c->p.window_wait > 0.0) || !compute_bound(h)) {
         return base;
     }
     uint64_t horizon = t0 + (uint64_t)(c->p.window_wait * (double)h->ewma_us);
@@ -438,6 +465,9 @@ static uint64_t window_close_us(const struct pr_sched_core *c, uint64_t t0)
         if (!k->timed) {
             close = max_u64(close, base);
             continue;
+        }
+        if (!compute_bound(k)) {
+            continue; /* not worth its reduce time to the group */
         }
         uint64_t e = k->ready_us + k->ewma_us;
 

@@ -137,6 +137,13 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
  * with a member that is not healing. -ENOENT if unknown.
  */
 int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank);
+/*
+ * The group `rank` was last in took `us` from its formation to its end on
+ * every node (the scheduler's GroupDones; the simulator's model): the
+ * arrival-aware window waits only for workers whose reduces are short
+ * beside their step (docs/algorithm.md 4.4). Unknown ranks are ignored.
+ */
+void pr_sched_core_reduced(struct pr_sched_core *c, uint32_t rank, uint64_t us);
 /* 1 if worker `rank` is queued READY (its next ready() is -EALREADY). */
 int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank);
 /*
