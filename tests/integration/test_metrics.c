@@ -168,12 +168,20 @@ START_TEST(test_metrics_link_rates)
     for (int i = 0; i < 2; i++)
         failed |= h_wait(pids[i], 30000) != 0;
     ck_assert_int_eq(failed, 0);
-    sleep_ms(400); /* a few heartbeats: node0's rates reach the scheduler */
-    char *node = h_metrics_fetch(nport), *sched = h_metrics_fetch(sport);
-    ck_assert_ptr_nonnull(node);
-    ck_assert_ptr_nonnull(sched);
-    double rn = h_metric(node, "preduce_node_link_rate_bytes_per_second{");
-    double rs = h_metric(sched, "preduce_sched_link_rate_bytes_per_second{");
+    /* Heartbeats every 100 ms carry node0's rates to the scheduler. */
+    char *node = NULL, *sched = NULL;
+    double rn = NAN, rs = NAN;
+    for (int i = 0; i < 100 && !(rn > 0 && rs > 0); i++) {
+        free(node);
+        free(sched);
+        sleep_ms(100);
+        node = h_metrics_fetch(nport);
+        sched = h_metrics_fetch(sport);
+        ck_assert_ptr_nonnull(node);
+        ck_assert_ptr_nonnull(sched);
+        rn = h_metric(node, "preduce_node_link_rate_bytes_per_second{");
+        rs = h_metric(sched, "preduce_sched_link_rate_bytes_per_second{");
+    }
     fprintf(stderr,
             "link rate node1 -> node0: %.0f B/s at node0, %.0f B/s "
             "at the scheduler\n",
