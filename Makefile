@@ -241,6 +241,16 @@ check-ops: all
 		$(TEST_ENV) BUILD=$(BUILD) MAKE="$(MAKE)" \
 			timeout 120 tests/ops/$$t.sh || rc=1; done; exit $$rc
 
+# The Debian package (debian/, tests/deb/check.sh): dpkg-buildpackage -b
+# in a scratch copy of the tree, lintian (no errors), then the .debs
+# installed, used (both units with the shipped config, a reduce from
+# python3-preduce and from a program built with pkg-config), reinstalled,
+# removed and purged under a real systemd in a systemd-nspawn container.
+# Root only (skipped, saying so, otherwise); about 1 min, at most 8.
+.PHONY: check-deb
+check-deb:
+	timeout 480 tests/deb/check.sh
+
 # client/examples/slurm/preduce.sbatch on a local Slurm (tests/slurm/:
 # Debian's slurmctld, slurmd and munge, installed when missing; two nodes
 # on this machine): the job trains and leaves no process. Root only
