@@ -102,7 +102,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 # Man pages: preduced.conf(5) is made from conf/preduced.conf (the keys'
 # one documentation) by man/conf2man.awk; the others are written by hand.
 MAN_GEN := $(BUILD)/man/preduced.conf.5
-MANS := man/preduced.8 man/preducectl.1 man/libpreduce.3 $(MAN_GEN)
+MANS := man/preduced.8 man/preducectl.1 man/preduce-sim.1 \
+	man/preduce-trainer.1 man/libpreduce.3 $(MAN_GEN)
 # man preduce_reduce and the rest: a page per function of libpreduce(3)'s
 # synopsis, each a .so link to it (LP and RP keep make from counting the
 # pattern's parentheses).

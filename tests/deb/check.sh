@@ -198,7 +198,8 @@ has preduce /usr/bin/preduced /usr/bin/preducectl /usr/bin/preduce-sim \
     /lib/systemd/system/preduced-scheduler.service \
     /usr/lib/sysusers.d/preduce.conf /etc/preduce/preduced.conf \
     /usr/share/man/man8/preduced.8.gz /usr/share/man/man5/preduced.conf.5.gz \
-    /usr/share/man/man1/preducectl.1.gz
+    /usr/share/man/man1/preducectl.1.gz /usr/share/man/man1/preduce-sim.1.gz \
+    /usr/share/man/man1/preduce-trainer.1.gz /usr/bin/preduce-trainer
 has libpreduce1 "/usr/lib/$MA/libpreduce.so.1"
 has libpreduce-dev /usr/include/preduce.h "/usr/lib/$MA/libpreduce.so" \
     "/usr/lib/$MA/pkgconfig/preduce.pc" /usr/share/man/man3/libpreduce.3.gz \
