@@ -219,8 +219,11 @@ has libpreduce-dev /usr/include/preduce.h "/usr/lib/$MA/libpreduce.so" \
     /usr/share/man/man3/preduce_reduce.3.gz
 has python3-preduce /usr/lib/python3/dist-packages/preduce/__init__.py \
     /usr/lib/python3/dist-packages/preduce/torch.py
+# Lists taken whole: grep -q on a pipe under pipefail can see its writer
+# die of SIGPIPE.
+plist=$(ct dpkg -L preduce)
 if [ "$(ct dpkg -L libpreduce1 | grep -c '\.so')" -eq 1 ] &&
-    ! ct dpkg -L preduce | grep -q "/include/\|\.so\|dist-packages"; then
+    ! grep -q "/include/\|\.so\|dist-packages" <<<"$plist"; then
     pass "the library alone in libpreduce1, nothing of the others in preduce"
 else
     fail "package split" "$(ct dpkg -L libpreduce1; ct dpkg -L preduce)"
