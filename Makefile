@@ -105,7 +105,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 # Man pages: preduced.conf(5) is made from conf/preduced.conf (the keys'
 # one documentation) by man/conf2man.awk; the others are written by hand.
 MAN_GEN := $(BUILD)/man/preduced.conf.5
-MANS := man/preduced.8 man/preducectl.1 man/libpreduce.3 $(MAN_GEN)
+MANS := man/preduced.8 man/preducectl.1 man/preduce-sim.1 \
+	man/preduce-trainer.1 man/libpreduce.3 $(MAN_GEN)
 # man preduce_reduce and the rest: a page per function of libpreduce(3)'s
 # synopsis, each a .so link to it (LP and RP keep make from counting the
 # pattern's parentheses).
@@ -248,6 +249,16 @@ check-ops: all
 	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \
 		$(TEST_ENV) BUILD=$(BUILD) MAKE="$(MAKE)" \
 			timeout 120 tests/ops/$$t.sh || rc=1; done; exit $$rc
+
+# The Debian package (debian/, tests/deb/check.sh): dpkg-buildpackage -b
+# in a scratch copy of the tree, lintian (no errors), then the .debs
+# installed, used (both units with the shipped config, a reduce from
+# python3-preduce and from a program built with pkg-config), reinstalled,
+# removed and purged under a real systemd in a systemd-nspawn container.
+# Root only (skipped, saying so, otherwise); about 1 min, at most 8.
+.PHONY: check-deb
+check-deb:
+	timeout 480 tests/deb/check.sh
 
 # client/examples/slurm/preduce.sbatch on a local Slurm (tests/slurm/:
 # Debian's slurmctld, slurmd and munge, installed when missing; two nodes

@@ -10,6 +10,7 @@ PKGS=(
     check clang-format python3 python3-numpy
     systemd systemd-container groff-base man-db
     python3-torch python3-pytest python3-yaml
+    dpkg-dev debhelper dh-python fakeroot lintian
 )
 
 missing=()

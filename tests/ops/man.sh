@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The man pages as `make install` puts them in a DESTDIR: each of
-# preduced(8), preduced.conf(5), preducectl(1) and libpreduce(3) is there
+# preduced(8), preduced.conf(5), preducectl(1), preduce-sim(1),
+# preduce-trainer(1) and libpreduce(3) is there
 # and renders with `groff -man -ww -z` without a single warning (also as
 # man(1) sets it for terminals 60, 80 and 120 columns wide);
 # preduced.conf(5) has an entry for every key `preduced -T` prints, no
@@ -31,7 +32,7 @@ fi
 
 M=$T/usr/share/man
 for page in man8/preduced.8 man5/preduced.conf.5 man1/preducectl.1 \
-    man3/libpreduce.3; do
+    man1/preduce-sim.1 man1/preduce-trainer.1 man3/libpreduce.3; do
     if [ ! -f "$M/$page" ]; then
         fail "$page installed" "no $M/$page"
         continue

@@ -52,10 +52,13 @@ else
 fi
 # The installed library, not the build tree's: no rpath, so say where.
 export LD_LIBRARY_PATH=$D/usr/lib
-if ldd "$T/hello" | grep -q "libpreduce.so.1 => $D/usr/lib/"; then
+# ldd's output taken whole first: grep -q stops reading at its match, and
+# under pipefail an ldd killed by SIGPIPE failed the case now and then.
+libs=$(ldd "$T/hello")
+if grep -q "libpreduce.so.1 => $D/usr/lib/" <<<"$libs"; then
     pass "hello links the installed libpreduce.so.1"
 else
-    fail "hello links the installed libpreduce.so.1" "$(ldd "$T/hello")"
+    fail "hello links the installed libpreduce.so.1" "$libs"
 fi
 
 SOCK=$T/node.sock
