@@ -182,9 +182,13 @@ test check: check-format check-layout check-unit check-integration \
 check-layout:
 	@bash tests/check-layout.sh
 
+# The engine's suites run again with the arithmetic on 3 pool threads.
+ENGINE_UNIT_BINS := $(filter $(BUILD)/tests/test_engine%,$(UNIT_BINS))
 check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; \
-		$(TEST_ENV) ./$$t; done
+		$(TEST_ENV) ./$$t; done; \
+	for t in $(ENGINE_UNIT_BINS); do echo "== $$t (3 reduce threads)"; \
+		$(TEST_ENV) PR_TEST_REDUCE_THREADS=3 ./$$t; done
 
 check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \

@@ -110,6 +110,14 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
 /*
+ * The threads that do the arithmetic (sums, scaling, copies, write-back),
+ * each on slices of a vector: 1 (or 0), inline on the loop; more, a pool
+ * (daemon/engine/pool.h), with results bit for bit the same. done() then
+ * waits until no thread is in the group's memory. 0, -EINVAL, -EBUSY
+ * while work is out with the current pool, or pthread_create's error.
+ */
+int pr_engine_set_threads(struct pr_engine *e, unsigned nthreads);
+/*
  * How long an early chunk (one that came before its group started here)
  * is kept: the node passes its reduce timeout, at create and on reload,
  * since a group that has not started within it has failed on the nodes
