@@ -121,6 +121,8 @@ struct pr_engine {
     void (*mem_free)(void *ctx, void *p);
     void *mem_ctx;
     struct pr_pool *pool; /* NULL: all arithmetic inline, on the loop */
+    float *spare; /* the last scratch vector freed, for the next group */
+    size_t spare_bytes;
 };
 
 /*
