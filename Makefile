@@ -87,7 +87,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch]))
+	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] tests/fuzz/*.[ch] \
+	tests/load/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
@@ -296,6 +297,24 @@ $(BUILD)/bench/mpi_allreduce: tests/bench/peers/mpi_allreduce.c
 $(BUILD)/bench/gloo_allreduce: tests/bench/peers/gloo_allreduce.cc
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -std=c++17 -Wall -Wextra -Werror -o $@ $< -lgloo -pthread
+
+# One node daemon and its trainers next to Open MPI's MPI_Allreduce over
+# shared memory (vader) and a STREAM-style copy and add over buffers of the
+# same size (tests/bench/local/): installs Open MPI when missing, prints
+# and writes $(BUILD)/bench-local.txt. About 6 minutes with the defaults
+# (BENCH_LOCAL_SIZES, BENCH_LOCAL_TRAINERS, BENCH_LOCAL_REPEATS and
+# BENCH_RUN_S change them).
+$(BUILD)/bench/bench_local: $(BUILD)/tests/bench/local/bench_local.o \
+		$(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench-local
+bench-local: $(BUILD)/bench/bench_local $(BINS)
+	tests/bench/peers/setup.sh libopenmpi-dev openmpi-bin
+	$(MAKE) --no-print-directory $(BUILD)/bench/mpi_allreduce
+	$(TEST_ENV) BENCH_LOCAL_MPI=$(abspath $(BUILD)/bench/mpi_allreduce) \
+		./$(BUILD)/bench/bench_local $(BUILD)/bench-local.txt
 
 .PHONY: bench-peers
 bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
