@@ -3,6 +3,22 @@
  * sum folded into the chunks from the left, the in-place writes of final
  * floats, and the write-back of results. No sends and no state changes:
  * those are engine.c's.
+ *
+ * Passes over memory per reduce, in vectors of S bytes (the tensor), for
+ * k local members, m daemons, uniform weights (the mean):
+ *  - m == 1: each member read once and written once, 2k S: the sum of a
+ *    16 KiB block stays in cache between the reads and the writes, and
+ *    there is no scratch vector (pr_engine_local_mean). The writes go to
+ *    lines just read, so non-temporal stores would not save a read.
+ *  - m > 1, default mode: the local sum read once, k S, folded into the
+ *    chunk from the left (its S/m segments) or summed for the own segment
+ *    (k == 1 with direct sends: posted from the member, no pass); the
+ *    scratch vector written once per float, by the reduce-scatter or the
+ *    all-gather, S; the write-back, 2k S (k == 1: a memcpy, whose large
+ *    copies glibc already makes with non-temporal stores). The scratch
+ *    copy and write-back are what "tensors unchanged on failure" costs.
+ *  - m > 1 in place (k == 1): the member read once and written once, no
+ *    scratch vector and no write-back.
  */
 #include "daemon/engine/engine_int.h"
 
