@@ -47,9 +47,12 @@ void pr_pool_slice(size_t n, uint32_t nslices, uint32_t i, size_t *lo,
 uint32_t pr_pool_nslices(const struct pr_pool *p, size_t n)
 {
     size_t most = n / PR_POOL_MIN_SLICE;
+    size_t want = (n + PR_POOL_MAX_SLICE - 1) / PR_POOL_MAX_SLICE;
+    if (want < p->nthreads)
+        want = p->nthreads;
     if (most < 1)
         most = 1;
-    return most < p->nthreads ? (uint32_t)most : p->nthreads;
+    return (uint32_t)(most < want ? most : want);
 }
 
 unsigned pr_pool_threads(const struct pr_pool *p)

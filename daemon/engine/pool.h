@@ -32,6 +32,12 @@
  * costs more than it saves, and callers run such work inline.
  */
 #define PR_POOL_MIN_SLICE 16384
+/*
+ * Nor larger than this (1 MiB) when that leaves more slices than threads:
+ * threads that run late (a busy machine) leave their share to the others,
+ * a cancel skips more, and the loop's pr_pool_run waits less behind them.
+ */
+#define PR_POOL_MAX_SLICE 262144
 
 struct pr_pool;
 struct pr_pool_job;
@@ -89,7 +95,11 @@ void pr_pool_drain(struct pr_pool *p);
 /* Jobs submitted whose done() has not run yet. */
 size_t pr_pool_outstanding(const struct pr_pool *p);
 
-/* How many slices a job of n floats is cut into on p: 1..threads. */
+/*
+ * How many slices a job of n floats is cut into on p: as many as threads,
+ * or more to keep them at most PR_POOL_MAX_SLICE, but none smaller than
+ * PR_POOL_MIN_SLICE (and at least 1).
+ */
 uint32_t pr_pool_nslices(const struct pr_pool *p, size_t n);
 /*
  * Slice i of nslices over n floats: [*lo, *hi). The slices cover [0, n) in
