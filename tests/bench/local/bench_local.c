@@ -27,7 +27,10 @@
  * BENCH_LOCAL_THREADS (node.reduce_threads values, default "1 N" with N
  * the CPUs it may use, at most 8; -1 leaves the key unset, for a preduced
  * from before it),
- * BENCH_LOCAL_MPI (the mpi_allreduce binary; none: MPI skipped).
+ * BENCH_LOCAL_MPI (the mpi_allreduce binary; none: MPI skipped),
+ * BENCH_LOCAL_HIER_SIZES (MiB, default "16": of BENCH_LOCAL_SIZES, those
+ * also run hierarchically, 2 daemons over TCP with 2 trainers each, next to
+ * MPI with 4 ranks over TCP; the memory-bound fraction does not apply).
  */
 #include <errno.h>
 #include <math.h>
@@ -161,8 +164,11 @@ static long run_preduce(const struct run_opts *o, double **times)
     struct h_cluster c;
     char thr[64];
     snprintf(thr, sizeof(thr), "node.reduce_threads=%u", o->threads);
-    const char *const sched_sets[] = {"scheduler.policy=allreduce", NULL};
-    const char *const node_sets[] = {o->threads == UNSET ? NULL : thr, NULL};
+    /* The harness logs at debug level: a line per group costs a write. */
+    const char *const sched_sets[] = {"scheduler.policy=allreduce",
+                                      "log.level=info", NULL};
+    const char *const node_sets[] = {"log.level=info",
+                                     o->threads == UNSET ? NULL : thr, NULL};
     if (h_cluster_start(&c, o->nodes, sched_sets, node_sets) < 0) {
         fprintf(stderr, "bench_local: cluster did not start\n");
         return -1;
@@ -266,15 +272,15 @@ static double run_mpi(const char *bin, int k, double mib, double run_s,
         return NAN;
     double ms = NAN;
     while (fgets(line, sizeof(line), p)) {
-        char *at = strstr(line, "ms/op");
-        if (at && strstr(line, "mpi allreduce")) {
-            char *q = at;
-            while (q > line && q[-1] == ' ')
-                q--;
-            while (q > line && q[-1] != ' ' && q[-1] != ',')
-                q--;
-            ms = atof(q);
-        } else if (!strstr(line, "bus bandwidth")) {
+        /* "...: N ops in S s, ...": per op from those, not the rounded ms. */
+        char *at = strstr(line, " ops in ");
+        char *colon = strstr(line, "tensor:");
+        if (at && colon && strstr(line, "mpi allreduce")) {
+            long ops = atol(colon + strlen("tensor:"));
+            double secs = atof(at + strlen(" ops in "));
+            if (ops > 0)
+                ms = 1e3 * secs / (double)ops;
+        } else {
             fputs(line, stderr);
         }
     }
@@ -286,9 +292,12 @@ static double run_mpi(const char *bin, int k, double mib, double run_s,
 /* ------------------------------------------------------------------ */
 /* The run                                                              */
 
+/* 1 daemon; MPI over vader; 2 daemons over TCP; MPI over TCP. */
+enum { K_LOCAL, K_MPI, K_HIER, K_MPI_TCP };
+
 struct cfg {
     char what[96]; /* its label */
-    int kind;      /* 0 preduce, 1 MPI */
+    int kind;      /* K_* */
     int k;
     double mib;
     int in_place;
@@ -320,12 +329,62 @@ static struct cfg *cfg_get(int kind, int k, double mib, int in_place,
     c->mib = mib;
     c->in_place = in_place;
     c->threads = threads;
-    if (kind == 0)
+    if (kind == K_LOCAL)
         snprintf(c->what, sizeof(c->what), "preduce %d trainers %s %d thr", k,
                  in_place ? "in-place" : "default", (int)threads);
+    else if (kind == K_HIER)
+        snprintf(c->what, sizeof(c->what), "preduce 2x%d tcp %s %d thr", k / 2,
+                 in_place ? "in-place" : "default", (int)threads);
     else
-        snprintf(c->what, sizeof(c->what), "mpi vader %d ranks", k);
+        snprintf(c->what, sizeof(c->what), "mpi %s %d ranks",
+                 kind == K_MPI ? "vader" : "tcp", k);
     return c;
+}
+
+static void out2(FILE *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void out2(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* One preduce run into its configuration's next round. */
+static void one_preduce(FILE *out, int kind, int k, double mib, int ip,
+                        unsigned threads, double run_s)
+{
+    size_t n = (size_t)(mib * 1024 * 1024 / sizeof(float));
+    struct run_opts o = {k, kind == K_HIER ? 2 : 1, n, ip, threads, run_s};
+    double *times = NULL;
+    long nt = run_preduce(&o, &times);
+    struct cfg *c = cfg_get(kind, k, mib, ip, threads);
+    if (nt > 0) {
+        c->ms[c->nr] = 1e3 * quantile(times, (size_t)nt, 0.5);
+        c->p99[c->nr] = 1e3 * quantile(times, (size_t)nt, 0.99);
+        out2(out, "%-36s %5.0f MiB: %6ld ops, median %8.3f ms/op, p99 %8.3f\n",
+             c->what, mib, nt, c->ms[c->nr], c->p99[c->nr]);
+        c->nr++;
+    }
+    free(times);
+}
+
+static void one_mpi(FILE *out, const char *mpi, int kind, int k, double mib,
+                    double run_s)
+{
+    double ms = run_mpi(mpi, k, mib, run_s,
+                        kind == K_MPI ? "vader,self"
+                                      : "tcp,self --mca btl_tcp_if_include lo");
+    struct cfg *c = cfg_get(kind, k, mib, 0, 0);
+    if (!isnan(ms)) {
+        c->ms[c->nr++] = ms;
+        out2(out, "%-36s %5.0f MiB: mean %8.3f ms/op\n", c->what, mib, ms);
+    }
 }
 
 static int parse_list(const char *env, const char *dflt, double *out, int max)
@@ -353,20 +412,6 @@ static void median_range(const double *v, int n, double *med, double *lo,
     *hi = t[n - 1];
 }
 
-static void out2(FILE *f, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void out2(FILE *f, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -380,6 +425,8 @@ int main(int argc, char **argv)
     }
     double sizes[8], ks[4];
     int nsizes = parse_list("BENCH_LOCAL_SIZES", "1 16 64", sizes, 8);
+    double hsizes[8];
+    int nhier = parse_list("BENCH_LOCAL_HIER_SIZES", "16", hsizes, 8);
     unsigned nthr = pr_pool_default_threads(8);
     int nks =
         parse_list("BENCH_LOCAL_TRAINERS", nthr >= 8 ? "2 4 8" : "2 4", ks, 4);
@@ -439,37 +486,22 @@ int main(int argc, char **argv)
                 int k = (int)ks[ki];
                 if (k < 2 || k > MAXK)
                     continue;
-                for (int ti = 0; ti < nthrs; ti++) {
-                    for (int ip = 0; ip < 2; ip++) {
-                        struct run_opts o = {k, 1, n, ip, thr[ti], run_s};
-                        double *times = NULL;
-                        long nt = run_preduce(&o, &times);
-                        struct cfg *c = cfg_get(0, k, sizes[si], ip, thr[ti]);
-                        if (nt > 0) {
-                            c->ms[c->nr] =
-                                1e3 * quantile(times, (size_t)nt, 0.5);
-                            c->p99[c->nr] =
-                                1e3 * quantile(times, (size_t)nt, 0.99);
-                            out2(out,
-                                 "%-36s %5.0f MiB: %6ld ops, median %8.3f "
-                                 "ms/op, p99 %8.3f\n",
-                                 c->what, sizes[si], nt, c->ms[c->nr],
-                                 c->p99[c->nr]);
-                            c->nr++;
-                        }
-                        free(times);
-                    }
-                }
-                if (mpi) {
-                    double ms = run_mpi(mpi, k, sizes[si], run_s, "vader,self");
-                    struct cfg *c = cfg_get(1, k, sizes[si], 0, 0);
-                    if (!isnan(ms)) {
-                        c->ms[c->nr++] = ms;
-                        out2(out, "%-36s %5.0f MiB: mean %8.3f ms/op\n",
-                             c->what, sizes[si], ms);
-                    }
-                }
+                for (int ti = 0; ti < nthrs; ti++)
+                    for (int ip = 0; ip < 2; ip++)
+                        one_preduce(out, K_LOCAL, k, sizes[si], ip, thr[ti],
+                                    run_s);
+                if (mpi)
+                    one_mpi(out, mpi, K_MPI, k, sizes[si], run_s);
             }
+            /* Hierarchical: 2 daemons with 2 trainers each, over TCP. */
+            int hier = 0;
+            for (int hi = 0; hi < nhier; hi++)
+                hier |= hsizes[hi] == sizes[si];
+            for (int ti = 0; hier && ti < nthrs; ti++)
+                for (int ip = 0; ip < 2; ip++)
+                    one_preduce(out, K_HIER, 4, sizes[si], ip, thr[ti], run_s);
+            if (hier && mpi)
+                one_mpi(out, mpi, K_MPI_TCP, 4, sizes[si], run_s);
         }
     }
 
@@ -492,15 +524,20 @@ int main(int argc, char **argv)
             double s = c->mib * 1024 * 1024;
             double moved = 2.0 * c->k * s;
             struct cfg *m =
-                c->kind == 0 ? cfg_get(1, c->k, c->mib, 0, 0) : NULL;
+                c->kind == K_LOCAL  ? cfg_get(K_MPI, c->k, c->mib, 0, 0)
+                : c->kind == K_HIER ? cfg_get(K_MPI_TCP, c->k, c->mib, 0, 0)
+                                    : NULL;
             double mm = NAN, ml, mh;
             if (m && m->nr > 0)
                 median_range(m->ms, m->nr, &mm, &ml, &mh);
             out2(out,
                  "  %-36s %8.3f ms/op [%.3f-%.3f]  bus %7.2f GB/s  moved "
-                 "%6.1f MiB/op  %.2f of bound",
-                 c->what, med, lo, hi, s / (med / 1e3) / 1e9, moved / 1048576.0,
-                 moved / (med / 1e3) / bnd);
+                 "%6.1f MiB/op",
+                 c->what, med, lo, hi, s / (med / 1e3) / 1e9,
+                 moved / 1048576.0);
+            /* Over TCP the memory is not what bounds it. */
+            if (c->kind == K_LOCAL || c->kind == K_MPI)
+                out2(out, "  %.2f of bound", moved / (med / 1e3) / bnd);
             if (!isnan(mm))
                 out2(out, "  %.2fx MPI", mm / med);
             out2(out, "\n");
