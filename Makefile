@@ -299,7 +299,8 @@ $(BUILD)/bench/gloo_allreduce: tests/bench/peers/gloo_allreduce.cc
 	$(CXX) -O2 -std=c++17 -Wall -Wextra -Werror -o $@ $< -lgloo -pthread
 
 # One node daemon and its trainers next to Open MPI's MPI_Allreduce over
-# shared memory (vader) and a STREAM-style copy and add over buffers of the
+# shared memory (vader), torch.distributed's Gloo on this host (when
+# $(PYTHON) has torch) and a STREAM-style copy and add over buffers of the
 # same size (tests/bench/local/): installs Open MPI when missing, prints
 # and writes $(BUILD)/bench-local.txt. About 6 minutes with the defaults
 # (BENCH_LOCAL_SIZES, BENCH_LOCAL_TRAINERS, BENCH_LOCAL_REPEATS and
@@ -314,6 +315,9 @@ bench-local: $(BUILD)/bench/bench_local $(BINS)
 	tests/bench/peers/setup.sh libopenmpi-dev openmpi-bin
 	$(MAKE) --no-print-directory $(BUILD)/bench/mpi_allreduce
 	$(TEST_ENV) BENCH_LOCAL_MPI=$(abspath $(BUILD)/bench/mpi_allreduce) \
+		BENCH_LOCAL_GLOO=$$($(PYTHON) -c 'import torch.distributed as d; \
+			print(d.is_gloo_available())' 2>/dev/null | \
+			grep -q True && echo tests/bench/local/gloo_allreduce.py) \
 		./$(BUILD)/bench/bench_local $(BUILD)/bench-local.txt
 
 .PHONY: bench-peers

@@ -1,7 +1,8 @@
 /*
  * One node daemon and its trainers on this machine (`make bench-local`):
  * the daemon's all-reduce of k trainers' tensors next to Open MPI's
- * MPI_Allreduce over shared memory (vader) with k ranks, and next to a
+ * MPI_Allreduce over shared memory (vader) with k ranks, torch.distributed's
+ * Gloo all-reduce with k processes on this host, and next to a
  * STREAM-style copy and add over buffers of the same size, all in one run,
  * alternating, for BENCH_LOCAL_REPEATS rounds. Figures, never a test.
  *
@@ -28,6 +29,8 @@
  * the CPUs it may use, at most 8; -1 leaves the key unset, for a preduced
  * from before it),
  * BENCH_LOCAL_MPI (the mpi_allreduce binary; none: MPI skipped),
+ * BENCH_LOCAL_GLOO (gloo_allreduce.py: torch.distributed's Gloo with k
+ * processes on this host; none: skipped),
  * BENCH_LOCAL_HIER_SIZES (MiB, default "16": of BENCH_LOCAL_SIZES, those
  * also run hierarchically, 2 daemons over TCP with 2 trainers each, next to
  * MPI with 4 ranks over TCP; the memory-bound fraction does not apply).
@@ -258,15 +261,13 @@ static double stream_bw(float *a, float *b, float *c, size_t n,
 /* Open MPI                                                             */
 
 /* ms per MPI_Allreduce of k ranks over vader, or NAN. */
-static double run_mpi(const char *bin, int k, double mib, double run_s,
-                      const char *btl)
+/*
+ * ms per all-reduce from an anchor's "... allreduce K ranks: M MiB tensor:
+ * N ops in S s" line (mpi_allreduce, gloo_allreduce.py), or NAN.
+ */
+static double run_anchor(const char *cmd)
 {
-    char cmd[1024], line[512];
-    snprintf(cmd, sizeof(cmd),
-             "BENCH_RUN_S=%g OMPI_ALLOW_RUN_AS_ROOT=1 "
-             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -n %d "
-             "--oversubscribe --bind-to none --mca btl %s %s %.17g 2>&1",
-             run_s, k, btl, bin, mib);
+    char line[512];
     FILE *p = popen(cmd, "r");
     if (!p)
         return NAN;
@@ -275,7 +276,7 @@ static double run_mpi(const char *bin, int k, double mib, double run_s,
         /* "...: N ops in S s, ...": per op from those, not the rounded ms. */
         char *at = strstr(line, " ops in ");
         char *colon = strstr(line, "tensor:");
-        if (at && colon && strstr(line, "mpi allreduce")) {
+        if (at && colon && strstr(line, " allreduce ")) {
             long ops = atol(colon + strlen("tensor:"));
             double secs = atof(at + strlen(" ops in "));
             if (ops > 0)
@@ -289,11 +290,33 @@ static double run_mpi(const char *bin, int k, double mib, double run_s,
     return ms;
 }
 
+static double run_mpi(const char *bin, int k, double mib, double run_s,
+                      const char *btl)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "BENCH_RUN_S=%g OMPI_ALLOW_RUN_AS_ROOT=1 "
+             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -n %d "
+             "--oversubscribe --bind-to none --mca btl %s %s %.17g 2>&1",
+             run_s, k, btl, bin, mib);
+    return run_anchor(cmd);
+}
+
+/* torch.distributed's Gloo all-reduce, k processes on this host. */
+static double run_gloo(const char *script, int k, double mib, double run_s)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "timeout 300 /usr/bin/python3 %s %d %.17g %g 2>&1", script, k, mib,
+             run_s);
+    return run_anchor(cmd);
+}
+
 /* ------------------------------------------------------------------ */
 /* The run                                                              */
 
 /* 1 daemon; MPI over vader; 2 daemons over TCP; MPI over TCP. */
-enum { K_LOCAL, K_MPI, K_HIER, K_MPI_TCP };
+enum { K_LOCAL, K_MPI, K_HIER, K_MPI_TCP, K_GLOO };
 
 struct cfg {
     char what[96]; /* its label */
@@ -313,8 +336,18 @@ static double bound[8][MAXROUNDS]; /* per size index: memory bound, B/s */
 static double copy1[8][MAXROUNDS], copyn[8][MAXROUNDS], add1[8][MAXROUNDS],
     addn[8][MAXROUNDS];
 
-static struct cfg *cfg_get(int kind, int k, double mib, int in_place,
-                           unsigned threads)
+static void median_range(const double *v, int n, double *med, double *lo,
+                         double *hi)
+{
+    double t[MAXROUNDS];
+    memcpy(t, v, (size_t)n * sizeof(double));
+    *med = quantile(t, (size_t)n, 0.5);
+    *lo = t[0];
+    *hi = t[n - 1];
+}
+
+static struct cfg *cfg_find(int kind, int k, double mib, int in_place,
+                            unsigned threads)
 {
     for (int i = 0; i < ncfg; i++) {
         struct cfg *c = &cfgs[i];
@@ -322,7 +355,26 @@ static struct cfg *cfg_get(int kind, int k, double mib, int in_place,
             c->in_place == in_place && c->threads == threads)
             return c;
     }
-    struct cfg *c = &cfgs[ncfg++];
+    return NULL;
+}
+
+/* The median over rounds of an anchor's op time, ms, or NAN. */
+static double anchor_ms(int kind, int k, double mib)
+{
+    const struct cfg *c = cfg_find(kind, k, mib, 0, 0);
+    double med = NAN, lo, hi;
+    if (c && c->nr > 0)
+        median_range(c->ms, c->nr, &med, &lo, &hi);
+    return med;
+}
+
+static struct cfg *cfg_get(int kind, int k, double mib, int in_place,
+                           unsigned threads)
+{
+    struct cfg *c = cfg_find(kind, k, mib, in_place, threads);
+    if (c)
+        return c;
+    c = &cfgs[ncfg++];
     memset(c, 0, sizeof(*c));
     c->kind = kind;
     c->k = k;
@@ -335,6 +387,8 @@ static struct cfg *cfg_get(int kind, int k, double mib, int in_place,
     else if (kind == K_HIER)
         snprintf(c->what, sizeof(c->what), "preduce 2x%d tcp %s %d thr", k / 2,
                  in_place ? "in-place" : "default", (int)threads);
+    else if (kind == K_GLOO)
+        snprintf(c->what, sizeof(c->what), "torch gloo %d ranks", k);
     else
         snprintf(c->what, sizeof(c->what), "mpi %s %d ranks",
                  kind == K_MPI ? "vader" : "tcp", k);
@@ -377,9 +431,12 @@ static void one_preduce(FILE *out, int kind, int k, double mib, int ip,
 static void one_mpi(FILE *out, const char *mpi, int kind, int k, double mib,
                     double run_s)
 {
-    double ms = run_mpi(mpi, k, mib, run_s,
-                        kind == K_MPI ? "vader,self"
-                                      : "tcp,self --mca btl_tcp_if_include lo");
+    double ms =
+        kind == K_GLOO
+            ? run_gloo(mpi, k, mib, run_s)
+            : run_mpi(mpi, k, mib, run_s,
+                      kind == K_MPI ? "vader,self"
+                                    : "tcp,self --mca btl_tcp_if_include lo");
     struct cfg *c = cfg_get(kind, k, mib, 0, 0);
     if (!isnan(ms)) {
         c->ms[c->nr++] = ms;
@@ -400,16 +457,6 @@ static int parse_list(const char *env, const char *dflt, double *out, int max)
         s = end;
     }
     return n;
-}
-
-static void median_range(const double *v, int n, double *med, double *lo,
-                         double *hi)
-{
-    double t[MAXROUNDS];
-    memcpy(t, v, (size_t)n * sizeof(double));
-    *med = quantile(t, (size_t)n, 0.5);
-    *lo = t[0];
-    *hi = t[n - 1];
 }
 
 int main(int argc, char **argv)
@@ -439,6 +486,9 @@ int main(int argc, char **argv)
     const char *mpi = getenv("BENCH_LOCAL_MPI");
     if (mpi && (!*mpi || access(mpi, X_OK) != 0))
         mpi = NULL;
+    const char *gloo = getenv("BENCH_LOCAL_GLOO");
+    if (gloo && (!*gloo || access(gloo, R_OK) != 0))
+        gloo = NULL;
     unsigned thr[4] = {1, nthr};
     int nthrs = nthr > 1 ? 2 : 1;
     if (getenv("BENCH_LOCAL_THREADS")) {
@@ -492,6 +542,8 @@ int main(int argc, char **argv)
                                     run_s);
                 if (mpi)
                     one_mpi(out, mpi, K_MPI, k, sizes[si], run_s);
+                if (gloo)
+                    one_mpi(out, gloo, K_GLOO, k, sizes[si], run_s);
             }
             /* Hierarchical: 2 daemons with 2 trainers each, over TCP. */
             int hier = 0;
@@ -523,13 +575,11 @@ int main(int argc, char **argv)
             median_range(c->ms, c->nr, &med, &lo, &hi);
             double s = c->mib * 1024 * 1024;
             double moved = 2.0 * c->k * s;
-            struct cfg *m =
-                c->kind == K_LOCAL  ? cfg_get(K_MPI, c->k, c->mib, 0, 0)
-                : c->kind == K_HIER ? cfg_get(K_MPI_TCP, c->k, c->mib, 0, 0)
-                                    : NULL;
-            double mm = NAN, ml, mh;
-            if (m && m->nr > 0)
-                median_range(m->ms, m->nr, &mm, &ml, &mh);
+            double mm = c->kind == K_LOCAL  ? anchor_ms(K_MPI, c->k, c->mib)
+                        : c->kind == K_HIER ? anchor_ms(K_MPI_TCP, c->k, c->mib)
+                                            : NAN;
+            double gm =
+                c->kind == K_LOCAL ? anchor_ms(K_GLOO, c->k, c->mib) : NAN;
             out2(out,
                  "  %-36s %8.3f ms/op [%.3f-%.3f]  bus %7.2f GB/s  moved "
                  "%6.1f MiB/op",
@@ -540,6 +590,8 @@ int main(int argc, char **argv)
                 out2(out, "  %.2f of bound", moved / (med / 1e3) / bnd);
             if (!isnan(mm))
                 out2(out, "  %.2fx MPI", mm / med);
+            if (!isnan(gm))
+                out2(out, "  %.2fx gloo", gm / med);
             out2(out, "\n");
         }
     }
