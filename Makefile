@@ -13,6 +13,9 @@ LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
 SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+MANDIR ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 BUILD ?= build
@@ -73,6 +76,9 @@ TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
 TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
 LOAD_SRCS := $(wildcard tests/load/*.c)
 LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
+HOSTS_SRCS := $(wildcard tests/hosts/test_*.c)
+HOSTS_BINS := $(HOSTS_SRCS:tests/hosts/test_%.c=$(BUILD)/tests/hosts_%)
+HOSTS_LIB_OBJS := $(BUILD)/tests/hosts/hosts.o
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -88,15 +94,33 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
 	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] tests/fuzz/*.[ch] \
-	tests/load/*.[ch]))
+	tests/load/*.[ch] tests/ops/*.[ch] tests/hosts/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
-	coverage check-load \
+	coverage check-load check-hosts \
 	install uninstall clean format bench
 .SECONDARY:
 
-all: $(BINS) $(LIB_SO) $(LIB_A)
+# Man pages: preduced.conf(5) is made from conf/preduced.conf (the keys'
+# one documentation) by man/conf2man.awk; the others are written by hand.
+MAN_GEN := $(BUILD)/man/preduced.conf.5
+MANS := man/preduced.8 man/preducectl.1 man/libpreduce.3 $(MAN_GEN)
+# man preduce_reduce and the rest: a page per function of libpreduce(3)'s
+# synopsis, each a .so link to it (LP and RP keep make from counting the
+# pattern's parentheses).
+LP := (
+RP := )
+MAN3_LINKS := $(shell sed -n \
+	's/^\.BI ".*[ *]\$(LP)preduce_[a-z_]*\$(RP)[$(LP)].*/\1/p' \
+	man/libpreduce.3)
+
+all: $(BINS) $(LIB_SO) $(LIB_A) $(MAN_GEN)
+
+$(MAN_GEN): conf/preduced.conf man/preduced.conf.5.in man/conf2man.awk
+	@mkdir -p $(dir $@)
+	awk -f man/conf2man.awk conf/preduced.conf man/preduced.conf.5.in >$@.tmp
+	mv $@.tmp $@
 
 # One protoc-c run makes both files (a grouped target: make -j would
 # otherwise run it once per file, both writing at the same time).
@@ -164,6 +188,11 @@ $(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
+$(BUILD)/tests/hosts_%: $(BUILD)/tests/hosts/test_%.o $(HOSTS_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
 # Benchmarks link the harness, not the Check-based command-line fixture.
 BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
@@ -208,6 +237,59 @@ check-python: $(BINS) $(LIB_SO)
 check-load: $(LOAD_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(LOAD_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
+
+# What an administrator installs (tests/ops/): the units (systemd-analyze
+# verify, exposure at most 3.5, printed), the sysusers file, the man pages
+# (groff -ww, one entry per config key), pkg-config (a program built
+# against a DESTDIR install reduces), and as root the trainers' socket
+# group with two users and both units under a real systemd booted in a
+# systemd-nspawn container (skipped, saying so, without root). Each suite
+# prints Check's closing line; each is bounded by timeout, about 30 s in
+# all. CI runs it (.ci/run); make check does not, since it adds users.
+OPS_SUITES := units man pkgconfig k8s socket-group nspawn
+.PHONY: check-ops
+check-ops: all
+	@rc=0; for t in $(OPS_SUITES); do echo "== tests/ops/$$t.sh"; \
+		$(TEST_ENV) BUILD=$(BUILD) MAKE="$(MAKE)" \
+			timeout 120 tests/ops/$$t.sh || rc=1; done; exit $$rc
+
+# client/examples/slurm/preduce.sbatch on a local Slurm (tests/slurm/:
+# Debian's slurmctld, slurmd and munge, installed when missing; two nodes
+# on this machine): the job trains and leaves no process. Root only
+# (skipped, saying so, otherwise); about 15 s once installed, at most 600.
+.PHONY: check-slurm
+check-slurm: all
+	BUILD=$(BUILD) timeout 600 tests/slurm/check.sh
+
+# All-reduce bus bandwidth across 2 and 4 hosts at a capped rate, next to
+# iperf3 over the same link (tests/hosts/bench_hosts.c; installs iperf3
+# when missing): BENCH_HOSTS_ARGS="RATE_MBIT MIB ROUNDS" (100 4 3), the
+# table in $(BUILD)/bench-hosts.txt. Then one host's link at a quarter of
+# the others', time to a target loss under allreduce and dynamic
+# (tests/hosts/slowlink.sh, SLOWLINK_ROUNDS, 3), in
+# $(BUILD)/bench-hosts-slowlink.txt. About 3 minutes, root.
+SLOWLINK_ROUNDS ?= 3
+.PHONY: bench-hosts
+$(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
+		$(HOSTS_LIB_OBJS) $(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
+	tests/hosts/bench-setup.sh
+	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
+		$(BENCH_HOSTS_ARGS)"
+	@tests/hosts/run.sh "$(abspath tests/hosts/slowlink.sh) \
+		$(abspath $(BUILD)) $(SLOWLINK_ROUNDS)" \
+		>$(BUILD)/bench-hosts-slowlink.txt; \
+		st=$$?; cat $(BUILD)/bench-hosts-slowlink.txt; exit $$st
+
+# Several hosts on this machine (tests/hosts/): each a network namespace
+# on a bridge the suite makes, links capped with tc, partitions by taking
+# a host's link down. Needs root (skipped with a message otherwise);
+# tests/hosts/run.sh deletes every namespace it made on any exit.
+check-hosts: $(HOSTS_BINS) $(BINS) $(LIB_SO)
+	@$(TEST_ENV) tests/hosts/run.sh $(HOSTS_BINS)
 
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
@@ -326,6 +408,14 @@ bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
 	$(MAKE) --no-print-directory $(PEER_BINS)
 	$(TEST_ENV) tests/bench/peers/peers.sh $(SIZES)
 
+# Files made at install time from templates (*.in), with the directories
+# of this install: the units name the binaries and the config where they
+# are.
+UNITS := preduced.service preduced-scheduler.service
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+	-e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
 demo: all
 	./client/examples/demo.sh $(BUILD)
 
@@ -339,20 +429,34 @@ install: all
 	ln -sf libpreduce.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libpreduce.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 644 client/include/preduce.h $(DESTDIR)$(INCDIR)/
+	install -d $(DESTDIR)$(PKGCONFIGDIR)
+	$(SUBST) client/preduce.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
 	install -d $(DESTDIR)$(PYDIR)/preduce
 	install -m 644 client/python/preduce/*.py $(DESTDIR)$(PYDIR)/preduce/
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
-	for u in systemd/*.service; do \
-		sed 's|/usr/local/bin|$(BINDIR)|g' $$u > \
-			$(DESTDIR)$(UNITDIR)/$$(basename $$u); done
+	for u in $(UNITS); do \
+		$(SUBST) systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 644 $(DESTDIR)$(UNITDIR)/$$u; done
+	for m in $(MANS); do s=$${m##*.}; \
+		install -d $(DESTDIR)$(MANDIR)/man$$s && \
+		install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for f in $(MAN3_LINKS); do echo '.so man3/libpreduce.3' \
+		>$(DESTDIR)$(MANDIR)/man3/$$f.3; done
+	install -d $(DESTDIR)$(SYSUSERSDIR)
+	install -m 644 systemd/preduce.sysusers \
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
 		$(DESTDIR)$(BINDIR)/preduce-sim $(DESTDIR)$(BINDIR)/preducectl \
 		$(DESTDIR)$(LIBDIR)/libpreduce.so* $(DESTDIR)$(LIBDIR)/libpreduce.a \
-		$(DESTDIR)$(INCDIR)/preduce.h \
+		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
-		$(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard systemd/*.service)))
+		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf \
+		$(foreach m,$(MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(MAN3_LINKS:%=$(DESTDIR)$(MANDIR)/man3/%.3)
 	rm -rf $(DESTDIR)$(PYDIR)/preduce
 
 # RDMA over Soft-RoCE in a QEMU guest (this machine has no RDMA device):

@@ -371,6 +371,13 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
     if (w->version != PR_PROTO_VERSION || w->id > INT_MAX)
         return -EPROTO;
     c->rank = w->id;
+    /*
+     * A daemon that does not say its grace is one from before it (5 s):
+     * waiting only 1 s past a deadline, the library would give up while
+     * that daemon may still write the tensors.
+     */
+    c->slack_ms =
+        w->grace_ms ? PREDUCE_REDUCE_SLACK_MS : PR_CLIENT_OLD_DAEMON_SLACK_MS;
     c->welcomed = true;
     return 0;
 }

@@ -66,12 +66,17 @@ struct preduce_tensor {
     bool busy;     /* used by the reduce in flight */
 };
 
+/* The wait past a deadline for a daemon that does not say its grace. */
+#define PR_CLIENT_OLD_DAEMON_SLACK_MS 10000
+
 struct preduce_client {
     int fd;   /* the Unix socket, non-blocking */
     int epfd; /* preduce_fd(): epoll over fd and evfd */
     int evfd; /* eventfd: signalled while an answer waits in memory */
     uint32_t rank;
     bool welcomed;
+    /* How long past a reduce's deadline it waits (Welcome.grace_ms). */
+    int slack_ms;
 
     /*
      * A broken connection: err is -ENOTCONN, what later calls return. The

@@ -44,6 +44,8 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
         return pr_client_err(c);
     if (c->inflight)
         return -EBUSY;
+    /* A reason from an earlier call would be taken for this one's. */
+    c->last_error[0] = '\0';
     if (n > PR_CLIENT_MAX_FRAME / sizeof(uint32_t))
         return -EINVAL;
     /* Each tensor once, and only this client's. */
@@ -71,8 +73,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
     Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);
-    int64_t deadline =
-        (int64_t)r.deadline_ns + (int64_t)PREDUCE_REDUCE_SLACK_MS * 1000000;
+    int64_t deadline = (int64_t)r.deadline_ns + (int64_t)c->slack_ms * 1000000;
     int rc = pr_client_send(c, &m, deadline);
     free(ids);
     if (rc < 0 && c->err)

@@ -80,6 +80,7 @@ int preduce_tensor_create(preduce_client_t *c, size_t nfloats, int timeout_ms,
         return -EINVAL;
     if (c->err)
         return pr_client_err(c);
+    c->last_error[0] = '\0'; /* not an earlier call's reason */
     int64_t deadline = pr_client_deadline(timeout_ms);
     struct preduce_tensor *t = calloc(1, sizeof(*t));
     if (!t)

@@ -7,11 +7,15 @@
  *   preduced --set key=value    override a key (repeatable)
  *
  * SIGHUP re-reads the config file and applies the reloadable keys only if
- * the whole new file is valid; SIGTERM/SIGINT stop cleanly.
+ * the whole new file is valid; SIGTERM/SIGINT stop cleanly. Under systemd
+ * (Type=notify) it says READY=1, RELOADING=1 and STOPPING=1, and with
+ * WatchdogSec= it sends WATCHDOG=1 from a timer on the loop, so a loop that
+ * stops turning gets the daemon restarted.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,8 @@ struct daemon {
     struct pr_auth_key key; /* the cluster key, when have_key */
     int have_key;
     uv_signal_t sigs[3];
+    uv_timer_t watchdog; /* WATCHDOG=1 pings, when watchdog_on */
+    int watchdog_on;
 };
 
 static void usage(FILE *f)
@@ -144,6 +150,15 @@ static int load_config(struct daemon *d)
         print_err(where, &err);
         return rc;
     }
+    if (d->conf.role == PR_ROLE_NODE) {
+        char why[256];
+        gid_t gid;
+        rc = pr_node_socket_gid(&d->conf, &gid, why, sizeof(why));
+        if (rc < 0) {
+            fprintf(stderr, "preduced: node.socket_group: %s\n", why);
+            return rc;
+        }
+    }
     if (d->conf.sec_key_file && d->conf.sec_key_file[0]) {
         const char *why = "";
         rc = pr_auth_load(d->conf.sec_key_file, &d->key, &why);
@@ -161,6 +176,33 @@ static void close_signals(struct daemon *d)
 {
     for (int i = 0; i < 3; i++)
         uv_close((uv_handle_t *)&d->sigs[i], NULL);
+    if (d->watchdog_on)
+        uv_close((uv_handle_t *)&d->watchdog, NULL);
+    d->watchdog_on = 0;
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    (void)t;
+    sd_notify(0, "WATCHDOG=1");
+}
+
+/*
+ * With WatchdogSec= (WATCHDOG_USEC for this pid), a ping every half period
+ * from the loop: it comes only while the loop turns.
+ */
+static void start_watchdog(struct daemon *d)
+{
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+        return;
+    uint64_t period_ms = usec / 2000 ? usec / 2000 : 1;
+    uv_timer_init(&d->loop, &d->watchdog);
+    d->watchdog.data = d;
+    uv_timer_start(&d->watchdog, watchdog_cb, period_ms, period_ms);
+    d->watchdog_on = 1;
+    pr_info("systemd watchdog: WATCHDOG=1 every %llu ms",
+            (unsigned long long)period_ms);
 }
 
 static void stop(struct daemon *d)
@@ -343,8 +385,10 @@ static int start_role(struct daemon *d)
         close_signals(d);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
+        return rc;
     }
-    return rc;
+    start_watchdog(d);
+    return 0;
 }
 
 /* Until stop() (SIGTERM, SIGINT) has closed every handle. */

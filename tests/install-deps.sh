@@ -8,7 +8,8 @@ PKGS=(
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
     check clang-format python3 python3-numpy
-    python3-torch python3-pytest
+    systemd systemd-container groff-base man-db
+    python3-torch python3-pytest python3-yaml
 )
 
 missing=()

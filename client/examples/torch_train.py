@@ -157,6 +157,7 @@ def main(argv):
         pr.finish()
         print(json.dumps({"worker": a.rank, "done": True, "steps": step,
                           "reduces": pr.reduces, "failed": pr.failed,
+                          "group_size": round(pr.mean_group_size, 3),
                           "acc": accuracy(model, xt, yt)}), flush=True)
         client.close()
     else:

@@ -58,6 +58,8 @@ extern "C" {
  * loaded machine. A daemon that has not answered by then is taken for
  * stopped or hung: the call returns -ETIMEDOUT and breaks the connection
  * (later calls -ENOTCONN), since what the tensors hold is then unknown.
+ * With a daemon older than this rule (its welcome does not state its
+ * grace) the library waits 10 s instead.
  */
 #define PREDUCE_REDUCE_SLACK_MS 1000
 
@@ -201,8 +203,9 @@ PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
 /*
  * The daemon's own explanation of the last failure it reported to c (a
  * refused reduce or tensor create: say, "reduce of 300 floats, but this
- * job reduces 200 (...)"), or "" when it gave none. Valid until the next
- * call on c; never NULL.
+ * job reduces 200 (...)"), or "" when it gave none. Each reduce or tensor
+ * create clears it (a failure the library found itself, -EBUSY or
+ * -EINVAL, has none). Valid until the next call on c; never NULL.
  */
 PREDUCE_API const char *preduce_last_error(const preduce_client_t *c);
 /* A short English text for a return code (never NULL). */

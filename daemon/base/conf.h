@@ -36,6 +36,12 @@ enum pr_reload_missing {
 /* The largest config file pr_conf_load() reads, bytes. */
 #define PR_CONF_MAX_BYTES (1024 * 1024)
 
+/* scheduler.ring_order: how a group's ring is ordered. */
+enum pr_ring_order {
+    PR_RING_MEASURED = 0, /* by the nodes' measured link rates */
+    PR_RING_ID = 1,       /* node id order */
+};
+
 struct pr_conf {
     /* global */
     int role;           /* enum pr_role */
@@ -45,6 +51,7 @@ struct pr_conf {
     /* [node] */
     char *node_name;           /* default: the host name */
     char *node_socket;         /* trainers' Unix socket path */
+    char *node_socket_group;   /* its group, name or id; "" = the daemon's */
     char *node_scheduler;      /* host:port of the scheduler */
     char *node_data_listen;    /* host:port peers connect to */
     char *node_data_advertise; /* host:port given to peers; "" = listen */
@@ -67,7 +74,9 @@ struct pr_conf {
     double sched_window_ms;     /* dynamic: initial window */
     double sched_window_min_ms;
     double sched_window_max_ms;
-    int sched_weighting; /* enum pr_weighting (sched_core.h) */
+    double sched_window_wait;
+    int sched_weighting;  /* enum pr_weighting (sched_core.h) */
+    int sched_ring_order; /* enum pr_ring_order */
     double sched_staleness_alpha;
     uint32_t sched_isolation_bound; /* B; 0 turns the generator off */
     double sched_gen_hold_ms;       /* generator: fixed hold; 0 = adaptive */

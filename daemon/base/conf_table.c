@@ -23,6 +23,9 @@ static const struct enum_name weightings[] = {
     {"staleness", PR_WEIGHT_STALENESS},
     {NULL, 0}};
 
+static const struct enum_name ring_orders[] = {
+    {"measured", PR_RING_MEASURED}, {"id", PR_RING_ID}, {NULL, 0}};
+
 static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
                                           {"rdma", PR_XPORT_RDMA},
                                           {"tcp", PR_XPORT_TCP},
@@ -58,6 +61,9 @@ static const struct entry rows[] = {
      "this node's name; empty = host name"},
     {"node", "socket", T_STR, OFF(node_socket), "/run/preduce/preduced.sock", 0,
      0, NULL, F_SOCKPATH, "Unix socket the local trainers connect to"},
+    {"node", "socket_group", T_STR, OFF(node_socket_group), "", 0, 0, NULL, 0,
+     "group (name or id) owning node.socket, mode 0660; empty = the "
+     "daemon's"},
     {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
      NULL, F_ADDR, "host:port of the job's scheduler"},
     {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
@@ -106,8 +112,15 @@ static const struct entry rows[] = {
      0.001, 10000, NULL, F_RELOAD, "dynamic: smallest window, ms"},
     {"scheduler", "window_max_ms", T_DBL, OFF(sched_window_max_ms), "10", 0.001,
      10000, NULL, F_RELOAD, "dynamic: largest window, ms"},
+    {"scheduler", "window_wait", T_DBL, OFF(sched_window_wait), "0.5", 0, 1,
+     NULL, F_RELOAD,
+     "dynamic: wait for workers expected within this fraction of the "
+     "opener's step; 0 = the adaptive window alone"},
     {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
      weightings, F_RELOAD, "uniform or staleness"},
+    {"scheduler", "ring_order", T_ENUM, OFF(sched_ring_order), "measured", 0, 0,
+     ring_orders, F_RELOAD,
+     "measured (fewest slow links, from the nodes' link rates) or id"},
     {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
      0, 1, NULL, F_RELOAD,
      "staleness: decay per version behind, strictly in (0, 1)"},

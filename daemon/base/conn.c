@@ -154,6 +154,10 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    uint64_t now_ns = uv_hrtime();
+    /* No piece of a frame was waiting: this read begins the next one. */
+    if (c->rd.len - c->rd.off - c->rd.cur == 0)
+        c->rx_start_ns = now_ns;
     pr_frame_reader_commit(&c->rd, (size_t)nread);
     c->bytes_in += (size_t)nread;
     for (;;) {
@@ -174,6 +178,9 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         c->last_rx_ms = uv_now(s->loop);
+        c->rx_frame_ns = now_ns - c->rx_start_ns;
+        /* Whatever follows in this read belongs to the next frame. */
+        c->rx_start_ns = now_ns;
         rc = dispatch(c, &fh, payload);
         if (rc < 0) {
             pr_conn_close(c, rc);

@@ -50,6 +50,14 @@ struct pr_conn {
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t last_rx_ms; /* loop time of the last frame received */
+    /*
+     * While a frame is handed to on_data/on_msg: how long it took to
+     * arrive, from the read that brought its first bytes (or the end of
+     * the frame before it) to the read that completed it, in ns; 0 when
+     * it came whole in one read. For link rates (pr_link_rate_sample).
+     */
+    uint64_t rx_frame_ns;
+    uint64_t rx_start_ns; /* uv_hrtime() when the pending frame began */
 };
 
 /* Allocates an unconnected TCP conn (uv_tcp_init done). NULL: no memory. */

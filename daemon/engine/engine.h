@@ -66,9 +66,16 @@ typedef void (*pr_engine_done_cb)(void *arg, uint64_t group_id, int status);
 
 struct pr_engine_group {
     uint64_t id;
-    size_t total;         /* floats in each member's vector */
-    uint32_t k;           /* members in the whole group */
-    int personal;         /* personal results (staleness weights) */
+    size_t total; /* floats in each member's vector */
+    uint32_t k;   /* members in the whole group */
+    int personal; /* personal results (staleness weights) */
+    /*
+     * Some member of the whole group weighs other than 1/k (a healing
+     * member's 0 beside staleness weights): every daemon must then scale
+     * each member's floats, even one whose own members weigh 1/k, or the
+     * ring would mix unscaled and scaled sums.
+     */
+    int weighted;
     uint32_t m;           /* daemons in the ring */
     uint32_t pos;         /* this daemon's position in the ring */
     const uint32_t *ring; /* m node ids in ring order; copied by start() */

@@ -239,10 +239,13 @@ void pr_engine_local_mean(struct group *g, size_t lo, size_t hi)
     }
 }
 
-/* 1/k when every member weighs exactly 1/k and results are not personal. */
+/*
+ * 1/k when every member weighs exactly 1/k and results are not personal:
+ * the whole group's (spec->weighted, from the node), then the local ones.
+ */
 float pr_engine_uniform_scale(const struct pr_engine_group *spec)
 {
-    if (spec->personal || spec->k <= 1)
+    if (spec->personal || spec->weighted || spec->k <= 1)
         return 0;
     double u = 1.0 / (double)spec->k;
     for (size_t i = 0; i < spec->nlocal; i++)

@@ -50,3 +50,13 @@ void pr_chunk_hdr_decode(const uint8_t in[PR_CHUNK_HDR_LEN],
     h->step = get32(in + 28);
     h->seg = get32(in + 32);
 }
+
+void pr_link_rate_sample(struct pr_link *l, size_t bytes, uint64_t ns,
+                         uint64_t now_ms)
+{
+    if (bytes < PR_LINK_RATE_MIN || ns == 0)
+        return;
+    double r = (double)bytes * 1e9 / (double)ns;
+    l->rate_in = l->rate_in > 0 ? 0.75 * l->rate_in + 0.25 * r : r;
+    l->rate_in_ms = now_ms;
+}

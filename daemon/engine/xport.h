@@ -80,6 +80,32 @@ struct pr_link {
     const char *kind; /* "tcp", "rdma", "mem": for logs and metrics */
     uint64_t bytes_sent;
     uint64_t bytes_recv;
+    /*
+     * How fast this peer's chunks arrive: an EWMA (weight 1/4) of bytes
+     * per second over chunks of at least PR_LINK_RATE_MIN bytes, timed
+     * from the first read that held a piece of each to the read that
+     * completed it (pr_link_rate_sample()). 0 until the first sample.
+     * The node reports it to the scheduler, which orders rings by it.
+     */
+    double rate_in;
+    uint64_t rate_in_ms; /* loop time of the latest sample */
 };
+
+/* One link's rate as reported to the scheduler (Ping.rates). */
+struct pr_link_rate {
+    uint32_t node;
+    double bytes_per_s;
+    uint64_t age_ms; /* since its latest sample */
+};
+
+/* Chunks smaller than this arrive too fast to time: no sample. */
+#define PR_LINK_RATE_MIN (64u << 10)
+
+/*
+ * A chunk of `bytes` from l's peer took `ns` to arrive (0: it came in one
+ * read, too fast to time). now_ms: the loop's time.
+ */
+void pr_link_rate_sample(struct pr_link *l, size_t bytes, uint64_t ns,
+                         uint64_t now_ms);
 
 #endif

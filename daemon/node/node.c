@@ -32,6 +32,8 @@ _Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
 #define SCHED_BACKOFF_MAX_MS 5000
 #define STASH_MAX_BYTES      (256u << 20)
 #define MAX_CHUNK_BYTES      (64u << 20) /* transport.chunk_kb's upper bound */
+/* Peers whose link rates one Ping carries; more are left out. */
+#define NODE_RATES_MAX 128
 
 static void connect_sched(struct pr_node *n);
 static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m);
@@ -286,6 +288,30 @@ static void connect_sched(struct pr_node *n)
                    0);
 }
 
+/*
+ * The heartbeat, with how fast each peer's chunks arrived here: the
+ * scheduler orders rings by these rates (sched_ring.c).
+ */
+static void send_ping(struct pr_node *n, uint64_t now)
+{
+    struct pr_link_rate lr[NODE_RATES_MAX];
+    Pr__V1__LinkRate rb[NODE_RATES_MAX], *rp[NODE_RATES_MAX];
+    size_t k = pr_tcp_xport_rates(n->xport, now, lr, NODE_RATES_MAX);
+    for (size_t i = 0; i < k; i++) {
+        pr__v1__link_rate__init(&rb[i]);
+        rb[i].node = lr[i].node;
+        rb[i].bytes_per_s = (uint64_t)lr[i].bytes_per_s;
+        rb[i].age_ms = lr[i].age_ms;
+        rp[i] = &rb[i];
+    }
+    Pr__V1__Ping p = PR__V1__PING__INIT;
+    p.nonce = now;
+    p.n_rates = k;
+    p.rates = rp;
+    Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
+    pr_node_send(n, &m);
+}
+
 static void tick_cb(uv_timer_t *t)
 {
     struct pr_node *n = t->data;
@@ -296,15 +322,20 @@ static void tick_cb(uv_timer_t *t)
     if (now - n->sched->last_rx_ms > n->conf->sched_node_timeout_ms) {
         pr_warn("scheduler silent for %llu ms: dropping the link",
                 (unsigned long long)(now - n->sched->last_rx_ms));
+        /*
+         * By the same timeout the scheduler judges this node gone, aborts
+         * its groups on the other nodes and has the peers drop their links
+         * to it; a partition keeps all of that from arriving here. The
+         * groups running here cannot finish: their trainers hear so now,
+         * not at their deadline.
+         */
+        pr_node_groups_fail(n, -ECONNRESET);
         pr_conn_close(n->sched, -ETIMEDOUT);
         return;
     }
     if (now - n->last_ping_ms >= n->conf->sched_heartbeat_ms) {
         n->last_ping_ms = now;
-        Pr__V1__Ping p = PR__V1__PING__INIT;
-        p.nonce = now;
-        Pr__V1__Msg m = PR_MSG_OF(PING, ping, &p);
-        pr_node_send(n, &m);
+        send_ping(n, now);
     }
 }
 

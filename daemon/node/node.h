@@ -6,6 +6,7 @@
 #ifndef PR_NODE_H
 #define PR_NODE_H
 
+#include <sys/types.h>
 #include <uv.h>
 
 #include "daemon/base/auth.h"
@@ -19,5 +20,15 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
 /* Applies reloadable keys from the (already swapped) conf. */
 int pr_node_reload(struct pr_node *n);
 void pr_node_destroy(struct pr_node *n);
+
+/*
+ * node.socket_group as a group id: a group name or a number, "" meaning
+ * the daemon's own group (getegid()). main.c calls it for -t and before
+ * starting, so an unknown group is a configuration error. 0, or -ENOENT
+ * (no such group) or another negative errno from the lookup, with a
+ * sentence for people in why[len].
+ */
+int pr_node_socket_gid(const struct pr_conf *c, gid_t *gid, char *why,
+                       size_t len);
 
 #endif

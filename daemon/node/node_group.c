@@ -7,6 +7,7 @@
  * scheduler hears at once.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,9 @@ static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
     uint64_t limit =
         gm->timeout_ms ? gm->timeout_ms : n->conf->node_reduce_timeout_ms;
     for (size_t i = 0; i < g->nlocal; i++) {
+        /* Nobody waits for a detached member's answer: no deadline. */
+        if (!g->local[i].trainer->conn)
+            continue;
         uint64_t end = g->local[i].trainer->reduce_deadline_ns +
                        (uint64_t)PR_NODE_GRACE_MS * 1000000;
         /* Rounded down: never a millisecond past the end. */
@@ -213,6 +217,16 @@ static void group_match_local(struct pr_node *n, const Pr__V1__Group *gm,
     }
 }
 
+/* 1 if some member of the whole group weighs other than 1/k. */
+static int group_weighted(const Pr__V1__Group *gm)
+{
+    double u = 1.0 / (double)(gm->n_members ? gm->n_members : 1);
+    for (size_t i = 0; i < gm->n_members; i++)
+        if (fabs(gm->members[i]->weight - u) > 1e-12)
+            return 1;
+    return 0;
+}
+
 /*
  * Hands the group to the engine: 0, or pr_engine_start's error. The
  * engine copies its members, so their array lives only here.
@@ -242,6 +256,7 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
         .total = gm->nfloats,
         .k = (uint32_t)g->k,
         .personal = gm->personal,
+        .weighted = group_weighted(gm),
         .m = (uint32_t)gm->n_ring,
         .pos = pos,
         .ring = gm->ring,
@@ -296,4 +311,11 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
     }
     g->next = n->groups;
     n->groups = g;
+}
+
+void pr_node_groups_fail(struct pr_node *n, int status)
+{
+    /* pr_engine_abort() runs group_done_cb later: the list stays as is. */
+    for (struct node_group *g = n->groups; g; g = g->next)
+        pr_engine_abort(n->engine, g->id, status);
 }

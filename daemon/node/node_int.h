@@ -74,6 +74,7 @@ struct node_trainer {
     uint32_t group_rank;      /* R_GROUPED: the rank that group knows it by */
     uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
     struct pr_stranger st;    /* listed until its hello is taken */
+    int greeted;              /* its hello was taken: counted in ngreeted */
 };
 
 enum sched_state {
@@ -111,6 +112,13 @@ struct pr_node {
     int refused_pending;
     struct node_trainer *trainers;
     uint32_t ntrainers;
+    /*
+     * Trainers whose hello was taken: what max_clients bounds. Not
+     * ntrainers - strangers.count: a stranger evicted or refused leaves
+     * the list at once but ntrainers only at its close callback, a loop
+     * phase later, so a flood would have counted against real trainers.
+     */
+    uint32_t ngreeted;
     uint32_t next_cookie;
     struct pr_tcp_xport *xport;
     struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
@@ -129,7 +137,7 @@ struct pr_node {
     struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
     /*
      * Trainer connections before their hello (node_ipc.c): they do not
-     * count against max_clients; ntrainers - strangers.count do.
+     * count against max_clients; ngreeted does.
      */
     struct pr_strangers strangers;
 };
@@ -175,6 +183,8 @@ static inline int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
  * group is refused, failing the members matched (their READY is spent).
  */
 void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm);
+/* Fails every group running here with status (done() runs later). */
+void pr_node_groups_fail(struct pr_node *n, int status);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;

@@ -103,6 +103,8 @@ static void trainer_free(struct node_trainer *c)
     if (*pp)
         *pp = c->next;
     n->ntrainers--;
+    if (c->greeted)
+        n->ngreeted--;
     pr_stranger_remove(&c->st);
     send_leave(c);
     for (size_t i = 0; i < c->ntensors; i++)
@@ -224,8 +226,7 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
                      "a worker name may not contain control characters");
         return 0;
     }
-    /* c is still a stranger: these are the trainers past their hello. */
-    uint32_t trainers = n->ntrainers - n->strangers.count;
+    uint32_t trainers = n->ngreeted;
     if (trainers >= n->conf->node_max_clients) {
         /*
          * -EUSERS, not -EMFILE: the trainer's own descriptors are fine, it
@@ -237,6 +238,8 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
         return 0;
     }
     pr_stranger_remove(&c->st);
+    c->greeted = 1;
+    n->ngreeted++;
     memcpy(c->name, h->name, len + 1);
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
     if (!pr_node_sched_up(n)) {
@@ -303,6 +306,7 @@ void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
     w.version = PR_PROTO_VERSION;
     w.id = rank;
     w.job = c->node->conf->job;
+    w.grace_ms = PR_NODE_GRACE_MS;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u", c->name, rank);

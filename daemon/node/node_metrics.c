@@ -73,7 +73,7 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
           (uint64_t)pr_node_sched_up(n));
     /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
-          n->ntrainers - n->strangers.count);
+          n->ngreeted);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);
@@ -114,6 +114,22 @@ static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
             es.bytes_reduced);
 }
 
+/* The link rates this node reports to the scheduler (ring order). */
+static void render_rates(struct pr_metrics_buf *b, const struct pr_node *n)
+{
+    struct pr_link_rate lr[64];
+    size_t k =
+        n->xport ? pr_tcp_xport_rates(n->xport, uv_now(n->loop), lr, 64) : 0;
+    pr_metrics_header(b, "preduce_node_link_rate_bytes_per_second", "gauge",
+                      "How fast chunks of 64 KiB or more from each peer "
+                      "arrived (EWMA), by peer node id.");
+    for (size_t i = 0; i < k; i++)
+        pr_metrics_printf(b,
+                          "preduce_node_link_rate_bytes_per_second{peer=\"%u\"}"
+                          " %.0f\n",
+                          lr[i].node, lr[i].bytes_per_s);
+}
+
 /* What the transports count: bytes by transport, links, RDMA's work. */
 static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
 {
@@ -129,6 +145,7 @@ static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
     bytes(b, "rdma", rs.bytes_sent, rs.bytes_recv);
     gauge(b, "preduce_node_links_up", "Links to peer daemons that are up.",
           ts.links_up);
+    render_rates(b, n);
     gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
           n->rdma != NULL);
     counter2(b, "preduce_node_rdma_writes_total",

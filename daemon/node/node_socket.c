@@ -2,10 +2,19 @@
  * The trainers' socket file (node.socket): its parent directories, a stale
  * file left by a daemon that died (replaced) or a live daemon's (refused:
  * taking its path would cut it off), the listener bound there, and at
- * close the removal of the file this daemon bound and no other. What
- * connects is node_ipc.c's, through the callback it passes.
+ * close the removal of the file this daemon bound and no other. The
+ * socket is bound under a temporary name beside node.socket, given its
+ * owner and mode (node.socket_group, 0660), made to listen, and only then
+ * renamed into place: the file at node.socket accepts from the moment it
+ * exists (a script that waits for the file may connect at once) and is
+ * never open to more than those. The descriptor is this file's own, handed
+ * to libuv with uv_pipe_open(): a pipe libuv bound itself is unlinked by
+ * name when it closes, whatever file has that name by then (another
+ * daemon's, after ours was replaced). What connects is node_ipc.c's,
+ * through the callback it passes.
  */
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +24,92 @@
 #include <unistd.h>
 
 #include "daemon/base/log.h"
+#include "daemon/node/node.h"
 #include "daemon/node/node_int.h"
+
+/* The trainers' socket: its owner and the group may connect. */
+#define SOCKET_MODE    0660
+#define SOCKET_BACKLOG 128
+
+int pr_node_socket_gid(const struct pr_conf *c, gid_t *gid, char *why,
+                       size_t len)
+{
+    const char *name = c->node_socket_group ? c->node_socket_group : "";
+    if (!name[0]) {
+        *gid = getegid();
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(name, &end, 10);
+    if (name[0] >= '0' && name[0] <= '9' && *end == '\0' && errno == 0 &&
+        v < (gid_t)-1) {
+        *gid = (gid_t)v;
+        return 0;
+    }
+    /* getgrnam_r wants room for the group's members: grow until it fits. */
+    struct group gr, *found = NULL;
+    size_t buflen = 16384;
+    char *buf = NULL;
+    int rc;
+    for (;;) {
+        char *nbuf = realloc(buf, buflen);
+        if (!nbuf) {
+            rc = ENOMEM;
+            break;
+        }
+        buf = nbuf;
+        rc = getgrnam_r(name, &gr, buf, buflen, &found);
+        if (rc != ERANGE || buflen >= (1u << 24))
+            break;
+        buflen *= 2;
+    }
+    if (rc == 0 && found)
+        *gid = found->gr_gid;
+    free(buf);
+    /* Some NSS modules say "no such group" with an errno (getgrnam_r(3)). */
+    if (rc == ENOENT || rc == ESRCH)
+        rc = 0;
+    if (rc == 0 && !found) {
+        snprintf(why, len, "no group named '%s' (getent group %s)", name, name);
+        return -ENOENT;
+    }
+    if (rc != 0) {
+        snprintf(why, len, "looking up group '%s': %s", name, strerror(rc));
+        return -rc;
+    }
+    return 0;
+}
+
+/*
+ * Gives the socket file its group and mode; 0 or the error, logged. Only
+ * the group changes: the owner stays the daemon's user.
+ */
+static int set_access(const struct pr_node *n, const char *path)
+{
+    char why[256];
+    gid_t gid;
+    int rc = pr_node_socket_gid(n->conf, &gid, why, sizeof(why));
+    if (rc < 0) {
+        pr_err("trainer socket: node.socket_group: %s", why);
+        return rc;
+    }
+    if (n->conf->node_socket_group[0] && chown(path, (uid_t)-1, gid) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: chown(%s, -1, %u) for node.socket_group %s "
+               "failed: %s (the daemon must be root or a member of the "
+               "group)",
+               path, (unsigned)gid, n->conf->node_socket_group, strerror(-rc));
+        return rc;
+    }
+    if (chmod(path, SOCKET_MODE) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: chmod(%s, %o) failed: %s", path, SOCKET_MODE,
+               strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
 
 static int mkdir_parent(const char *path)
 {
@@ -82,6 +176,58 @@ static int clear_socket_path(const char *path)
     return 0;
 }
 
+/*
+ * A socket listening at `path` (see the top of this file): its descriptor,
+ * or a negative errno (logged).
+ */
+static int bind_listen(struct pr_node *n, const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char tmp[sizeof(sa.sun_path)];
+    /* Beside it; a path too long for a suffix is bound where it goes. */
+    int len = snprintf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid());
+    const char *at = len > 0 && (size_t)len < sizeof(tmp) ? tmp : path;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int rc = -errno;
+        pr_err("trainer socket: socket: %s", strerror(-rc));
+        return rc;
+    }
+    memcpy(sa.sun_path, at, strlen(at) + 1);
+    unlink(at); /* a temporary name a dead daemon of this pid left */
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+    if (rc < 0) {
+        pr_err("trainer socket: bind %s: %s", at, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    rc = set_access(n, at);
+    if (rc == 0 && listen(fd, SOCKET_BACKLOG) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: listen on %s: %s", at, strerror(-rc));
+    }
+    if (rc == 0 && at != path && rename(at, path) < 0) {
+        rc = -errno;
+        pr_err("trainer socket: rename %s to %s: %s", at, path, strerror(-rc));
+    }
+    if (rc < 0) {
+        unlink(at);
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Only the file this daemon bound: another's would be cut off. */
+static void socket_unlink(struct pr_node *n)
+{
+    struct stat st;
+    if (n->ipc_ino && stat(n->conf->node_socket, &st) == 0 &&
+        st.st_dev == n->ipc_dev && st.st_ino == n->ipc_ino)
+        unlink(n->conf->node_socket);
+    n->ipc_ino = 0;
+}
+
 int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection)
 {
     const char *path = n->conf->node_socket;
@@ -103,20 +249,28 @@ int pr_node_socket_open(struct pr_node *n, uv_connection_cb on_connection)
     uv_pipe_init(n->loop, &n->ipc, 0);
     n->ipc.data = n;
     n->ipc_open = 1;
-    rc = uv_pipe_bind(&n->ipc, path);
-    if (rc == 0) {
-        struct stat st;
-        if (stat(path, &st) == 0) {
-            n->ipc_dev = st.st_dev;
-            n->ipc_ino = st.st_ino;
-        }
-        rc = uv_listen((uv_stream_t *)&n->ipc, 128, on_connection);
+    int fd = bind_listen(n, path);
+    if (fd < 0)
+        return fd;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        n->ipc_dev = st.st_dev;
+        n->ipc_ino = st.st_ino;
+    }
+    rc = uv_pipe_open(&n->ipc, fd);
+    if (rc < 0) {
+        close(fd);
+    } else {
+        rc = uv_listen((uv_stream_t *)&n->ipc, SOCKET_BACKLOG, on_connection);
     }
     if (rc < 0) {
         pr_err("trainer socket: listen on %s: %s", path, uv_strerror(rc));
+        socket_unlink(n);
         return rc;
     }
-    pr_info("trainers connect to %s", path);
+    pr_info("trainers connect to %s (mode %o%s%s)", path, SOCKET_MODE,
+            n->conf->node_socket_group[0] ? ", group " : "",
+            n->conf->node_socket_group);
     return 0;
 }
 
@@ -133,9 +287,5 @@ void pr_node_socket_close(struct pr_node *n)
         return;
     n->handles++;
     uv_close((uv_handle_t *)&n->ipc, ipc_closed_cb);
-    /* Only the file this daemon bound: another's would be cut off. */
-    struct stat st;
-    if (n->ipc_ino && stat(n->conf->node_socket, &st) == 0 &&
-        st.st_dev == n->ipc_dev && st.st_ino == n->ipc_ino)
-        unlink(n->conf->node_socket);
+    socket_unlink(n);
 }

@@ -25,6 +25,7 @@ static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
     p->window_ms = c->sched_window_ms;
     p->window_min_ms = c->sched_window_min_ms;
     p->window_max_ms = c->sched_window_max_ms;
+    p->window_wait = c->sched_window_wait;
     p->weighting = c->sched_weighting;
     p->staleness_alpha = c->sched_staleness_alpha;
     p->isolation_bound = c->sched_isolation_bound;
@@ -175,10 +176,29 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     return 0;
 }
 
-/* A Pong carries the Ping's nonce back (heartbeat_cb() sends ours). */
+/*
+ * A Pong carries the Ping's nonce back (heartbeat_cb() sends ours); the
+ * node's link rates are kept for ring order (sched_ring.c). Out of
+ * memory, the last ones stay.
+ */
 static void answer_ping(struct sched_node *n, Pr__V1__Ping *ping)
 {
-    Pr__V1__Msg pong = PR_MSG_OF(PONG, pong, ping);
+    size_t k = ping->n_rates;
+    struct sched_rate *r = k ? calloc(k, sizeof(*r)) : NULL;
+    if (r || k == 0) {
+        for (size_t i = 0; i < k; i++)
+            r[i] =
+                (struct sched_rate){.from = ping->rates[i]->node,
+                                    .bytes_per_s = ping->rates[i]->bytes_per_s,
+                                    .age_ms = ping->rates[i]->age_ms};
+        free(n->rates);
+        n->rates = r;
+        n->nrates = k;
+        n->rates_ms = uv_now(n->s->loop);
+    }
+    Pr__V1__Ping back = PR__V1__PING__INIT;
+    back.nonce = ping->nonce;
+    Pr__V1__Msg pong = PR_MSG_OF(PONG, pong, &back);
     pr_sched_send(n, &pong);
 }
 
@@ -243,6 +263,7 @@ static void node_on_close(struct pr_conn *c, int status)
         pp = &(*pp)->next;
     *pp = n->next;
     if (s->stopping) {
+        free(n->rates);
         free(n);
         sched_release(s);
         return;
@@ -252,6 +273,7 @@ static void node_on_close(struct pr_conn *c, int status)
         return;
     }
     node_forget(s, n, status ? strerror(-status) : "closed");
+    free(n->rates);
     free(n);
     broadcast_peers(s);
     pr_sched_schedule(s);
@@ -355,6 +377,27 @@ static void heartbeat_cb(uv_timer_t *t)
     pr_sched_expire_groups(s, now);
 }
 
+/* The link rates the nodes reported, and how often they moved a ring. */
+static int render_rates(const struct pr_sched *s, struct pr_metrics_buf *b)
+{
+    pr_metrics_header(b, "preduce_sched_rings_reordered_total", "counter",
+                      "Group rings ordered by the link rates, not by node "
+                      "id (scheduler.ring_order = measured).");
+    pr_metrics_printf(b, "preduce_sched_rings_reordered_total %llu\n",
+                      (unsigned long long)s->rings_reordered);
+    pr_metrics_header(b, "preduce_sched_link_rate_bytes_per_second", "gauge",
+                      "How fast chunks from node `from` reached node `to`, "
+                      "as `to` last reported it.");
+    for (const struct sched_node *n = s->nodes; n; n = n->next)
+        for (size_t i = 0; i < n->nrates; i++)
+            pr_metrics_printf(b,
+                              "preduce_sched_link_rate_bytes_per_second{"
+                              "from=\"%u\",to=\"%u\"} %llu\n",
+                              n->rates[i].from, n->id,
+                              (unsigned long long)n->rates[i].bytes_per_s);
+    return b->err;
+}
+
 /* metrics.h's callback: a snapshot of the live workers for rendering. */
 static int render_metrics(void *ctx, struct pr_metrics_buf *out)
 {
@@ -381,6 +424,8 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
     v.workers = w;
     int rc = pr_sched_metrics_render(&v, out);
     free(w);
+    if (rc == 0)
+        rc = render_rates(s, out);
     return rc;
 }
 

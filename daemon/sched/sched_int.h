@@ -33,6 +33,13 @@
 #define SCHED_STRANGERS_PER_SOURCE 32
 
 /* A node daemon's connection, from accept to close (sched.c owns them). */
+/* One Ping.rates entry: chunks from node `from` arrive at this rate. */
+struct sched_rate {
+    uint32_t from;
+    uint64_t bytes_per_s;
+    uint64_t age_ms;
+};
+
 struct sched_node {
     struct sched_node *next;
     struct pr_sched *s;
@@ -42,6 +49,14 @@ struct sched_node {
     char name[64];
     char data_addr[128];
     uint8_t challenge[PR_AUTH_NONCE_LEN]; /* the nonce it was sent (auth.h) */
+    /*
+     * How fast its peers' chunks reach it, from its latest Ping (node =
+     * the sender): for ring order (sched_ring.c). rates_ms: when that
+     * Ping came; each entry's age_ms counts from then.
+     */
+    struct sched_rate *rates;
+    size_t nrates;
+    uint64_t rates_ms;
 };
 
 /* A worker, by rank in pr_sched.workers (sched_work.c owns them). */
@@ -83,7 +98,8 @@ struct pr_sched {
     struct pr_metrics *metrics;
     const struct pr_auth_key *key;      /* NULL: no authentication */
     uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
-    struct pr_strangers strangers;      /* connections before their hello */
+    uint64_t rings_reordered; /* rings not in node id order (sched_ring.c) */
+    struct pr_strangers strangers; /* connections before their hello */
 };
 
 static inline uint64_t pr_sched_now_us(void)

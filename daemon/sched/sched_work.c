@@ -14,6 +14,13 @@
 
 #include "daemon/base/log.h"
 #include "daemon/sched/sched_int.h"
+#include "daemon/sched/sched_ring.h"
+
+/*
+ * A node's reported rate older than this is not used: links change, and
+ * an unknown rate counts as the best known, so the link gets tried again.
+ */
+#define SCHED_RATE_MAX_AGE_MS 60000
 
 /* A group in flight: which nodes still owe a GroupDone. */
 struct sched_group {
@@ -80,6 +87,50 @@ static int cmp_u32(const void *a, const void *b)
  * keeps it in flight until their GroupDones (or its expiry). Out of
  * memory, the group is dropped before anything is sent (logged).
  */
+/*
+ * Chunks from `from` reach `to` at this rate (bytes/s), as `to` last
+ * reported it (sched_ring.h's rate function); 0 when unknown or older
+ * than SCHED_RATE_MAX_AGE_MS.
+ */
+static double link_rate(void *ctx, uint32_t from, uint32_t to)
+{
+    struct pr_sched *s = ctx;
+    const struct sched_node *n = node_by_id(s, to);
+    if (!n)
+        return 0;
+    uint64_t since = uv_now(s->loop) - n->rates_ms;
+    for (size_t i = 0; i < n->nrates; i++)
+        if (n->rates[i].from == from)
+            return n->rates[i].age_ms + since <= SCHED_RATE_MAX_AGE_MS
+                       ? (double)n->rates[i].bytes_per_s
+                       : 0;
+    return 0;
+}
+
+/*
+ * The ring of group g into ring[] (room for g->n): the members' distinct
+ * nodes, in node id order, then (scheduler.ring_order = measured) in the
+ * order that crosses slow links least (sched_ring.c). Returns its length.
+ */
+static uint32_t group_ring(struct pr_sched *s, const struct pr_sched_group *g,
+                           uint32_t *ring)
+{
+    for (uint32_t i = 0; i < g->n; i++)
+        ring[i] = g->members[i].node;
+    qsort(ring, g->n, sizeof(*ring), cmp_u32);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (m == 0 || ring[m - 1] != ring[i])
+            ring[m++] = ring[i];
+    if (s->conf->sched_ring_order == PR_RING_MEASURED) {
+        int rc = pr_sched_ring_order(ring, m, link_rate, s);
+        if (rc < 0)
+            pr_warn("group ring: no memory to order it: node id order");
+        s->rings_reordered += rc > 0;
+    }
+    return m;
+}
+
 static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
 {
     struct sched_group *sg = calloc(1, sizeof(*sg));
@@ -88,14 +139,7 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
     Pr__V1__Member **mp = calloc(g->n, sizeof(*mp));
     if (!sg || !ring || !mem || !mp)
         goto out;
-    /* The ring: distinct nodes of the members, in node id order. */
-    for (uint32_t i = 0; i < g->n; i++)
-        ring[i] = g->members[i].node;
-    qsort(ring, g->n, sizeof(*ring), cmp_u32);
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < g->n; i++)
-        if (m == 0 || ring[m - 1] != ring[i])
-            ring[m++] = ring[i];
+    uint32_t m = group_ring(s, g, ring);
     for (uint32_t i = 0; i < g->n; i++) {
         pr__v1__member__init(&mem[i]);
         mem[i].rank = g->members[i].rank;
@@ -342,6 +386,15 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
     }
     if (r->nfloats == 0) {
         reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
+        return;
+    }
+    /*
+     * Refused before anything changes: check_layout() may redefine the
+     * job's layout and heal marks the worker, neither of which a READY
+     * the core then refuses may leave behind.
+     */
+    if (pr_sched_core_is_ready(s->core, r->rank)) {
+        reject(n, r->rank, r->seq, -EALREADY, "already queued");
         return;
     }
     if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <

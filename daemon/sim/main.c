@@ -52,6 +52,7 @@ static void usage(FILE *out)
             "  --window-ms MS        dynamic: initial window (5)\n"
             "  --window-min-ms MS    (0.01)\n"
             "  --window-max-ms MS    (10)\n"
+            "  --window-wait F       arrival-aware window, 0 = off (0.5)\n"
             "  --weighting W         uniform|staleness (uniform)\n"
             "  --alpha A             staleness decay (0.9)\n"
             "  --isolation-bound B   group generator window, 0 = off (10)\n"
@@ -138,6 +139,7 @@ enum {
     O_WIN,
     O_WINMIN,
     O_WINMAX,
+    O_WINWAIT,
     O_WEIGHT,
     O_ALPHA,
     O_BOUND,
@@ -175,6 +177,7 @@ static const struct option longopts[] = {
     {"window-ms", required_argument, NULL, O_WIN},
     {"window-min-ms", required_argument, NULL, O_WINMIN},
     {"window-max-ms", required_argument, NULL, O_WINMAX},
+    {"window-wait", required_argument, NULL, O_WINWAIT},
     {"weighting", required_argument, NULL, O_WEIGHT},
     {"alpha", required_argument, NULL, O_ALPHA},
     {"isolation-bound", required_argument, NULL, O_BOUND},
@@ -240,6 +243,8 @@ static int parse_one(struct opts *o, int ch, const char *arg)
         return num(opt, arg, 0.0, 1e6, &p->window_min_ms);
     case O_WINMAX:
         return num(opt, arg, 0.0, 1e6, &p->window_max_ms);
+    case O_WINWAIT:
+        return num(opt, arg, 0.0, 1.0, &p->window_wait);
     case O_WEIGHT:
         return name(opt, arg, weightings, 2, &p->weighting);
     case O_ALPHA:

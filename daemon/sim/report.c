@@ -99,6 +99,13 @@ static void print_rates(FILE *out, const struct pr_sim_result *r)
         for (uint32_t i = 0; i < r->workers; i++) {
             fprintf(out, " w%u:%.2f", i, v[i]);
         }
+        fprintf(out, "\n  mean group size   ");
+        for (uint32_t i = 0; i < r->workers; i++) {
+            fprintf(out, " w%u:%.2f", i,
+                    r->updates[i] > 0
+                        ? (double)r->sizes[i] / (double)r->updates[i]
+                        : 0.0);
+        }
         fprintf(out, "\n");
     }
     qsort(v, r->workers, sizeof(*v), cmp_double);
@@ -175,8 +182,14 @@ void pr_sim_print_run(FILE *out, const char *label, const struct pr_sim_conf *c,
         if (c->target_loss <= 0.0) {
             fprintf(out, "none\n");
         } else if (r->target_s >= 0.0) {
-            fprintf(out, "%.4f reached at %.2f s\n", c->target_loss,
-                    r->target_s);
+            fprintf(out, "%.4f reached at %.2f s (the mean replica loss); ",
+                    c->target_loss, r->target_s);
+            if (r->every_s >= 0.0) {
+                fprintf(out, "by every replica at %.2f s\n", r->every_s);
+            } else {
+                fprintf(out, "not by every replica (worst %.4f)\n",
+                        r->loss_worst);
+            }
         } else {
             fprintf(out, "%.4f not reached\n", c->target_loss);
         }
@@ -189,7 +202,7 @@ void pr_sim_print_table_head(FILE *out, int with_model)
             "groups", "size", "wait_ms", "mixed%", "conn%", "gap",
             "rate min-max");
     if (with_model) {
-        fprintf(out, " %8s %8s", "target_s", "speedup");
+        fprintf(out, " %8s %8s %8s", "target_s", "speedup", "every_s");
     }
     fprintf(out, "\n");
 }
@@ -239,6 +252,11 @@ void pr_sim_print_table_row(FILE *out, const char *label,
             }
         } else {
             fprintf(out, " %8s %8s", "never", "-");
+        }
+        if (r->every_s >= 0.0) {
+            fprintf(out, " %8.2f", r->every_s);
+        } else {
+            fprintf(out, " %8s", "never");
         }
     }
     fprintf(out, "\n");

@@ -174,6 +174,7 @@ void pr_sim_conf_defaults(struct pr_sim_conf *c, int policy, uint32_t workers)
     c->sched.window_ms = 5.0;
     c->sched.window_min_ms = 0.01;
     c->sched.window_max_ms = 10.0;
+    c->sched.window_wait = 0.5;
     c->sched.weighting = PR_WEIGHT_UNIFORM;
     c->sched.staleness_alpha = 0.9;
     c->sched.isolation_bound = 10;
@@ -342,6 +343,7 @@ static int on_reduced(struct run *u, uint32_t slot)
         u->w[i].state = W_COMPUTING;
         u->w[i].version = g->max_version;
         u->r->updates[i]++;
+        u->r->sizes[i] += g->n;
         rc = push(u, u->now_us + step_us(u, i), EV_STEP, i);
     }
     pr_sched_group_fini(g);
@@ -349,12 +351,16 @@ static int on_reduced(struct run *u, uint32_t slot)
     return rc;
 }
 
-/* The mean over workers of each replica's evaluation loss. */
-static double evaluate(struct run *u)
+/*
+ * The mean over workers of each replica's evaluation loss; *worst gets
+ * the largest.
+ */
+static double evaluate(struct run *u, double *worst)
 {
     uint32_t n = u->c->workers;
     double total = 0.0;
 
+    *worst = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         struct worker *k = &u->w[i];
 
@@ -369,6 +375,9 @@ static double evaluate(struct run *u)
             k->dirty = 0;
         }
         total += k->loss;
+        if (k->loss > *worst) {
+            *worst = k->loss;
+        }
     }
     u->r->evals++;
     return total / n;
@@ -386,17 +395,24 @@ static uint64_t eval_us(const struct pr_sim_conf *c)
 static int on_eval(struct run *u)
 {
     const struct pr_sim_conf *c = u->c;
-    double loss = evaluate(u);
+    double worst;
+    double loss = evaluate(u, &worst);
+    double now_s = (double)u->now_us * 1e-6;
 
     u->r->loss_final = loss;
+    u->r->loss_worst = worst;
     if (u->now_us == 0) {
         u->r->loss0 = loss;
     }
-    if (c->target_loss > 0.0 && loss <= c->target_loss) {
-        u->r->target_s = (double)u->now_us * 1e-6;
+    if (c->target_loss > 0.0 && loss <= c->target_loss &&
+        u->r->target_s < 0.0) {
+        u->r->target_s = now_s;
+    }
+    if (c->target_loss > 0.0 && worst <= c->target_loss) {
+        u->r->every_s = now_s;
         /*
-         * Reached: the run ends, or goes on for the group statistics
-         * without evaluations (they are the model's main cost).
+         * Every replica there: the run ends, or goes on for the group
+         * statistics without evaluations (they are the model's main cost).
          */
         return c->stop_at_target ? 1 : 0;
     }
@@ -533,10 +549,12 @@ int pr_sim_run(const struct pr_sim_conf *c, struct pr_sim_result *r)
     u.end_us = (uint64_t)llround(c->duration_s * 1e6);
     r->workers = c->workers;
     r->target_s = -1.0;
+    r->every_s = -1.0;
     r->gap = NAN;
     r->hist = calloc((size_t)c->workers + 1, sizeof(*r->hist));
     r->updates = calloc(c->workers, sizeof(*r->updates));
-    if (r->hist == NULL || r->updates == NULL) {
+    r->sizes = calloc(c->workers, sizeof(*r->sizes));
+    if (r->hist == NULL || r->updates == NULL || r->sizes == NULL) {
         pr_sim_result_fini(r);
         return -ENOMEM;
     }
@@ -569,8 +587,10 @@ void pr_sim_result_fini(struct pr_sim_result *r)
     }
     free(r->hist);
     free(r->updates);
+    free(r->sizes);
     r->hist = NULL;
     r->updates = NULL;
+    r->sizes = NULL;
 }
 
 double pr_sim_rate(const struct pr_sim_result *r, uint32_t worker)

@@ -52,7 +52,7 @@ struct pr_sim_conf {
     struct pr_sim_model *model;
     double eval_ms;     /* evaluation period, simulated; 0 = base_ms / 2 */
     double target_loss; /* <= 0: none */
-    int stop_at_target; /* end the run once the target is reached */
+    int stop_at_target; /* end the run once every replica reached it */
 };
 
 struct pr_sim_result {
@@ -64,6 +64,7 @@ struct pr_sim_result {
     uint64_t members;   /* member-updates: the sum of group sizes */
     uint64_t *hist;     /* workers + 1 entries: groups of each size */
     uint64_t *updates;  /* workers entries: groups each one completed */
+    uint64_t *sizes;    /* workers entries: the sizes of those groups, summed */
     uint32_t slow;      /* workers counted slow (see slow_factor) */
     double slow_factor; /* slow: speed > slow_factor x the fastest's */
     uint64_t wait_us;   /* summed over member-updates: READY to group */
@@ -105,7 +106,9 @@ struct pr_sim_result {
     /* With a model. */
     double loss0;      /* mean replica loss at time 0 */
     double loss_final; /* at the last evaluation: evaluations stop once */
+    double loss_worst; /* the largest replica loss at that evaluation */
     double target_s;   /* one is at or below the target (its time), or -1 */
+    double every_s;    /* every replica's loss is (its time), or -1 */
     uint64_t evals;
 };
 

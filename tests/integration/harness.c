@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,36 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+double h_now(void)
+{
+    return now_s();
+}
+
+/*
+ * Moves this process (or thread) into network namespace `name`
+ * (/run/netns/NAME, as `ip netns add` makes it); an empty name stays.
+ * 0 or -errno.
+ */
+static int enter_netns(const char *name)
+{
+    if (!name || !name[0])
+        return 0;
+    char path[128];
+    snprintf(path, sizeof(path), "/run/netns/%s", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = setns(fd, CLONE_NEWNET) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* The address of a place, 127.0.0.1 when it has none. */
+static const char *place_addr(const struct h_place *p)
+{
+    return p->addr[0] ? p->addr : "127.0.0.1";
 }
 
 /* 0 when `port` (0: any) can be bound on 127.0.0.1 now; *got: which. */
@@ -88,7 +119,7 @@ static const char *preduced_path(void)
 }
 
 static pid_t spawn(const struct h_cluster *c, const char *who,
-                   const char **argv)
+                   const char *netns, const char **argv)
 {
     char log[400];
     snprintf(log, sizeof(log), "%s/%s.log", c->dir, who);
@@ -108,6 +139,11 @@ static pid_t spawn(const struct h_cluster *c, const char *who,
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         close(fd);
+    }
+    int rc = enter_netns(netns);
+    if (rc < 0) {
+        fprintf(stderr, "harness: netns %s: %s\n", netns, strerror(-rc));
+        _exit(126);
     }
     execv(argv[0], (char *const *)argv);
     _exit(127);
@@ -129,21 +165,43 @@ static int wait_connect_unix(const char *path, int timeout_ms)
     return -ETIMEDOUT;
 }
 
-static int wait_connect_tcp(uint16_t port, int timeout_ms)
+/*
+ * Connects to at's address:port until it accepts. A socket belongs to the
+ * namespace it was made in: the test enters at->netns for each one and
+ * goes back to its own.
+ */
+static int wait_connect_tcp(const struct h_place *at, uint16_t port,
+                            int timeout_ms)
 {
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (inet_pton(AF_INET, place_addr(at), &sa.sin_addr) != 1)
+        return -EINVAL;
+    int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (home < 0)
+        return -errno;
     double end = now_s() + timeout_ms / 1000.0;
+    int rc = -ETIMEDOUT;
     while (now_s() < end) {
+        int err = enter_netns(at->netns);
+        if (err < 0) {
+            rc = err;
+            break;
+        }
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET,
-                                 .sin_port = htons(port)};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-        close(fd);
-        if (rc == 0)
-            return 0;
+        if (at->netns[0] && setns(home, CLONE_NEWNET) < 0)
+            abort(); /* the test cannot go on in the wrong namespace */
+        int ok =
+            fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok) {
+            rc = 0;
+            break;
+        }
         sleep_ms(10);
     }
-    return -ETIMEDOUT;
+    close(home);
+    return rc;
 }
 
 #define MAX_ARGS 64
@@ -176,17 +234,17 @@ static int add_env_sets(const char **argv, int argc, const char *var, char *buf,
 
 int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
 {
-    char who[16], sched[64], sock[320], data[64], name[32];
+    char who[16], sched[96], sock[320], data[96], name[32];
     snprintf(who, sizeof(who), "node%d", i);
-    snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
-             c->sched_port);
+    snprintf(sched, sizeof(sched), "node.scheduler=%s:%u",
+             place_addr(&c->sched_at), c->sched_port);
     char dir[256];
     memcpy(dir, c->dir, sizeof(dir));
     snprintf(c->sock[i], sizeof(c->sock[i]), "%s/node%d/preduced.sock", dir, i);
     snprintf(sock, sizeof(sock), "node.socket=%s", c->sock[i]);
     c->node_port[i] = h_free_port();
-    snprintf(data, sizeof(data), "node.data_listen=127.0.0.1:%u",
-             c->node_port[i]);
+    snprintf(data, sizeof(data), "node.data_listen=%s:%u",
+             place_addr(&c->node_at[i]), c->node_port[i]);
     snprintf(name, sizeof(name), "node.name=node%d", i);
     const char *argv[MAX_ARGS] = {preduced_path(),
                                   "--role",
@@ -212,7 +270,7 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
     argc = add_env_sets(argv, argc, "PREDUCE_TEST_NODE_SETS", env_sets,
                         sizeof(env_sets));
     argv[argc] = NULL;
-    c->node_pid[i] = spawn(c, who, argv);
+    c->node_pid[i] = spawn(c, who, c->node_at[i].netns, argv);
     if (c->node_pid[i] < 0)
         return -errno;
     return wait_connect_unix(c->sock[i], 5000);
@@ -220,9 +278,9 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
 
 int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
 {
-    char listen[64];
-    snprintf(listen, sizeof(listen), "scheduler.listen=127.0.0.1:%u",
-             c->sched_port);
+    char listen[96];
+    snprintf(listen, sizeof(listen), "scheduler.listen=%s:%u",
+             place_addr(&c->sched_at), c->sched_port);
     const char *argv[MAX_ARGS] = {preduced_path(),  "--role", "scheduler",
                                   "--set",          listen,   "--set",
                                   "log.level=debug"};
@@ -236,16 +294,31 @@ int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
                         sizeof(env_sets));
     argc = add_sets(argv, argc, sched_sets);
     argv[argc] = NULL;
-    c->sched_pid = spawn(c, "sched", argv);
+    c->sched_pid = spawn(c, "sched", c->sched_at.netns, argv);
     if (c->sched_pid < 0)
         return -errno;
-    return wait_connect_tcp(c->sched_port, 5000);
+    return wait_connect_tcp(&c->sched_at, c->sched_port, 5000);
 }
 
 int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *sched_sets, const char *const *node_sets)
 {
+    return h_cluster_start_at(c, nnodes, NULL, NULL, sched_sets, node_sets);
+}
+
+int h_cluster_start_at(struct h_cluster *c, int nnodes,
+                       const struct h_place *sched_at,
+                       const struct h_place *node_at,
+                       const char *const *sched_sets,
+                       const char *const *node_sets)
+{
+    if (nnodes > H_MAX_NODES)
+        return -EINVAL;
     memset(c, 0, sizeof(*c));
+    if (sched_at)
+        c->sched_at = *sched_at;
+    for (int i = 0; node_at && i < nnodes; i++)
+        c->node_at[i] = node_at[i];
     snprintf(c->dir, sizeof(c->dir), "/tmp/preduce-test-XXXXXX");
     if (!mkdtemp(c->dir))
         return -errno;
@@ -389,6 +462,37 @@ static void fill(preduce_tensor_t **t, int nparts, uint32_t rank, uint64_t v)
 }
 
 /*
+ * 0 when the tensors still hold fill(t, nparts, rank, v), bit for bit: a
+ * failed reduce left them alone. Else -1 and the first element that
+ * differs in why.
+ */
+static int kept(preduce_tensor_t **t, int nparts, uint32_t rank, uint64_t v,
+                char *why, size_t whylen)
+{
+    float table[H_CYCLE];
+    unsigned a = in_base(rank, v);
+    for (unsigned c = 0; c < H_CYCLE; c++)
+        table[c] = in_value((a + c) % H_CYCLE);
+    unsigned c = 0;
+    size_t off = 0;
+    for (int p = 0; p < nparts; p++) {
+        const float *x = preduce_tensor_data(t[p]);
+        size_t n = preduce_tensor_len(t[p]);
+        for (size_t i = 0; i < n; i++) {
+            if (memcmp(&x[i], &table[c], sizeof(float)) != 0)
+                return snprintf(why, whylen,
+                                "after the failure element %zu is %.9g, "
+                                "its input was %.9g",
+                                off + i, (double)x[i], (double)table[c]),
+                       -1;
+            c = c + 31 >= H_CYCLE ? c + 31 - H_CYCLE : c + 31;
+        }
+        off += n;
+    }
+    return 0;
+}
+
+/*
  * The reference for this worker's result in double precision, for the
  * elements whose 31 i mod 1000 is c: the weighted mean sum_j w_j x_j, or
  * with `personal` (staleness weighting) this member's personal result
@@ -528,9 +632,59 @@ int h_trainer_codes(const struct h_cluster *c, const char *name, int *codes,
     return n;
 }
 
+/* A line of <dir>/<name>.trace (struct h_trace says what). */
+static void trace_line(FILE *f, double t0, double t1, int rc, uint32_t rank,
+                       const preduce_result_t *r)
+{
+    if (!f)
+        return;
+    if (!r) {
+        fprintf(f, "%.6f %.6f %d 0 0 0 %u\n", t0, t1, rc, rank);
+        return;
+    }
+    size_t k = preduce_result_size(r);
+    fprintf(f, "%.6f %.6f 0 %llu %llu %zu %u", t0, t1,
+            (unsigned long long)preduce_result_group(r),
+            (unsigned long long)preduce_result_version(r), k, rank);
+    for (size_t j = 0; j < k && j < H_TRACE_MAX_K; j++) {
+        uint32_t m;
+        preduce_result_member(r, j, &m, NULL, NULL);
+        fprintf(f, " %u", m);
+    }
+    fputc('\n', f);
+}
+
+/* o->strict: 0 when result r follows the last one (group, version). */
+static int follows(const preduce_result_t *r, uint64_t version, uint64_t group,
+                   char *why, size_t whylen)
+{
+    if (preduce_result_version(r) < version)
+        return snprintf(why, whylen, "version %llu after %llu",
+                        (unsigned long long)preduce_result_version(r),
+                        (unsigned long long)version),
+               -1;
+    if (preduce_result_group(r) <= group)
+        return snprintf(why, whylen, "group %llu after group %llu",
+                        (unsigned long long)preduce_result_group(r),
+                        (unsigned long long)group),
+               -1;
+    return 0;
+}
+
 static int trainer_main(const struct h_cluster *c,
                         const struct h_trainer_opts *o)
 {
+    FILE *tf = NULL;
+    if (o->trace) {
+        char tpath[400];
+        snprintf(tpath, sizeof(tpath), "%s/%s.trace", c->dir, o->name);
+        tf = fopen(tpath, "w");
+        if (!tf) {
+            fprintf(stderr, "%s: %s: %s\n", o->name, tpath, strerror(errno));
+            return 2;
+        }
+        setvbuf(tf, NULL, _IOLBF, 0); /* whole lines, also if killed */
+    }
     preduce_client_t *cl;
     int rc = preduce_connect(c->sock[o->node], o->name, 5000, &cl);
     if (rc < 0) {
@@ -556,7 +710,7 @@ static int trainer_main(const struct h_cluster *c,
         }
     }
     uint32_t rank = (uint32_t)preduce_rank(cl);
-    uint64_t version = 0;
+    uint64_t version = 0, group = 0;
     double t0 = now_s(), worst = 0;
     long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
     long mink = 0;      /* the smallest group after the warm-up */
@@ -601,14 +755,27 @@ static int trainer_main(const struct h_cluster *c,
         if (rc < 0) {
             errors++;
             record_code(c, o->name, rc);
-            if (o->tolerate_errors)
+            trace_line(tf, ts, now_s(), rc, rank, NULL);
+            char why[200];
+            if (o->strict && rc != -ENOTCONN &&
+                kept(t, nparts, rank, version + 1, why, sizeof(why)) < 0) {
+                fprintf(stderr, "%s: step %d: %s: %s\n", o->name, s,
+                        preduce_strerror(rc), why);
+                status = 7;
+                break;
+            }
+            if (o->tolerate_errors) {
+                if (o->retry_ms > 0)
+                    sleep_ms(o->retry_ms);
                 continue;
+            }
             fprintf(stderr, "%s: step %d: reduce: %s\n", o->name, s,
                     preduce_strerror(rc));
             status = 4;
             break;
         }
         const preduce_result_t *r = preduce_last_result(cl);
+        trace_line(tf, ts, now_s(), 0, rank, r);
         char why[200];
         if (!o->no_check &&
             check(t, nparts, r, rank, o, &worst, why, sizeof(why)) < 0) {
@@ -617,7 +784,13 @@ static int trainer_main(const struct h_cluster *c,
             status = 5;
             break;
         }
+        if (o->strict && follows(r, version, group, why, sizeof(why)) < 0) {
+            fprintf(stderr, "%s: step %d: %s\n", o->name, s, why);
+            status = 8;
+            break;
+        }
         version = preduce_result_version(r);
+        group = preduce_result_group(r);
         if ((long)preduce_result_size(r) >= o->join_k)
             joined = 1;
         /* Ranks can change when the scheduler restarts (and a new worker
@@ -656,6 +829,8 @@ static int trainer_main(const struct h_cluster *c,
         fclose(f);
     }
     preduce_close(cl);
+    if (tf)
+        fclose(tf);
     return status;
 }
 
@@ -668,6 +843,13 @@ pid_t h_trainer_spawn(const struct h_cluster *c, const struct h_trainer_opts *o)
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* as spawn() */
         if (getppid() != parent)
             _exit(127);
+        /* A trainer runs on its node's host. */
+        int rc = enter_netns(c->node_at[o->node].netns);
+        if (rc < 0) {
+            fprintf(stderr, "%s: netns %s: %s\n", o->name,
+                    c->node_at[o->node].netns, strerror(-rc));
+            _exit(126);
+        }
         _exit(trainer_main(c, o));
     }
     return pid;
@@ -992,5 +1174,66 @@ int h_node_wait_maps(const struct h_cluster *c, int node, const char *trainer,
             return 1;
         sleep_ms(10);
     }
+    return 0;
+}
+
+int h_trace_read(const struct h_cluster *c, const char *name,
+                 struct h_trace **out)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.trace", c->dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -errno;
+    size_t n = 0, cap = 0;
+    struct h_trace *v = NULL;
+    char line[1024];
+    int rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            struct h_trace *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        struct h_trace *t = &v[n];
+        memset(t, 0, sizeof(*t));
+        int used = 0;
+        if (sscanf(line, "%lf %lf %d %llu %llu %d %u%n", &t->t0, &t->t1, &t->rc,
+                   &t->group, &t->version, &t->k, &t->rank, &used) != 7 ||
+            t->k < 0 || t->k > H_TRACE_MAX_K) {
+            rc = -EPROTO;
+            break;
+        }
+        const char *p = line + used;
+        for (int j = 0; j < t->k; j++) {
+            int m;
+            if (sscanf(p, " %u%n", &t->members[j], &m) != 1) {
+                rc = -EPROTO;
+                break;
+            }
+            p += m;
+        }
+        if (rc < 0)
+            break;
+        n++;
+    }
+    fclose(f);
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    return (int)n;
+}
+
+int h_trace_has(const struct h_trace *t, uint32_t rank)
+{
+    for (int j = 0; j < t->k; j++)
+        if (t->members[j] == rank)
+            return 1;
     return 0;
 }

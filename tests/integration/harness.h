@@ -1,8 +1,9 @@
 /*
  * Test harness for integration tests: starts real preduced processes (a
- * scheduler and node daemons) on loopback, each with its own port, socket
- * directory and log file under a private temporary directory, and stops
- * them. Every wait here has a deadline.
+ * scheduler and node daemons) on loopback, or each in a network namespace
+ * of its own (struct h_place, tests/hosts/), each with its own port,
+ * socket directory and log file under a private temporary directory, and
+ * stops them. Every wait here has a deadline.
  */
 #ifndef PR_HARNESS_H
 #define PR_HARNESS_H
@@ -12,6 +13,16 @@
 #include <sys/types.h>
 
 #define H_MAX_NODES 8
+
+/*
+ * Where a daemon runs: a network namespace (/run/netns/NAME, made by the
+ * test; its trainers run there too) and the address it binds and is
+ * reached at. Empty strings: the test's own namespace and 127.0.0.1.
+ */
+struct h_place {
+    char netns[48];
+    char addr[48];
+};
 
 struct h_cluster {
     char dir[256];
@@ -27,6 +38,8 @@ struct h_cluster {
      * override the file's on reload too.
      */
     char node_conf[300];
+    struct h_place sched_at;
+    struct h_place node_at[H_MAX_NODES];
 };
 
 /*
@@ -46,6 +59,15 @@ uint16_t h_free_port(void);
 int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *sched_sets,
                     const char *const *node_sets);
+/*
+ * h_cluster_start with the scheduler at `sched_at` and node i at
+ * node_at[i] (tests/hosts/: each in a network namespace of its own).
+ */
+int h_cluster_start_at(struct h_cluster *c, int nnodes,
+                       const struct h_place *sched_at,
+                       const struct h_place *node_at,
+                       const char *const *sched_sets,
+                       const char *const *node_sets);
 /*
  * (Re)starts the scheduler on c->sched_port, logging to sched.log; the
  * space-separated key=value settings in $PREDUCE_TEST_SCHED_SETS come
@@ -102,6 +124,19 @@ struct h_trainer_opts {
      * back (the rest of the job has joined; groups are smaller before).
      */
     int join_k;
+    int retry_ms; /* with tolerate_errors: sleep after a failed reduce */
+    /*
+     * Each reduce appends a line to <dir>/<name>.trace: CLOCK_MONOTONIC
+     * start and end (s), its code, and for a result its group, version,
+     * size, the trainer's rank and the members' ranks (h_trace_read).
+     */
+    int trace;
+    /*
+     * Nothing lost or doubled: a result's version is never below the
+     * previous one's and its group id is above the previous one's, and a
+     * failed reduce (but -ENOTCONN) leaves the tensors holding its input.
+     */
+    int strict;
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);
@@ -117,6 +152,26 @@ int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms);
  */
 int h_trainer_codes(const struct h_cluster *c, const char *name, int *codes,
                     long *counts, int max);
+/* One line of a trainer's trace (h_trainer_opts.trace). */
+#define H_TRACE_MAX_K 16
+struct h_trace {
+    double t0, t1; /* CLOCK_MONOTONIC, s */
+    int rc;
+    unsigned long long group, version;
+    int k;
+    uint32_t rank, members[H_TRACE_MAX_K];
+};
+/*
+ * Reads trainer `name`'s trace into a malloc'd array (free it): its
+ * length, or -errno.
+ */
+int h_trace_read(const struct h_cluster *c, const char *name,
+                 struct h_trace **out);
+/* Is `rank` among the members of trace line t? */
+int h_trace_has(const struct h_trace *t, uint32_t rank);
+/* CLOCK_MONOTONIC in seconds, the clock of the traces. */
+double h_now(void);
+
 /* Reads the figures line a trainer wrote: steps done and seconds. */
 int h_trainer_figures(const struct h_cluster *c, const char *name, long *steps,
                       double *secs, long *errors);

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -528,6 +529,98 @@ START_TEST(test_cli_socket_in_use)
 }
 END_TEST
 
+/*
+ * A daemon whose socket file was removed and taken by another daemon
+ * leaves the other's file alone when it stops (libuv unlinked the path of
+ * a pipe it bound, whatever file was there by then); the file is there
+ * only once it accepts (bound beside it, renamed into place).
+ */
+START_TEST(test_cli_socket_replaced_left_alone)
+{
+    char sock[256], sched[64];
+    snprintf(sock, sizeof(sock), "node.socket=%s/r.sock", cli_dir);
+    const char *path = sock + strlen("node.socket=");
+    snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
+             h_free_port());
+    const char *args[] = {
+        "--role", "node", "--set", sock,
+        "--set",  sched,  "--set", "node.data_listen=127.0.0.1:0",
+        NULL};
+    const char *log1 = cli_path("a.log"), *log2 = cli_path("b.log");
+    pid_t a = cli_spawn(args, log1, log1);
+    ck_assert(file_says(log1, "trainers connect to"));
+    ck_assert(answers(path));
+    ck_assert_int_eq(unlink(path), 0);
+    cli_daemon_pid = cli_spawn(args, log2, log2);
+    ck_assert(file_says(log2, "trainers connect to"));
+    ck_assert(answers(path));
+    ck_assert_int_eq(kill(a, SIGTERM), 0);
+    ck_assert_int_eq(cli_wait_exit(a, CLI_RUN_TIMEOUT_MS), 0);
+    ck_assert(answers(path)); /* b's socket survived a's exit */
+    /* No temporary name left beside it. */
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)a);
+    ck_assert_int_eq(access(tmp, F_OK), -1);
+    cli_daemon_stop();
+    ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/*
+ * node.socket_group: an unknown group fails -t and the start with one
+ * line naming it (a scheduler, which has no such socket, does not care);
+ * a known one, by name or by number, owns the socket file, whose mode is
+ * 0660 with or without the key, whatever the umask.
+ */
+START_TEST(test_cli_socket_group)
+{
+    const char *bad = "node.socket_group=nosuch-prgrp";
+    const char *line = "preduced: node.socket_group: no group named "
+                       "'nosuch-prgrp' (getent group nosuch-prgrp)\n";
+    struct cli_result r;
+    cli_run(&r, "-t", "--set", bad, NULL);
+    cli_check_fails(&r, line);
+    cli_run(&r, "--role", "node", "--set", bad, NULL);
+    cli_check_fails(&r, line);
+    cli_run(&r, "-t", "--role", "scheduler", "--set", bad, NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+
+    /* A group id without a name (some containers): by number twice. */
+    struct group *g = getgrgid(getegid());
+    char byname[128], bynum[64];
+    snprintf(bynum, sizeof(bynum), "node.socket_group=%u", (unsigned)getegid());
+    snprintf(byname, sizeof(byname), "%s", bynum);
+    if (g)
+        snprintf(byname, sizeof(byname), "node.socket_group=%s", g->gr_name);
+    const char *groups[] = {byname, bynum, "node.socket_group="};
+    /* As under the units (UMask=0077): the mode comes from the daemon. */
+    umask(077);
+    for (int i = 0; i < 3; i++) {
+        char sock[256], sched[64];
+        snprintf(sock, sizeof(sock), "node.socket=%s/g%d.sock", cli_dir, i);
+        const char *path = sock + strlen("node.socket=");
+        snprintf(sched, sizeof(sched), "node.scheduler=127.0.0.1:%u",
+                 h_free_port());
+        const char *args[] = {
+            "--role", "node",    "--set", sock,
+            "--set",  sched,     "--set", "node.data_listen=127.0.0.1:0",
+            "--set",  groups[i], NULL};
+        char logname[32];
+        snprintf(logname, sizeof(logname), "group%d.log", i);
+        const char *log = cli_path(logname);
+        cli_daemon_pid = cli_spawn(args, log, log);
+        ck_assert(file_says(log, "trainers connect to"));
+        struct stat st;
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_msg((st.st_mode & 07777) == 0660, "%s: mode %o", groups[i],
+                      st.st_mode & 07777);
+        ck_assert_uint_eq(st.st_gid, getegid());
+        ck_assert(answers(path));
+        cli_daemon_stop();
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -551,6 +644,8 @@ int main(void)
     tcase_add_test(tc, test_cli_test_not_a_file);
     tcase_add_test(tc, test_cli_test_socket_path_too_long);
     tcase_add_test(tc, test_cli_socket_in_use);
+    tcase_add_test(tc, test_cli_socket_replaced_left_alone);
+    tcase_add_test(tc, test_cli_socket_group);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -467,6 +467,10 @@ START_TEST(test_client_tensor_quotas)
                              "(node.trainer_max_tensors)"));
     /* The connection and the 8 tensors stay usable. */
     ck_assert_int_eq(preduce_reduce(a, ta, 8, 10000), 0);
+    /* That reduce succeeded: the refusal's reason is not kept for it. */
+    ck_assert_str_eq(preduce_last_error(a), "");
+    ck_assert_int_eq(preduce_reduce(a, ta, 0, 10000), -EINVAL);
+    ck_assert_str_eq(preduce_last_error(a), "");
     preduce_tensor_destroy(ta[7]);
     ck_assert_int_eq(preduce_tensor_create(a, 16, 5000, &ta[7]), 0);
 

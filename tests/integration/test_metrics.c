@@ -135,6 +135,59 @@ START_TEST(test_metrics_cluster_and_preducectl)
 }
 END_TEST
 
+/*
+ * Link rates: with tensors of 1 MiB each ring chunk (512 KiB) is timed as
+ * it arrives; node0 shows the rate from node1, and the scheduler the one
+ * node0 reported with its heartbeat (what ring order uses).
+ */
+START_TEST(test_metrics_link_rates)
+{
+    uint16_t sport = h_free_port(), nport = h_free_port();
+    char sset[64], nset[64];
+    snprintf(sset, sizeof(sset), "metrics.listen=127.0.0.1:%u", sport);
+    snprintf(nset, sizeof(nset), "metrics.listen=127.0.0.1:%u", nport);
+    const char *const sched_sets[] = {
+        "scheduler.policy=allreduce", "scheduler.heartbeat_ms=100",
+        "scheduler.node_timeout_ms=2000", sset, NULL};
+    const char *const node0_sets[] = {nset, NULL};
+    struct h_cluster c;
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched_sets, node0_sets), 0);
+    c.nnodes = 2;
+    ck_assert_int_eq(h_node_start(&c, 1, NULL), 0);
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        struct h_trainer_opts o = {.name = i ? "w1" : "w0",
+                                   .node = i,
+                                   .n = 256 * 1024,
+                                   .nparts = 1,
+                                   .uniform = 1,
+                                   .steps = 20};
+        pids[i] = h_trainer_spawn(&c, &o);
+    }
+    int failed = 0;
+    for (int i = 0; i < 2; i++)
+        failed |= h_wait(pids[i], 30000) != 0;
+    ck_assert_int_eq(failed, 0);
+    sleep_ms(400); /* a few heartbeats: node0's rates reach the scheduler */
+    char *node = h_metrics_fetch(nport), *sched = h_metrics_fetch(sport);
+    ck_assert_ptr_nonnull(node);
+    ck_assert_ptr_nonnull(sched);
+    double rn = h_metric(node, "preduce_node_link_rate_bytes_per_second{");
+    double rs = h_metric(sched, "preduce_sched_link_rate_bytes_per_second{");
+    fprintf(stderr,
+            "link rate node1 -> node0: %.0f B/s at node0, %.0f B/s "
+            "at the scheduler\n",
+            rn, rs);
+    /* Loopback: far above 1 MB/s; the scheduler has node0's figure. */
+    ck_assert(rn > 1e6);
+    ck_assert(rs > 1e6);
+    ck_assert(h_metric(sched, "preduce_sched_rings_reordered_total ") == 0);
+    free(node);
+    free(sched);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 START_TEST(test_metrics_ctl_unreachable)
 {
     uint16_t port = h_free_port();
@@ -171,6 +224,7 @@ int main(void)
     TCase *tc = tcase_create("cluster");
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_metrics_cluster_and_preducectl);
+    tcase_add_test(tc, test_metrics_link_rates);
     tcase_add_test(tc, test_metrics_ctl_unreachable);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

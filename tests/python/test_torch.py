@@ -224,6 +224,74 @@ def test_outer_optimizer_without_momentum_is_the_average(cluster):
         cl.close()
 
 
+def test_outer_optimizer_healer_takes_the_model(cluster):
+    """With the outer optimizer a healing joiner's model and anchor become
+    its group's average, and its momentum starts at zero: no outer step
+    from its own stale anchor (which would keep 30% of it at lr 0.7)."""
+    c = cluster(2)
+    a = preduce.Client(c.sock[0], "a")
+    b = preduce.Client(c.sock[1], "b")
+    nets = [small_net(seed=1), small_net(seed=2)]
+    prs = [preduce.torch.PartialReduce(
+        n, torch.optim.SGD(n.parameters(), lr=0.0), cl, outer_lr=0.7,
+        outer_momentum=0.9) for n, cl in zip(nets, (a, b))]
+    for _ in range(3):  # the job goes past version 1
+        run_all([lambda i=i: prs[i].step() for i in range(2)])
+    # The inner optimizer does not move the models: these are sent next.
+    want = [(p.detach().double() + q.detach().double()) / 2
+            for p, q in zip(nets[0].parameters(), nets[1].parameters())]
+    j = preduce.Client(c.sock[0], "joiner")
+    jnet = small_net(seed=99)
+    jpr = preduce.torch.PartialReduce(
+        jnet, torch.optim.SGD(jnet.parameters(), lr=0.0), j, outer_lr=0.7,
+        outer_momentum=0.9)
+    run_all([lambda: prs[0].step(), lambda: prs[1].step(),
+             lambda: jpr.step()])
+    assert jpr.last_result.weight == 0.0
+    for p, w in zip(jnet.parameters(), want):
+        assert torch.allclose(p.double(), w, atol=1e-6)
+    assert torch.equal(jpr._anchor, jpr.flat)
+    assert not jpr._momentum.any()
+    for cl in (a, b, j):
+        cl.close()
+
+
+def test_model_outlives_client_close(cluster):
+    """close() moves a PartialReduce's parameters out of the shared memory
+    first: the model stays usable (and savable) after the client is gone,
+    and a further step() says why it cannot average."""
+    import io
+    c = cluster(1)
+    cl = preduce.Client(c.sock[0], "w")
+    net = small_net(seed=4)
+    pr = preduce.torch.PartialReduce(
+        net, torch.optim.SGD(net.parameters(), lr=0.1), cl)
+    net(torch.randn(2, 4)).sum().backward()
+    pr.step()
+    before = [p.detach().clone() for p in net.parameters()]
+    lo, hi = pr.flat.data_ptr(), pr.flat.data_ptr() + pr.flat.numel() * 4
+    cl.close()
+    assert pr.closed and cl.closed
+    for p, q in zip(net.parameters(), before):
+        assert not lo <= p.data_ptr() < hi  # out of the unmapped memory
+        assert torch.equal(p, q)
+    net(torch.randn(2, 4)).sum().backward()  # usable: no fault
+    torch.save(net.state_dict(), io.BytesIO())
+    with pytest.raises(RuntimeError, match="client was closed"):
+        pr.step()
+
+
+def test_gradient_average_refuses_a_period(cluster):
+    c = cluster(1)
+    cl = preduce.Client(c.sock[0], "w")
+    net = small_net()
+    with pytest.raises(ValueError, match="period must be 1"):
+        preduce.torch.PartialReduce(net, torch.optim.SGD(net.parameters(),
+                                                         lr=0.1), cl,
+                                    average="gradients", period=4)
+    cl.close()
+
+
 def test_overlap_merges_local_progress(cluster):
     """overlap: the average of step t arrives during step t+1 and is
     merged as x += average - snapshot."""

@@ -156,12 +156,15 @@ void cf_srv_send(int fd, const Pr__V1__Msg *m, int pass_fd)
     }
 }
 
+uint32_t cf_welcome_grace_ms = 250;
+
 void cf_send_welcome(int fd, uint32_t version, uint32_t rank)
 {
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     Pr__V1__Msg m = PR__V1__MSG__INIT;
     w.version = version;
     w.id = rank;
+    w.grace_ms = cf_welcome_grace_ms;
     m.body_case = PR__V1__MSG__BODY_WELCOME;
     m.welcome = &w;
     cf_srv_send(fd, &m, -1);

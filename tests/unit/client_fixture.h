@@ -80,6 +80,8 @@ Pr__V1__Msg *cf_srv_expect(struct srv *s, int fd, int body_case);
 void cf_send_raw(int fd, const void *p, size_t n, int pass_fd);
 /* Sends m as one frame, with pass_fd as for cf_send_raw(). */
 void cf_srv_send(int fd, const Pr__V1__Msg *m, int pass_fd);
+/* Welcome.grace_ms the fake daemon states (250; 0: an older daemon). */
+extern uint32_t cf_welcome_grace_ms;
 void cf_send_welcome(int fd, uint32_t version, uint32_t rank);
 void cf_send_error(int fd, int code);
 void cf_send_created(int fd, uint32_t id, uint64_t nfloats, int pass_fd);

@@ -461,6 +461,16 @@ int tg_node(const struct tgroup *tg, uint32_t pos)
     return (int)(tg->ring[pos] - NODE0);
 }
 
+/* 1 if some member weighs other than 1/k, as the node tells its engine. */
+static int tg_weighted(const struct tgroup *tg)
+{
+    for (uint32_t p = 0; p < tg->m; p++)
+        for (size_t i = 0; i < tg->nlocal[p]; i++)
+            if (fabs(tg->spec[p][i].weight - 1.0 / tg->k) > 1e-12)
+                return 1;
+    return 0;
+}
+
 int tg_start_timeout(struct net *net, struct tgroup *tg, uint32_t pos,
                      uint32_t timeout_ms)
 {
@@ -473,6 +483,7 @@ int tg_start_timeout(struct net *net, struct tgroup *tg, uint32_t pos,
         .total = tg->total,
         .k = tg->k,
         .personal = tg->personal,
+        .weighted = tg_weighted(tg),
         .m = tg->m,
         .pos = pos,
         .ring = ring,

@@ -323,6 +323,29 @@ START_TEST(test_client_reduce_timeout)
 }
 END_TEST
 
+/*
+ * A daemon whose welcome does not state its grace is an older one, which
+ * may write the tensors up to 5 s past a deadline: the library waits 10 s
+ * past it, not 1 s, before it takes the daemon for hung.
+ */
+START_TEST(test_client_reduce_old_daemon_waits_longer)
+{
+    struct srv s;
+    cf_welcome_grace_ms = 0;
+    cf_srv_start(&s, script_never_done, 0);
+    preduce_client_t *c = cf_connect_ok(&s);
+    preduce_tensor_t *t;
+    ck_assert_int_eq(preduce_tensor_create(c, 4, 3000, &t), 0);
+    ck_assert_int_eq(preduce_reduce_start(c, &t, 1, 1), 0);
+    /* Past 1 ms + PREDUCE_REDUCE_SLACK_MS: still waiting, not broken. */
+    ck_assert_int_eq(preduce_reduce_wait(c, PREDUCE_REDUCE_SLACK_MS + 500),
+                     -EAGAIN);
+    ck_assert_int_eq(preduce_rank(c), 3);
+    preduce_close(c);
+    cf_srv_stop(&s);
+}
+END_TEST
+
 /* Wrong answers to a tensor_create, and the code each must produce. */
 static const struct bad_answer bad_creates[] = {
     {"error -EINVAL", -EINVAL, -EINVAL},
@@ -679,6 +702,7 @@ static Suite *client_tensor_suite(void)
     tc = tcase_create("timeout");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_client_reduce_timeout);
+    tcase_add_test(tc, test_client_reduce_old_daemon_waits_longer);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -28,6 +28,7 @@ START_TEST(test_conf_defaults)
     ck_assert_str_eq(c.job, "default");
     ck_assert_str_eq(c.node_name, host);
     ck_assert_str_eq(c.node_socket, "/run/preduce/preduced.sock");
+    ck_assert_str_eq(c.node_socket_group, "");
     ck_assert_str_eq(c.node_scheduler, "127.0.0.1:7070");
     ck_assert_str_eq(c.node_data_listen, "127.0.0.1:7071");
     ck_assert_str_eq(c.node_data_advertise, "");

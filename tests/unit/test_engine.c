@@ -92,6 +92,32 @@ START_TEST(test_engine_reordered_delivery)
 }
 END_TEST
 
+/*
+ * A healing member (weight 0) beside staleness weights: 0, 2/3, 1/3 over
+ * three daemons. The last daemon's one member weighs 1/k = 1/3, as in a
+ * uniform group; it must still scale, or the ring mixes its unscaled
+ * floats with the others' scaled ones (the mean came out 42% off).
+ */
+START_TEST(test_engine_heal_weights_mixed)
+{
+    static const double w[3] = {0.0, 2.0 / 3.0, 1.0 / 3.0};
+    static const size_t nlocal[3] = {1, 1, 1};
+    for (size_t total = 1; total <= 1000; total *= 10) {
+        struct net *net = net_new(3, 64);
+        struct tgroup *tg =
+            tg_new(9, total, 3, rings[3], nlocal, TG_WEIGHTED, 30 + total);
+        for (uint32_t p = 0; p < 3; p++)
+            tg->spec[p][0].weight = w[p];
+        tg_start_all(net, tg);
+        run_until(net, tg_all_done, tg);
+        tg_check_done(tg, 0);
+        tg_check_mean(tg);
+        net_free(net);
+        tg_free(tg);
+    }
+}
+END_TEST
+
 START_TEST(test_engine_mixed_chunk_sizes)
 {
     /* Chunk boundaries are the owner's; everyone forwards them as cut. */
@@ -493,6 +519,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_engine_ring_mean_four);
     tcase_add_test(tc, test_engine_reordered_delivery);
     tcase_add_test(tc, test_engine_mixed_chunk_sizes);
+    tcase_add_test(tc, test_engine_heal_weights_mixed);
     tcase_add_test(tc, test_engine_personal);
     tcase_add_test(tc, test_engine_groups_in_flight);
     tcase_add_test(tc, test_engine_done_starts_next_group);

@@ -140,6 +140,82 @@ START_TEST(test_sched_core_heal_with_staleness)
 END_TEST
 
 /* allreduce: the others share 1/(N-1) each. */
+/*
+ * A job that ended (every worker left) is not the next job's past: its
+ * fresh models average as equals, none taken for a joiner.
+ */
+START_TEST(test_sched_core_heal_not_across_jobs)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
+    p.group_size = 2;
+    struct pr_sched_core *c = sf_make(&p, 2);
+    struct pr_sched_group g;
+
+    progress(c, 9, 0);
+    ck_assert_int_eq(pr_sched_core_remove_worker(c, 0, 10), 0);
+    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 10), 0);
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 0, 0, 20), 0);
+    ck_assert_int_eq(pr_sched_core_add_worker(c, 1, 0, 20), 0);
+    sf_ready(c, 0, 1, 30);
+    sf_ready(c, 1, 1, 30);
+    sf_expect_group(c, 30, (const uint32_t[]){0, 1}, 2, &g);
+    ck_assert_double_eq(g.members[0].weight, 0.5);
+    ck_assert_double_eq(g.members[1].weight, 0.5);
+    pr_sched_group_fini(&g);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+/*
+ * After a scheduler restart no group has formed yet, but the trained
+ * workers' READYs show how far the job got: a fresh joiner still heals.
+ */
+START_TEST(test_sched_core_heal_after_restart)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
+    p.group_size = 2;
+    struct pr_sched_core *c = sf_make(&p, 2);
+    struct pr_sched_group g;
+
+    sf_ready(c, 0, 40, 0); /* a trained worker, re-registered */
+    sf_ready(c, 1, 1, 5);  /* a fresh one */
+    sf_expect_group(c, 5, (const uint32_t[]){0, 1}, 2, &g);
+    ck_assert_double_eq(g.members[0].weight, 1.0);
+    ck_assert_double_eq(g.members[1].weight, 0.0);
+    ck_assert_uint_eq(g.max_version, 40);
+    pr_sched_group_fini(&g);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+/*
+ * A healer's own version does not set the group's: a worker restarted
+ * from a checkpoint at a higher version takes the givers' version.
+ */
+START_TEST(test_sched_core_heal_version_is_the_givers)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
+    p.group_size = 2;
+    struct pr_sched_core *c = sf_make(&p, 2);
+    struct pr_sched_group g;
+
+    ck_assert_int_eq(pr_sched_core_heal(c, 0), 0);
+    sf_ready(c, 0, 90, 0);
+    sf_ready(c, 1, 12, 0);
+    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, &g);
+    ck_assert_double_eq(g.members[0].weight, 0.0);
+    ck_assert_uint_eq(g.max_version, 12);
+    pr_sched_group_fini(&g);
+    ck_assert_int_eq(pr_sched_core_is_ready(c, 0), 0);
+    sf_ready(c, 0, 13, 10);
+    ck_assert_int_eq(pr_sched_core_is_ready(c, 0), 1);
+    ck_assert_int_eq(pr_sched_core_is_ready(c, 1), 0);
+    ck_assert_int_eq(pr_sched_core_is_ready(c, 99), 0);
+    ck_assert_int_eq(pr_sched_core_is_ready(NULL, 0), 0);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
 START_TEST(test_sched_core_heal_allreduce)
 {
     struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
@@ -169,6 +245,9 @@ int main(void)
     tcase_add_test(tc, test_sched_core_heal_kept_until_a_giver);
     tcase_add_test(tc, test_sched_core_heal_with_staleness);
     tcase_add_test(tc, test_sched_core_heal_allreduce);
+    tcase_add_test(tc, test_sched_core_heal_not_across_jobs);
+    tcase_add_test(tc, test_sched_core_heal_after_restart);
+    tcase_add_test(tc, test_sched_core_heal_version_is_the_givers);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

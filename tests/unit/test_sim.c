@@ -232,6 +232,53 @@ START_TEST(test_sim_dynamic_mixes_sizes)
 }
 END_TEST
 
+static double mean_size(const struct pr_sim_result *r, uint32_t i)
+{
+    return r->updates[i] > 0 ? (double)r->sizes[i] / (double)r->updates[i]
+                             : 0.0;
+}
+
+/*
+ * bench-torch's straggler profile (4 workers, 21 ms steps, the last 3x
+ * slower): with the adaptive window alone two fast workers in step keep
+ * meeting while the straggler meets about one at a time; the
+ * arrival-aware window (window_wait 0.5, the default) brings the
+ * straggler into groups of nearly everyone and the fast workers into
+ * bigger groups, with less waiting.
+ */
+START_TEST(test_sim_arrival_window_grows_small_groups)
+{
+    double speed[4] = {1.0, 1.0, 1.0, 3.0};
+    struct pr_sim_result r[2];
+    const double wait[2] = {0.0, 0.5};
+
+    for (int k = 0; k < 2; k++) {
+        struct pr_sim_conf c;
+
+        pr_sim_conf_defaults(&c, PR_POLICY_DYNAMIC, 4);
+        c.sched.window_wait = wait[k];
+        c.speed = speed;
+        c.base_ms = 21.0;
+        c.comm_us = 300.0;
+        c.jitter = 0.05;
+        c.duration_s = 30.0;
+        run_ok(&c, &r[k]);
+        printf("sim: window_wait %.1f: mean group size w0 %.2f w3 (slow) "
+               "%.2f, wait %.2f ms per update\n",
+               wait[k], mean_size(&r[k], 0), mean_size(&r[k], 3),
+               (double)r[k].wait_us / 1000.0 / (double)r[k].members);
+    }
+    ck_assert_double_lt(mean_size(&r[0], 3), 3.0);
+    ck_assert_double_gt(mean_size(&r[1], 3), 3.5);
+    for (uint32_t i = 0; i < 3; i++) {
+        ck_assert_double_gt(mean_size(&r[1], i), mean_size(&r[0], i));
+    }
+    ck_assert_uint_lt(r[1].wait_us * r[0].members, r[0].wait_us * r[1].members);
+    pr_sim_result_fini(&r[0]);
+    pr_sim_result_fini(&r[1]);
+}
+END_TEST
+
 START_TEST(test_sim_reproducible)
 {
     struct pr_sim_conf c;
@@ -443,6 +490,7 @@ static Suite *sim_suite(void)
     tcase_add_test(tc, test_sim_constant_pairs_gap);
     tcase_add_test(tc, test_sim_spectral_gap_known);
     tcase_add_test(tc, test_sim_dynamic_mixes_sizes);
+    tcase_add_test(tc, test_sim_arrival_window_grows_small_groups);
     tcase_add_test(tc, test_sim_reproducible);
     tcase_add_test(tc, test_sim_stalls_slow_everyone_under_allreduce);
     tcase_add_test(tc, test_sim_invalid_conf);

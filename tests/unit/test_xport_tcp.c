@@ -165,6 +165,43 @@ START_TEST(test_xport_tcp_replaced_link_then_peer_gone)
 }
 END_TEST
 
+/*
+ * Node 2 comes back to the scheduler as node 3 (it was dropped, say, by a
+ * partition) while its link to node 1 still looks up on its side: the
+ * peers forgot node 2 with its links, and wait for node 3 to dial. The
+ * new id drops the old links, and node 3 dials node 1 anew.
+ */
+static int renumber_step(struct world *w)
+{
+    struct tpeer *p = pr_tcp_peer_find(w->x[1], 1);
+    if (!p || !p->conn || p->state != P_UP)
+        return 0;
+    if (!w->first) {
+        w->first = p->conn;
+        pr_tcp_xport_set_self(w->x[1], 3);
+        struct pr_tcp_peer_info pi = {1, w->addr};
+        ck_assert_int_eq(pr_tcp_xport_set_peers(w->x[1], &pi, 1), 0);
+        return 0;
+    }
+    struct tpeer *q = pr_tcp_peer_find(w->x[0], 3);
+    if (p->conn == w->first || !q || q->state != P_UP)
+        return 0;
+    w->replaced = 1;
+    return 1;
+}
+
+START_TEST(test_xport_tcp_new_id_dials_anew)
+{
+    struct world w;
+    world_init(&w, renumber_step);
+    listen_first(&w);
+    dial_first(&w, 1, 2);
+    uv_run(&w.loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(w.replaced, 1);
+    world_fini(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("xport_tcp");
@@ -172,6 +209,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_xport_tcp_queued_chunk_goes_when_peer_connects);
     tcase_add_test(tc, test_xport_tcp_replaced_link_then_peer_gone);
+    tcase_add_test(tc, test_xport_tcp_new_id_dials_anew);
     suite_add_tcase(s, tc);
     return s;
 }

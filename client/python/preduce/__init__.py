@@ -31,6 +31,7 @@ the loader's path.
 import ctypes
 import errno as _errno
 import os
+import weakref
 
 import numpy as np
 
@@ -200,6 +201,7 @@ class Client:
         self._c = ctypes.c_void_p()
         self._tensors = {}  # data address -> (handle, array)
         self._inflight = None
+        self._on_close = []  # weak callbacks run before the memory goes
         _check(_l().preduce_connect(socket_path.encode(), name.encode(),
                                     int(timeout_ms), ctypes.byref(self._c)))
 
@@ -268,9 +270,26 @@ class Client:
         that has gone past it heals without asking."""
         _check(_l().preduce_set_heal(self._c, 1 if on else 0))
 
+    @property
+    def closed(self):
+        """True once close() ran."""
+        return not self._c
+
+    def _before_close(self, method):
+        """Calls method (held weakly) before close() unmaps the tensors:
+        preduce.torch moves a model's parameters out of them then."""
+        self._on_close.append(weakref.WeakMethod(method))
+
     def close(self):
-        """Ends the connection; the arrays must not be used afterwards."""
+        """Ends the connection. The arrays Client.tensor() returned are
+        unmapped and must not be used afterwards; a preduce.torch model
+        keeps working (its parameters move to ordinary memory first)."""
         if self._c:
+            for ref in self._on_close:
+                fn = ref()
+                if fn is not None:
+                    fn()
+            self._on_close.clear()
             self._tensors.clear()
             _l().preduce_close(self._c)
             self._c = ctypes.c_void_p()

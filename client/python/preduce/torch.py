@@ -82,6 +82,9 @@ class PartialReduce:
             raise ValueError("period must be at least 1")
         if average == "gradients" and (outer_lr is not None or overlap):
             raise ValueError("outer_lr and overlap apply to average='model'")
+        if average == "gradients" and int(period) != 1:
+            raise ValueError("average='gradients' averages every step's "
+                             "gradients: period must be 1")
         if outer_lr is not None and overlap:
             raise ValueError("outer_lr and overlap together are not "
                              "supported: choose one")
@@ -92,6 +95,7 @@ class PartialReduce:
         self.steps = 0      # optimizer steps taken
         self.reduces = 0    # averages that succeeded
         self.failed = 0     # averages that failed with a retryable code
+        self.members = 0    # sum of the successful averages' group sizes
         self.last_result = None
         seen, self._tensors = set(), []
         for mod, name, t in _members(model, buffers):
@@ -128,6 +132,8 @@ class PartialReduce:
                           if outer_lr is not None else None)
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
+        self.closed = False
+        client._before_close(self.detach)
 
     # -- the training loop's side --
 
@@ -139,6 +145,10 @@ class PartialReduce:
         """The optimizer's step, with the partial reduce that goes with it
         (before it for gradients, after every period-th for the model).
         Returns what optimizer.step() returned."""
+        if self.closed:
+            raise RuntimeError("PartialReduce: its client was closed "
+                               "(the model is kept; make a new "
+                               "PartialReduce with a new client)")
         if self.average == "gradients":
             self._reduce_gradients()
             loss = self.optimizer.step(closure)
@@ -160,6 +170,24 @@ class PartialReduce:
         if self._pending is not None:
             self._merge()
 
+    @torch.no_grad()
+    def detach(self):
+        """Moves the parameters out of the shared memory into ordinary
+        tensors (a copy): the model then outlives the client, whose
+        close() calls this. No average follows; step() raises."""
+        if self.closed:
+            return
+        if self._pending is not None and not self.client.closed:
+            self._attempt(self._pending.wait)
+            self._pending = None
+        if self.zero_copy:
+            for t in self._tensors:
+                t.data = t.data.clone()
+        self.flat = self.flat.clone()
+        self._views = list(self._split(self.flat))
+        self._shared_np = None
+        self.closed = True
+
     # -- the averages --
 
     def _attempt(self, call, *args):
@@ -178,9 +206,19 @@ class PartialReduce:
         r = self._attempt(self.client.reduce, [self.flat], self.timeout_ms)
         if r is None:
             return False
+        self._count(r)
+        return True
+
+    def _count(self, r):
         self.last_result = r
         self.reduces += 1
-        return True
+        self.members += len(r.members)
+
+    @property
+    def mean_group_size(self):
+        """The mean size of the groups this worker averaged in (0.0 before
+        the first): a worker whose groups stay small lags its peers."""
+        return self.members / self.reduces if self.reduces else 0.0
 
     @torch.no_grad()
     def _reduce_model(self):
@@ -189,11 +227,22 @@ class PartialReduce:
                 v.copy_(t)
         if not self._reduce():
             return
-        if self._anchor is not None:
+        if self._anchor is not None and self._healed():
+            # The group's model replaced ours: it is the new anchor, and
+            # our stale momentum would push it back where we were.
+            self._anchor.copy_(self.flat)
+            self._momentum.zero_()
+        elif self._anchor is not None:
             self._outer_step()
         if not self.zero_copy:
             for t, v in zip(self._tensors, self._views):
                 t.copy_(v)
+
+    def _healed(self):
+        """This worker took its group's model without giving its own
+        (a healing join: weight 0 among others)."""
+        r = self.last_result
+        return r is not None and r.weight == 0.0 and len(r.members) > 1
 
     @torch.no_grad()
     def _outer_step(self):
@@ -233,8 +282,7 @@ class PartialReduce:
         r = self._attempt(handle.wait)
         if r is None:
             return
-        self.last_result = r
-        self.reduces += 1
+        self._count(r)
         correction = self.flat - self._snapshot
         for t, c in zip(self._tensors, self._split(correction)):
             t.add_(c)
@@ -250,7 +298,7 @@ class PartialReduce:
     def state_dict(self):
         """What a checkpoint needs beside the model's and optimizer's."""
         return {"steps": self.steps, "reduces": self.reduces,
-                "failed": self.failed,
+                "failed": self.failed, "members": self.members,
                 "anchor": None if self._anchor is None
                 else self._anchor.clone(),
                 "momentum": None if self._momentum is None
@@ -261,6 +309,7 @@ class PartialReduce:
         self.steps = int(state["steps"])
         self.reduces = int(state.get("reduces", 0))
         self.failed = int(state.get("failed", 0))
+        self.members = int(state.get("members", 0))
         if self._anchor is not None and state.get("anchor") is not None:
             self._anchor.copy_(state["anchor"])
             self._momentum.copy_(state["momentum"])

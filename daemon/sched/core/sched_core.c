@@ -76,7 +76,8 @@ static int params_ok(const struct pr_sched_params *p)
         }
         if (!ms_ok(p->window_min_ms) || !ms_ok(p->window_ms) ||
             !ms_ok(p->window_max_ms) || p->window_min_ms > p->window_ms ||
-            p->window_ms > p->window_max_ms) {
+            p->window_ms > p->window_max_ms ||
+            !(p->window_wait >= 0.0 && p->window_wait <= 1.0)) {
             return 0;
         }
         break;
@@ -268,18 +269,24 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
     pr_sched_gen_remove(c, rank);
     c->w[rank].state = PR_SCHED_ABSENT;
     c->live--;
-    /* Everybody left: a job that comes next waits for min_workers again. */
+    /*
+     * Everybody left: a job that comes next waits for min_workers again,
+     * and its fresh models are not taken for joiners of this one.
+     */
     if (c->live == 0) {
         c->started = 0;
+        c->job_version = 0;
     }
     pr_sched_gen_check(c);
     return 0;
 }
 
 /*
- * The worker's pace, for the generator's hold (sched_gen.c, design 5): an
- * EWMA (weight 1/4) of its ready-to-ready interval, each sample capped at
- * the longest hold. The first READY since it joined gives no interval.
+ * The worker's pace, for the generator's hold (sched_gen.c, design 5) and
+ * the arrival-aware window: an EWMA (weight 1/4) of its ready-to-ready
+ * interval and one of its deviation from it (as TCP keeps RTT and its
+ * variance), each sample capped at the longest hold. The first READY
+ * since it joined gives no interval.
  */
 static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
                  uint64_t now_us)
@@ -290,7 +297,15 @@ static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
         if (dt > c->hold_max_us) {
             dt = c->hold_max_us;
         }
-        k->ewma_us = k->timed ? k->ewma_us - k->ewma_us / 4 + dt / 4 : dt;
+        if (k->timed) {
+            uint64_t d = dt > k->ewma_us ? dt - k->ewma_us : k->ewma_us - dt;
+
+            k->dev_us = k->dev_us - k->dev_us / 4 + d / 4;
+            k->ewma_us = k->ewma_us - k->ewma_us / 4 + dt / 4;
+        } else {
+            k->ewma_us = dt;
+            k->dev_us = dt / 2; /* no spread seen yet: assume a wide one */
+        }
         k->timed = 1;
     }
     k->readied = 1;
@@ -318,9 +333,16 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
     k->state = PR_SCHED_READY;
     k->version = version;
     k->seq = seq;
-    /* A fresh model joining a job that has gone past it. */
+    /*
+     * A fresh model joining a job that has gone past it. The job's version
+     * is the largest any READY or group has shown: after a scheduler
+     * restart the trained workers' first READYs tell it.
+     */
     if (version <= 1 && c->job_version > 1) {
         k->heal = 1;
+    }
+    if (version > c->job_version) {
+        c->job_version = version;
     }
     k->ready_us = now_us;
     enqueue(c, rank);
@@ -337,6 +359,11 @@ int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank)
     }
     c->w[rank].heal = 1;
     return 0;
+}
+
+int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank)
+{
+    return c != NULL && known(c, rank) && c->w[rank].state == PR_SCHED_READY;
 }
 
 int pr_sched_core_cancel(struct pr_sched_core *c, uint32_t rank, uint64_t seq,
@@ -370,6 +397,59 @@ static uint64_t window_open_us(const struct pr_sched_core *c)
     return t > c->started_us ? t : c->started_us;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/*
+ * When the dynamic window that opened at t0 closes. The adaptive window
+ * alone: t0 + window_ms. Arrival-aware (window_wait > 0, the opener's pace
+ * known): the group waits for each live worker not queued whose next READY
+ * is expected (its last READY + its interval) within the horizon, t0 +
+ * window_wait x the opener's interval, until that time plus twice its
+ * spread (plus 1/32 of its interval, the jitter a steady one still has),
+ * never past the horizon; for nobody else, so no longer than
+ * window_min_ms once those it expects are queued. A worker whose pace is
+ * not known yet (it just joined) is waited for as the adaptive window
+ * would. Why: with a fixed or adaptive window, two fast workers that once
+ * met stay in step and keep meeting while a third, out of phase, ends up
+ * alone or with the straggler, and the straggler meets one fast worker at
+ * a time (docs/algorithm.md has the figures). O(cap): a pass over the
+ * slots per call, made only by dynamic's due() and deadline.
+ */
+static uint64_t window_close_us(const struct pr_sched_core *c, uint64_t t0)
+{
+    const struct pr_sched_wk *h = &c->w[c->head];
+    uint64_t base = t0 + pr_sched_ms_to_us(c->window_ms);
+
+    if (!(c->p.window_wait > 0.0) || !h->timed) {
+        return base;
+    }
+    uint64_t horizon = t0 + (uint64_t)(c->p.window_wait * (double)h->ewma_us);
+    uint64_t close = t0 + pr_sched_ms_to_us(c->p.window_min_ms);
+
+    for (uint32_t r = 0; r < c->cap; r++) {
+        const struct pr_sched_wk *k = &c->w[r];
+
+        if (k->state == PR_SCHED_ABSENT || k->state == PR_SCHED_READY) {
+            continue;
+        }
+        if (!k->timed) {
+            close = max_u64(close, base);
+            continue;
+        }
+        uint64_t e = k->ready_us + k->ewma_us;
+
+        if (e <= horizon) {
+            uint64_t until = e + 2 * k->dev_us + k->ewma_us / 32;
+
+            close = max_u64(close, until < horizon ? until : horizon);
+        }
+    }
+    return close;
+}
+
 /*
  * Is a group due at now_us? If so, *n is how many queued workers it takes
  * and *cap the most it could ever hold (for the generator's hold rule).
@@ -398,7 +478,7 @@ static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
         if (c->queued >= gmax) {
             return 1;
         }
-        return now_us >= window_open_us(c) + pr_sched_ms_to_us(c->window_ms);
+        return now_us >= window_close_us(c, window_open_us(c));
     }
     }
 }
@@ -457,6 +537,23 @@ static uint64_t choose(struct pr_sched_core *c, uint32_t n,
         }
     }
     return max_version;
+}
+
+/*
+ * The largest version among the members that give their model (a healer
+ * takes the group's version, it does not set it).
+ */
+static uint64_t givers_version(const struct pr_sched_core *c,
+                               const struct pr_sched_member *m, uint32_t n)
+{
+    uint64_t v = 0;
+
+    for (uint32_t j = 0; j < n; j++) {
+        if (!c->w[m[j].rank].heal && m[j].version > v) {
+            v = m[j].version;
+        }
+    }
+    return v;
 }
 
 /* How many of the chosen members heal in this group. */
@@ -553,6 +650,7 @@ int pr_sched_core_next_group(struct pr_sched_core *c, uint64_t now_us,
 
     /* Weights may fail: the queue is untouched until they are in. */
     if (healing > 0 && healing < n) {
+        max_version = givers_version(c, m, n);
         rc = heal_weights(c, m, n);
     } else if (c->p.policy != PR_POLICY_ALLREDUCE &&
                c->p.weighting == PR_WEIGHT_STALENESS) {
@@ -599,7 +697,7 @@ int64_t pr_sched_core_deadline_us(const struct pr_sched_core *c)
         return (int64_t)c->hold_until_us;
     }
     if (c->p.policy == PR_POLICY_DYNAMIC) {
-        return (int64_t)(window_open_us(c) + pr_sched_ms_to_us(c->window_ms));
+        return (int64_t)window_close_us(c, window_open_us(c));
     }
     return -1;
 }

@@ -50,6 +50,13 @@ struct pr_sched_params {
     double window_ms;    /* dynamic: initial window */
     double window_min_ms;
     double window_max_ms;
+    /*
+     * dynamic: the arrival-aware window (docs/algorithm.md). > 0: a group
+     * waits for the workers expected READY within this fraction of the
+     * opener's ready-to-ready interval, and for no one else; 0: the
+     * adaptive window alone. In [0, 1].
+     */
+    double window_wait;
     int weighting;            /* enum pr_weighting */
     double staleness_alpha;   /* (0, 1) */
     uint32_t isolation_bound; /* B; 0 = generator off */
@@ -130,6 +137,8 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
  * with a member that is not healing. -ENOENT if unknown.
  */
 int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank);
+/* 1 if worker `rank` is queued READY (its next ready() is -EALREADY). */
+int pr_sched_core_is_ready(const struct pr_sched_core *c, uint32_t rank);
 /*
  * Withdraws a queued READY with this seq: 0 if it was withdrawn, -ENOENT if
  * the worker is not queued with that seq (already grouped, or unknown).

@@ -52,6 +52,7 @@ struct pr_sched_wk {
     uint64_t ready_us; /* when its latest READY arrived */
     uint64_t left_us;  /* when it joined, or last left the queue */
     uint64_t ewma_us;  /* EWMA of its ready-to-ready interval (if timed) */
+    uint64_t dev_us;   /* EWMA of |interval - ewma_us|, its spread */
     uint32_t prev;     /* ready queue links (READY only), PR_SCHED_NIL */
     uint32_t next;
 

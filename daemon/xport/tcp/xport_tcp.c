@@ -82,11 +82,6 @@ void pr_tcp_xport_set_key(struct pr_tcp_xport *x, const struct pr_auth_key *key)
     x->key = key;
 }
 
-void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
-{
-    x->self = self;
-}
-
 struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id)
 {
     for (struct tpeer *p = x->peers; p; p = p->next)
@@ -347,6 +342,7 @@ static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
     }
     p->base.bytes_recv += len;
     p->x->bytes_recv += len;
+    pr_link_rate_sample(&p->base, n, c->rx_frame_ns, uv_now(p->x->loop));
     if (p->x->sink.on_chunk)
         p->x->sink.on_chunk(p->x->sink.ctx, p->base.node_id, &h, data);
     return 0;
@@ -493,6 +489,26 @@ static void remove_peer(struct tpeer *p)
     uv_close((uv_handle_t *)&p->retry, peer_closed_cb);
 }
 
+/*
+ * Every link came up under the id its hello named. A new id is a new
+ * membership: the scheduler dropped the old one, and the peers their links
+ * to it; but their closing may not have arrived (a partition: the FIN is
+ * retransmitted with backoff, seconds after the network is back), and until
+ * it does such a link looks up here, so this node would neither dial the
+ * peers that now wait for its new id nor hear from them. Drop them all;
+ * the next peer list dials anew.
+ */
+void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
+{
+    if (x->self != 0 && x->self != self && x->peers) {
+        pr_info("now node %u (was %u): dropping the links of node %u", self,
+                x->self, x->self);
+        while (x->peers)
+            remove_peer(x->peers);
+    }
+    x->self = self;
+}
+
 int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
                            const struct pr_tcp_peer_info *peers, size_t n)
 {
@@ -556,4 +572,21 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
     st->links_up = 0;
     for (const struct tpeer *p = x->peers; p; p = p->next)
         st->links_up += p->state == P_UP;
+}
+
+size_t pr_tcp_xport_rates(const struct pr_tcp_xport *x, uint64_t now_ms,
+                          struct pr_link_rate *out, size_t max)
+{
+    size_t n = 0;
+    for (const struct tpeer *p = x->peers; p && n < max; p = p->next) {
+        if (p->base.rate_in <= 0)
+            continue;
+        out[n++] = (struct pr_link_rate){
+            .node = p->base.node_id,
+            .bytes_per_s = p->base.rate_in,
+            .age_ms =
+                now_ms > p->base.rate_in_ms ? now_ms - p->base.rate_in_ms : 0,
+        };
+    }
+    return n;
 }

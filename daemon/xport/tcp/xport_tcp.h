@@ -68,6 +68,13 @@ struct pr_link *pr_tcp_xport_link(struct pr_tcp_xport *x, uint32_t node_id);
 /* Closes everything; the struct is freed once the handles are closed. */
 void pr_tcp_xport_destroy(struct pr_tcp_xport *x);
 
+/*
+ * The peers whose links have a rate sample (pr_link.rate_in), at most
+ * `max` of them, into out[]: how many.
+ */
+size_t pr_tcp_xport_rates(const struct pr_tcp_xport *x, uint64_t now_ms,
+                          struct pr_link_rate *out, size_t max);
+
 struct pr_tcp_xport_stats {
     uint64_t bytes_sent;
     uint64_t bytes_recv;

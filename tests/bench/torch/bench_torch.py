@@ -43,6 +43,8 @@ CONFIGS = [
     ("constant P=2", "preduce",
      ("scheduler.policy=constant", "scheduler.group_size=2"), ()),
     ("dynamic", "preduce", ("scheduler.policy=dynamic",), ()),
+    ("dynamic (adaptive window only)", "preduce",
+     ("scheduler.policy=dynamic", "scheduler.window_wait=0"), ()),
     ("dynamic staleness", "preduce",
      ("scheduler.policy=dynamic", "scheduler.weighting=staleness"), ()),
     ("dynamic + outer", "preduce", ("scheduler.policy=dynamic",),
@@ -112,8 +114,9 @@ def figures(lines, target):
               else None)
     every = (max(reach.values()) if all(v is not None
                                         for v in reach.values()) else None)
+    sizes = {r: ls[-1].get("group_size") for r, ls in lines.items()}
     return {"fast": fast_t, "every": every,
-            "final": statistics.median(final),
+            "final": statistics.median(final), "sizes": sizes,
             "curves": {r: [(x["t"], x["acc"]) for x in ls if "t" in x]
                        for r, ls in lines.items()}}
 
@@ -130,6 +133,17 @@ def med_range(vals, fmt="{:.2f}"):
     return f"{fmt.format(m)} ({fmt.format(min(ok))}-{fmt.format(max(ok))})", m
 
 
+def group_sizes(runs):
+    """Each worker's mean group size, the median over the runs ("-" for
+    gloo, whose groups are always everyone)."""
+    per = []
+    for r in range(WORLD):
+        v = [run["sizes"].get(r) for run in runs]
+        v = [x for x in v if x is not None]
+        per.append(f"{statistics.median(v):.2f}" if v else "-")
+    return "-" if all(x == "-" for x in per) else " / ".join(per)
+
+
 def table(results, target, seconds, repeats):
     out = [f"Target test accuracy {target}, {seconds:g} s per run, "
            f"{repeats} repeats, medians (range); x gloo: gloo's median "
@@ -138,8 +152,8 @@ def table(results, target, seconds, repeats):
         out += [f"**{prof}**", "",
                 "| configuration | median fast worker to target, s | x gloo "
                 "| every replica to target, s | x gloo | accuracy at "
-                f"{seconds:g} s |",
-                "| --- | --- | --- | --- | --- | --- |"]
+                f"{seconds:g} s | mean group size, w0-w{WORLD - 1} |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         base = {}
         for name, *_ in CONFIGS:
             runs = results[prof][name]
@@ -152,7 +166,8 @@ def table(results, target, seconds, repeats):
                   else "-")
             re_ = (f"{base['every'] / em:.2f}" if em and base.get("every")
                    else "-")
-            out.append(f"| {name} | {f} | {rf} | {e} | {re_} | {a} |")
+            out.append(f"| {name} | {f} | {rf} | {e} | {re_} | {a} "
+                       f"| {group_sizes(runs)} |")
         out.append("")
     return "\n".join(out)
 
@@ -162,7 +177,8 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(PROFILES), figsize=(12, 4.5),
-                             sharey=True)
+                             sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, (prof, _) in zip(axes, PROFILES):
         for name, *_ in CONFIGS:
             run = results[prof][name][0]  # the first repeat
@@ -184,6 +200,24 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+def pick(configs, profiles):
+    """Keeps the named configurations (and gloo) and profiles."""
+    if configs:
+        want = {"gloo", *configs.split(",")}
+        bad = want - {c[0] for c in CONFIGS}
+        if bad:
+            sys.exit(f"bench_torch: no configuration {sorted(bad)}; "
+                     f"known: {[c[0] for c in CONFIGS]}")
+        CONFIGS[:] = [c for c in CONFIGS if c[0] in want]
+    if profiles:
+        want = set(profiles.split(","))
+        bad = want - {p[0] for p in PROFILES}
+        if bad:
+            sys.exit(f"bench_torch: no profile {sorted(bad)}; "
+                     f"known: {[p[0] for p in PROFILES]}")
+        PROFILES[:] = [p for p in PROFILES if p[0] in want]
+
+
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=3)
@@ -191,12 +225,18 @@ def main(argv):
     p.add_argument("--target", type=float, default=0.93)
     p.add_argument("--quick", action="store_true",
                    help="1 repeat of 4 s: a smoke test of the bench itself")
+    p.add_argument("--configs", default="",
+                   help="comma-separated configuration names to run "
+                   "(default: all; gloo always runs, the anchor)")
+    p.add_argument("--profiles", default="",
+                   help="comma-separated profile names (default: all)")
     p.add_argument("--out", default=os.path.join(TOP, "build",
                                                  "bench-torch"))
     a = p.parse_args(argv)
     if a.quick:
         a.repeats, a.seconds = 1, 4.0
     os.makedirs(a.out, exist_ok=True)
+    pick(a.configs, a.profiles)
     results = {prof: {name: [] for name, *_ in CONFIGS}
                for prof, _ in PROFILES}
     for rep in range(a.repeats):
@@ -207,7 +247,8 @@ def main(argv):
                 results[prof][cfg[0]].append(f)
                 print(f"repeat {rep + 1}/{a.repeats}, {prof}, {cfg[0]}: "
                       f"fast {f['fast']}, every {f['every']}, final "
-                      f"{f['final']:.3f}", flush=True)
+                      f"{f['final']:.3f}, group sizes {f['sizes']}",
+                      flush=True)
     md = table(results, a.target, a.seconds, a.repeats)
     print(md)
     with open(os.path.join(a.out, "table.md"), "w") as f:

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The network of the multi-host tests (tests/hosts/): hosts are network
+# namespaces on one bridge, which lives in a namespace of its own, so that
+# nothing of it (no address, no interface, no qdisc) is in the namespace
+# the test was started in.
+#
+#   net.sh up P H             namespaces P-sw (bridge br0) and P-h0..P-h<H-1>,
+#                             host i at 10.77.0.<i+1>/24 on its eth0, whose
+#                             other end is port h<i> of the bridge
+#   net.sh cap P I RATE [BURST]
+#                             host i's link capped at RATE (tc units, e.g.
+#                             100mbit) each way: tbf on its eth0 (sending)
+#                             and on the bridge's port h<i> (receiving);
+#                             BURST (64kb) is what may pass at once
+#   net.sh racks P IN CROSS R0 R1 ...
+#                             host i in rack R<i>; each way of its link
+#                             carries IN to hosts of its rack and CROSS to
+#                             the others (htb, a class per destination)
+#   net.sh link P I down|up   host i's cable out or in (port h<i>): its
+#                             processes and addresses stay, packets to and
+#                             from it are dropped
+#   net.sh down P             deletes every namespace named P-*
+#
+# Every command is bounded (ip and tc do not wait on the network).
+set -euo pipefail
+
+cmd=${1:?usage: net.sh up|cap|racks|link|down PREFIX ...}
+p=${2:?prefix}
+shift 2
+
+addr() { echo "10.77.0.$(($1 + 1))"; }
+in_ns() { ip netns exec "$1" "${@:2}"; }
+
+# Replaces the root qdisc of dev in namespace ns by tbf at rate.
+tbf() {
+    local ns=$1 dev=$2 rate=$3 burst=$4
+    in_ns "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" \
+        burst "$burst" latency 200ms
+}
+
+# htb on dev in ns: class 1:10 (IN) by default, 1:20 (CROSS) for packets
+# whose `dir` (dst or src) address is one of the hosts given.
+htb2() {
+    local ns=$1 dev=$2 in=$3 cross=$4 dir=$5
+    shift 5
+    in_ns "$ns" tc qdisc replace dev "$dev" root handle 1: htb default 10
+    in_ns "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb \
+        rate "$in" burst 64kb quantum 60000
+    in_ns "$ns" tc class add dev "$dev" parent 1: classid 1:20 htb \
+        rate "$cross" burst 64kb quantum 60000
+    local j
+    for j in "$@"; do
+        in_ns "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 \
+            u32 match ip "$dir" "$(addr "$j")/32" flowid 1:20
+    done
+}
+
+case $cmd in
+up)
+    h=${1:?hosts}
+    ip netns add "$p-sw"
+    ip -n "$p-sw" link set lo up
+    ip -n "$p-sw" link add br0 type bridge
+    ip -n "$p-sw" link set br0 up
+    for ((i = 0; i < h; i++)); do
+        ip netns add "$p-h$i"
+        ip -n "$p-h$i" link set lo up
+        ip -n "$p-sw" link add "h$i" type veth peer name eth0 netns "$p-h$i"
+        ip -n "$p-sw" link set "h$i" master br0
+        ip -n "$p-sw" link set "h$i" up
+        ip -n "$p-h$i" addr add "$(addr "$i")/24" dev eth0
+        ip -n "$p-h$i" link set eth0 up
+    done
+    ;;
+cap)
+    i=${1:?host} rate=${2:?rate} burst=${3:-64kb}
+    tbf "$p-h$i" eth0 "$rate" "$burst"
+    tbf "$p-sw" "h$i" "$rate" "$burst"
+    ;;
+racks)
+    in=${1:?rate within a rack} cross=${2:?rate across racks}
+    shift 2
+    racks=("$@")
+    for ((i = 0; i < ${#racks[@]}; i++)); do
+        others=()
+        for ((j = 0; j < ${#racks[@]}; j++)); do
+            [ "${racks[j]}" != "${racks[i]}" ] && others+=("$j")
+        done
+        # Sending: by destination; receiving: by source.
+        htb2 "$p-h$i" eth0 "$in" "$cross" dst "${others[@]}"
+        htb2 "$p-sw" "h$i" "$in" "$cross" src "${others[@]}"
+    done
+    ;;
+link)
+    i=${1:?host} state=${2:?down or up}
+    ip -n "$p-sw" link set "h$i" "$state"
+    ;;
+down)
+    for ns in $(ip netns list | awk '{print $1}'); do
+        case $ns in
+        "$p"-*) ip netns del "$ns" ;;
+        esac
+    done
+    ;;
+*)
+    echo "net.sh: unknown command $cmd" >&2
+    exit 2
+    ;;
+esac

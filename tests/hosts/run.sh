@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make check-hosts: runs each multi-host suite (a Check binary, or any
+# program with its arguments as one word) given on the command line, with
+# PREDUCE_HOSTS_PREFIX naming its namespaces prh<this shell's pid>-<test's
+# pid>-*. Whatever way this script ends (a suite fails, times out, ^C,
+# SIGTERM), the trap deletes every namespace of that prefix; namespaces
+# left by a run that was SIGKILLed (prh<pid> of a process that no longer
+# exists) are deleted first.
+#
+# Skipped, saying so, where network namespaces cannot be made (not root,
+# no ip). Each suite is bounded by HOSTS_SUITE_TIMEOUT seconds (240).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+net=$here/net.sh
+prefix=prh$$
+
+cleanup() {
+    "$net" down "$prefix" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+    echo "check-hosts: SKIPPED: ip and tc (iproute2) are not installed"
+    exit 0
+fi
+if ! err=$(ip netns add "$prefix-probe" 2>&1); then
+    echo "check-hosts: SKIPPED: cannot create network namespaces" \
+        "(needs root): $err"
+    exit 0
+fi
+ip netns del "$prefix-probe"
+
+# Leftovers of runs that could not clean up (SIGKILL).
+for ns in $(ip netns list | awk '{print $1}'); do
+    case $ns in
+    prh[0-9]*-*)
+        pid=${ns#prh}
+        pid=${pid%%-*}
+        kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+        ;;
+    esac
+done
+
+export PREDUCE_HOSTS_PREFIX=$prefix PREDUCE_HOSTS_NET=$net
+status=0
+for t in "$@"; do
+    echo "== $t"
+    # Unquoted: an argument may be a program with its arguments.
+    # shellcheck disable=SC2086
+    timeout -k 5 "${HOSTS_SUITE_TIMEOUT:-240}" $t
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        [ $rc -eq 124 ] && echo "check-hosts: $t timed out"
+        status=1
+    fi
+    cleanup
+done
+exit $status
