@@ -93,8 +93,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/fuzz/*.[ch] tests/load/*.[ch] \
-	tests/ops/*.[ch] tests/hosts/*.[ch]))
+	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] tests/fuzz/*.[ch] \
+	tests/load/*.[ch] tests/ops/*.[ch] tests/hosts/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-format check-layout \
 	check-python asan demo \
@@ -213,9 +213,13 @@ test check: check-format check-layout check-unit check-integration \
 check-layout:
 	@bash tests/check-layout.sh
 
+# The engine's suites run again with the arithmetic on 3 pool threads.
+ENGINE_UNIT_BINS := $(filter $(BUILD)/tests/test_engine%,$(UNIT_BINS))
 check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; \
-		$(TEST_ENV) ./$$t; done
+		$(TEST_ENV) ./$$t; done; \
+	for t in $(ENGINE_UNIT_BINS); do echo "== $$t (3 reduce threads)"; \
+		$(TEST_ENV) PR_TEST_REDUCE_THREADS=3 ./$$t; done
 
 check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
@@ -389,6 +393,28 @@ $(BUILD)/bench/mpi_allreduce: tests/bench/peers/mpi_allreduce.c
 $(BUILD)/bench/gloo_allreduce: tests/bench/peers/gloo_allreduce.cc
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -std=c++17 -Wall -Wextra -Werror -o $@ $< -lgloo -pthread
+
+# One node daemon and its trainers next to Open MPI's MPI_Allreduce over
+# shared memory (vader), torch.distributed's Gloo on this host (when
+# $(PYTHON) has torch) and a STREAM-style copy and add over buffers of the
+# same size (tests/bench/local/): installs Open MPI when missing, prints
+# and writes $(BUILD)/bench-local.txt. About 6 minutes with the defaults
+# (BENCH_LOCAL_SIZES, BENCH_LOCAL_TRAINERS, BENCH_LOCAL_REPEATS and
+# BENCH_RUN_S change them).
+$(BUILD)/bench/bench_local: $(BUILD)/tests/bench/local/bench_local.o \
+		$(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench-local
+bench-local: $(BUILD)/bench/bench_local $(BINS)
+	tests/bench/peers/setup.sh libopenmpi-dev openmpi-bin
+	$(MAKE) --no-print-directory $(BUILD)/bench/mpi_allreduce
+	$(TEST_ENV) BENCH_LOCAL_MPI=$(abspath $(BUILD)/bench/mpi_allreduce) \
+		BENCH_LOCAL_GLOO=$$($(PYTHON) -c 'import torch.distributed as d; \
+			print(d.is_gloo_available())' 2>/dev/null | \
+			grep -q True && echo tests/bench/local/gloo_allreduce.py) \
+		./$(BUILD)/bench/bench_local $(BUILD)/bench-local.txt
 
 .PHONY: bench-peers
 bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)

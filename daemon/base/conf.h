@@ -61,6 +61,7 @@ struct pr_conf {
     uint32_t node_trainer_max_mb;      /* per trainer, all its tensors */
     uint32_t node_max_tensors;         /* all trainers of this node */
     uint32_t node_reduce_timeout_ms;
+    uint32_t node_reduce_threads; /* 0 = the CPUs it may use, at most 8 */
     uint32_t node_connect_timeout_ms;
 
     /* [scheduler] */

@@ -84,6 +84,10 @@ static const struct entry rows[] = {
     {"node", "reduce_timeout_ms", T_U32, OFF(node_reduce_timeout_ms), "30000",
      100, 3600000, NULL, F_RELOAD,
      "longest a reduce may take, whatever its trainer asks for, ms"},
+    {"node", "reduce_threads", T_U32, OFF(node_reduce_threads), "0", 0, 64,
+     NULL, 0,
+     "threads for sums, scaling and copies; 0 = the CPUs it may use, at "
+     "most 8"},
     {"node", "connect_timeout_ms", T_U32, OFF(node_connect_timeout_ms), "5000",
      100, 600000, NULL, F_RELOAD,
      "give up connecting to scheduler or peer after, ms"},

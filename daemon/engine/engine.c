@@ -70,14 +70,49 @@ void pr_engine_set_stash_ms(struct pr_engine *e, uint32_t stash_ms)
     e->stash_ms = stash_ms ? stash_ms : PR_ENGINE_STASH_MS;
 }
 
+static void scratch_release(struct pr_engine *e, float *p)
+{
+    if (p && e->mem_free)
+        e->mem_free(e->mem_ctx, p);
+    else
+        free(p);
+}
+
+/*
+ * The last scratch vector freed is kept for the next group of its size (or
+ * down to half of it): a fresh vector of many MiB comes from mmap and
+ * costs a page fault per 4 KiB on first touch, about as much as the sums
+ * over it, and with RDMA a registration.
+ */
+static float *scratch_get(struct pr_engine *e, size_t bytes)
+{
+    if (e->spare && e->spare_bytes >= bytes && e->spare_bytes / 2 <= bytes) {
+        float *p = e->spare;
+        e->spare = NULL;
+        return p;
+    }
+    return e->mem_alloc ? e->mem_alloc(e->mem_ctx, bytes) : malloc(bytes);
+}
+
+static void scratch_put(struct pr_engine *e, float *p, size_t bytes)
+{
+    if (!p)
+        return;
+    scratch_release(e, e->spare);
+    e->spare = NULL;
+    if (e->closing) {
+        scratch_release(e, p);
+        return;
+    }
+    e->spare = p;
+    e->spare_bytes = bytes;
+}
+
 static void group_free(struct group *g)
 {
     free(g->ring);
     free(g->local);
-    if (g->scratch && g->e->mem_free)
-        g->e->mem_free(g->e->mem_ctx, g->scratch);
-    else
-        free(g->scratch);
+    scratch_put(g->e, g->scratch, g->total * sizeof(float));
     for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
         free(g->steps[i].spans);
     free(g->steps);
@@ -112,6 +147,17 @@ void pr_engine_destroy(struct pr_engine *e)
 {
     if (!e)
         return;
+    /*
+     * Pool threads may be in the members' memory: what a running group
+     * had queued is dropped, what runs (and a write-back, which decides
+     * the group's outcome) is waited for, before any done().
+     */
+    e->closing = 1;
+    for (struct group *g = e->groups; g && e->pool; g = g->next)
+        if (g->state == G_RUNNING)
+            pr_engine_cancel_jobs(g);
+    pr_pool_destroy(e->pool);
+    e->pool = NULL;
     struct group **pp = &e->groups;
     while (*pp) {
         struct group *g = *pp;
@@ -139,6 +185,8 @@ void pr_engine_destroy(struct pr_engine *e)
         e->stash = s->next;
         free(s);
     }
+    scratch_release(e, e->spare);
+    e->spare = NULL;
     e->closing = 1;
     uv_close((uv_handle_t *)&e->sweep, engine_free_cb);
     uv_close((uv_handle_t *)&e->kick, engine_free_cb);
@@ -172,7 +220,7 @@ static void send_done_cb(void *arg, int status)
         g->sends_done == g->sends_posted && !g->e->closing)
         uv_timer_start(&g->e->kick, kick_cb, 0, 0);
     if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
-        g->reported) {
+        g->reported && g->jobs_out == 0) {
         struct pr_engine *e = g->e;
         unlink_group(g);
         group_free(g);
@@ -210,6 +258,12 @@ static int post(struct group *g, uint32_t step, uint32_t seg, size_t off,
     return post_from(g, step, seg, off, n, NULL);
 }
 
+int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                   size_t n)
+{
+    return post(g, step, seg, off, n);
+}
+
 /*
  * Step 0: this daemon's own segment, cut into chunks of its chunk size. A
  * lone local member's memory goes to the wire as it is (its region of the
@@ -224,17 +278,24 @@ static int sum_and_post_own_segment(struct group *g)
     size_t c = g->e->chunk_floats;
     if (len == 0)
         return post(g, 0, g->pos, start, 0);
-    for (size_t off = 0; off < len;) {
-        size_t n = len - off < c ? len - off : c, in_part;
+    for (size_t off = 0, n; off < len; off += n) {
+        size_t in_part;
+        n = len - off < c ? len - off : c;
         const float *src = pr_engine_direct_src(g, start + off, &in_part);
         if (src && in_part < n)
             n = in_part; /* a chunk never spans two tensors */
-        if (!src)
+        int rc;
+        if (src) {
+            rc = post_from(g, 0, g->pos, start + off, n, src);
+        } else if (pr_engine_offload(g, n)) {
+            /* Posted when summed: this sum overlaps the previous send. */
+            rc = pr_engine_submit(g, J_SUM, start + off, n);
+        } else {
             pr_engine_local_sum(g, start + off, start + off + n, NULL, 0);
-        int rc = post_from(g, 0, g->pos, start + off, n, src);
+            rc = post(g, 0, g->pos, start + off, n);
+        }
         if (rc < 0)
             return rc;
-        off += n;
     }
     return 0;
 }
@@ -284,13 +345,26 @@ static void finish(struct group *g, int status)
         g->e->st.groups_ok++;
         g->e->st.groups_in_place++;
     } else if (status == 0) {
-        pr_engine_write_results(g);
+        pr_engine_write_back(g);
         g->e->st.groups_ok++;
     } else {
         g->e->st.groups_failed++;
+        if (g->e->pool)
+            pr_engine_cancel_jobs(g);
     }
     if (!g->e->closing)
         uv_timer_start(&g->e->kick, kick_cb, 0, 0);
+}
+
+void pr_engine_finish(struct group *g, int status)
+{
+    finish(g, status);
+}
+
+void pr_engine_kick(struct pr_engine *e)
+{
+    if (!e->closing)
+        uv_timer_start(&e->kick, kick_cb, 0, 0);
 }
 
 static void kick_cb(uv_timer_t *t)
@@ -305,7 +379,7 @@ static void kick_cb(uv_timer_t *t)
          * those are done (every posted send completes: a dead link fails
          * them, and sweep_cb resets a stalled one at the deadline).
          */
-        if (g->state == G_DRAINING && !g->reported &&
+        if (g->state == G_DRAINING && !g->reported && g->jobs_out == 0 &&
             (!g->reads_member || g->sends_done == g->sends_posted)) {
             g->reported = 1;
             if (g->done)
@@ -314,7 +388,8 @@ static void kick_cb(uv_timer_t *t)
             pp = &e->groups;
             continue;
         }
-        if (g->state == G_DRAINING && g->sends_done == g->sends_posted) {
+        if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
+            g->jobs_out == 0) {
             *pp = g->next;
             group_free(g);
             continue;
@@ -402,16 +477,7 @@ static void absorb(struct group *g, const struct pr_chunk_hdr *h,
                    const float *data)
 {
     uint32_t m = g->m;
-    if (is_final(g, h) && g->in_place)
-        pr_engine_each_piece(g, h->off, h->nfloats,
-                             h->step == m - 2 ? pr_engine_final_in_place
-                                              : pr_engine_copy_in_place,
-                             data, NULL);
-    else if (h->step < m - 1)
-        pr_engine_local_sum(g, h->off, h->off + h->nfloats, data,
-                            h->step == m - 2 ? g->mean_scale : 0);
-    else
-        memcpy(g->scratch + h->off, data, h->nfloats * sizeof(float));
+    pr_engine_absorb(g, h, data, is_final(g, h));
 
     struct step *s = &g->steps[h->step];
     s->got += h->nfloats;
@@ -526,11 +592,11 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->nlocal = spec->nlocal;
     g->ring = malloc(m * sizeof(*g->ring));
     g->local = malloc(spec->nlocal * sizeof(*g->local));
-    g->scratch = e->mem_alloc
-                     ? e->mem_alloc(e->mem_ctx, spec->total * sizeof(float))
-                     : malloc(spec->total * sizeof(float));
+    /* A group of this daemon alone sums straight into its members. */
+    if (m > 1)
+        g->scratch = scratch_get(e, spec->total * sizeof(float));
     g->steps = calloc(m > 1 ? 2 * (m - 1) : 1, sizeof(*g->steps));
-    if (!g->ring || !g->local || !g->scratch || !g->steps) {
+    if (!g->ring || !g->local || (m > 1 && !g->scratch) || !g->steps) {
         group_free(g);
         return -ENOMEM;
     }
@@ -547,11 +613,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
         e->max_started = g->id;
     arm_sweep(e);
 
-    /* 1. The weighted local sum, straight from the members' memory. */
+    /* 1. Alone: the weighted local sum goes into the members at once. */
     if (m == 1) {
-        pr_engine_local_sum(g, 0, g->total, NULL, 0);
-        if (g->mean_scale != 0)
-            pr_reduce_scale(g->scratch, g->scratch, g->mean_scale, g->total);
         finish(g, 0);
         return 0;
     }

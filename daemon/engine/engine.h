@@ -1,9 +1,11 @@
 /*
  * The reduce engine: runs one node daemon's part of every group in flight.
  *
- * Per group, on the loop thread:
+ * Per group, on the loop thread (the arithmetic itself, on large vectors,
+ * in slices on the engine's threads: pr_engine_set_threads, pool.h):
  *  1. start(): sum the local members' tensors, each scaled by its weight,
- *     into one scratch vector (read straight from their shared memory).
+ *     into one scratch vector (read straight from their shared memory);
+ *     a group of this daemon alone sums straight into its members (3.).
  *  2. If the group spans m > 1 daemons, run a chunked, pipelined ring
  *     all-reduce of the scratch vector over the links to the left and
  *     right neighbours (xport.h): reduce-scatter steps 0..m-2, then
@@ -11,7 +13,8 @@
  *     (or copied) in place and forwarded at once as the next step's chunk,
  *     so chunks stream around the ring.
  *  3. Write each local member's result into its tensors (the mean, or the
- *     member's personal result under staleness weights) and call done(0).
+ *     member's personal result under staleness weights) and call done(0),
+ *     once no thread of the pool is in the group's memory any more.
  * Any failure (bad chunk, link down, deadline, abort) calls done(-errno)
  * without touching the members' tensors: they keep their inputs (except
  * for an in-place member, see pr_engine_member).
@@ -116,6 +119,14 @@ struct pr_engine *pr_engine_create(uv_loop_t *loop, size_t chunk_floats,
  */
 void pr_engine_destroy(struct pr_engine *e);
 void pr_engine_set_chunk(struct pr_engine *e, size_t chunk_floats);
+/*
+ * The threads that do the arithmetic (sums, scaling, copies, write-back),
+ * each on slices of a vector: 1 (or 0), inline on the loop; more, a pool
+ * (daemon/engine/pool.h), with results bit for bit the same. done() then
+ * waits until no thread is in the group's memory. 0, -EINVAL, -EBUSY
+ * while work is out with the current pool, or pthread_create's error.
+ */
+int pr_engine_set_threads(struct pr_engine *e, unsigned nthreads);
 /*
  * How long an early chunk (one that came before its group started here)
  * is kept: the node passes its reduce timeout, at create and on reload,

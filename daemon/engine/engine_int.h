@@ -1,9 +1,10 @@
 /*
  * What engine.c (a group's life: chunks in and out, deadlines, the stash),
- * engine_chunk.c (whether a chunk fits its group) and engine_local.c (a
- * group's arithmetic over its local members' memory) share; engine.c calls
- * the other two, never the other way. Private to the engine: other modules
- * use engine.h.
+ * engine_chunk.c (whether a chunk fits its group), engine_local.c (a
+ * group's arithmetic over its local members' memory) and engine_jobs.c
+ * (that arithmetic on the thread pool) share. engine.c calls the others;
+ * only engine_jobs.c calls back, for what a job does once it is back.
+ * Private to the engine: other modules use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
 #define PR_ENGINE_INT_H
@@ -13,6 +14,7 @@
 #include <uv.h>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/pool.h"
 
 enum gstate {
     G_RUNNING,  /* receiving and forwarding chunks */
@@ -69,6 +71,13 @@ struct group {
     struct step *steps;  /* 2m - 2 entries */
     uint32_t steps_left; /* steps not yet complete */
     size_t sends_posted, sends_done;
+    /*
+     * Arithmetic handed to the pool (engine.c, struct gjob): while any is
+     * out, done() is not called and nothing is freed, since pool threads
+     * read the members' memory and write the scratch vector.
+     */
+    struct gjob *jobs;
+    size_t jobs_out;
     enum gstate state;
     int status; /* set when done() is due */
     int reported;
@@ -111,7 +120,40 @@ struct pr_engine {
     void *(*mem_alloc)(void *ctx, size_t bytes);
     void (*mem_free)(void *ctx, void *p);
     void *mem_ctx;
+    struct pr_pool *pool; /* NULL: all arithmetic inline, on the loop */
+    float *spare; /* the last scratch vector freed, for the next group */
+    size_t spare_bytes;
 };
+
+/*
+ * engine_jobs.c: arithmetic on the pool. J_SUM: a chunk of this daemon's
+ * own segment, posted when summed; J_WRITE: the results into the members;
+ * J_MEAN: a group of this daemon alone, summed straight into them.
+ */
+enum jkind { J_SUM, J_WRITE, J_MEAN };
+/* Whether n floats of work go to the pool (else they run inline). */
+int pr_engine_offload(const struct group *g, size_t n);
+/* 0: the job's end comes back on the loop (posting a J_SUM); -ENOMEM. */
+int pr_engine_submit(struct group *g, enum jkind kind, size_t off, size_t n);
+/* The group's jobs skip the slices not begun; their ends still come. */
+void pr_engine_cancel_jobs(struct group *g);
+/*
+ * The results into the members' tensors, on the pool or inline: from the
+ * scratch vector, or for a group of this daemon alone summed and written
+ * in one pass. The group is complete: an abort or detach that comes while
+ * pool threads write is refused, as one that came after the write.
+ */
+void pr_engine_write_back(struct group *g);
+
+/*
+ * engine.c, for engine_jobs.c: post a chunk from the scratch vector (0 or
+ * the link's error), fail or end a running group, and schedule done() of
+ * the groups that have ended (kick_cb: it checks what each still waits for).
+ */
+int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
+                   size_t n);
+void pr_engine_finish(struct group *g, int status);
+void pr_engine_kick(struct pr_engine *e);
 
 /*
  * engine_chunk.c: whether a chunk fits the group (its length, ring step,
@@ -141,9 +183,31 @@ int pr_engine_final_in_place(struct group *g, float *x, size_t at, size_t len,
                              const float *in, void *arg);
 int pr_engine_copy_in_place(struct group *g, float *x, size_t at, size_t len,
                             const float *in, void *arg);
+/*
+ * A claimed chunk's floats into the group: summed in during the
+ * reduce-scatter (the last step of it also scales), copied during the
+ * all-gather, or written into the lone member's tensors in place (`final`:
+ * from the last reduce-scatter step on). Large chunks are cut over the
+ * pool's threads, the loop thread taking its share and waiting for the
+ * rest, since `data` lives only during the call.
+ */
+void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
+                      const float *data, int final);
 const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n);
-/* The results into every local member's tensors (not in place). */
-void pr_engine_write_results(struct group *g);
+/*
+ * Floats [lo, hi) of the results into every local member's tensors that
+ * is not detached (not in place). Runs on a pool thread: reads only the
+ * members' parts and the scratch vector in that range.
+ */
+void pr_engine_write_range(struct group *g, size_t lo, size_t hi);
+/*
+ * A group of this daemon alone (m == 1, no scratch vector): floats
+ * [lo, hi) of the local members' weighted sum, scaled, written straight
+ * into each member that is not detached, a cache-sized block at a time:
+ * each member's floats are read once and written once. Runs on a pool
+ * thread, like pr_engine_write_range.
+ */
+void pr_engine_local_mean(struct group *g, size_t lo, size_t hi);
 float pr_engine_uniform_scale(const struct pr_engine_group *spec);
 
 #endif

@@ -3,6 +3,22 @@
  * sum folded into the chunks from the left, the in-place writes of final
  * floats, and the write-back of results. No sends and no state changes:
  * those are engine.c's.
+ *
+ * Passes over memory per reduce, in vectors of S bytes (the tensor), for
+ * k local members, m daemons, uniform weights (the mean):
+ *  - m == 1: each member read once and written once, 2k S: the sum of a
+ *    16 KiB block stays in cache between the reads and the writes, and
+ *    there is no scratch vector (pr_engine_local_mean). The writes go to
+ *    lines just read, so non-temporal stores would not save a read.
+ *  - m > 1, default mode: the local sum read once, k S, folded into the
+ *    chunk from the left (its S/m segments) or summed for the own segment
+ *    (k == 1 with direct sends: posted from the member, no pass); the
+ *    scratch vector written once per float, by the reduce-scatter or the
+ *    all-gather, S; the write-back, 2k S (k == 1: a memcpy, whose large
+ *    copies glibc already makes with non-temporal stores). The scratch
+ *    copy and write-back are what "tensors unchanged on failure" costs.
+ *  - m > 1 in place (k == 1): the member read once and written once, no
+ *    scratch vector and no write-back.
  */
 #include "daemon/engine/engine_int.h"
 
@@ -12,15 +28,16 @@
 #include "daemon/engine/reduce.h"
 
 /*
- * scratch[a, b) = this daemon's weighted local sum over [a, b), plus
+ * dst[0, b - a) = this daemon's weighted local sum over [a, b), plus
  * in[0, b - a) when `in` is not NULL: the reduce-scatter folds the local
  * members into the chunk from the left in one pass, so their floats are
  * read once, when needed. Uniform groups add unscaled and multiply by
  * `scale` (not 0) once the sum is complete: in the same pass when there is
- * one local member.
+ * one local member. Each float sees the same operations in the same order
+ * however [a, b) is cut, so slices give bit-identical results.
  */
-void pr_engine_local_sum(struct group *g, size_t a, size_t b, const float *in,
-                         float scale)
+static void sum_into(struct group *g, float *out, size_t a, size_t b,
+                     const float *in, float scale)
 {
     int uniform = g->mean_scale != 0;
     int fused = scale != 0 && in && g->nlocal == 1;
@@ -36,7 +53,7 @@ void pr_engine_local_sum(struct group *g, size_t a, size_t b, const float *in,
             if (lo >= hi)
                 continue;
             const float *x = mb->parts[p].data + (lo - (off - len));
-            float *dst = g->scratch + lo;
+            float *dst = out + (lo - a);
             size_t n = hi - lo;
             if (i > 0 && uniform)
                 pr_reduce_add(dst, x, n);
@@ -55,7 +72,13 @@ void pr_engine_local_sum(struct group *g, size_t a, size_t b, const float *in,
         }
     }
     if (scale != 0 && !fused)
-        pr_reduce_scale(g->scratch + a, g->scratch + a, scale, b - a);
+        pr_reduce_scale(out, out, scale, b - a);
+}
+
+void pr_engine_local_sum(struct group *g, size_t a, size_t b, const float *in,
+                         float scale)
+{
+    sum_into(g, g->scratch + a, a, b, in, scale);
 }
 
 /*
@@ -108,6 +131,45 @@ int pr_engine_copy_in_place(struct group *g, float *x, size_t at, size_t len,
     return 0;
 }
 
+struct absorb_arg {
+    struct group *g;
+    const struct pr_chunk_hdr *h;
+    const float *data;
+    int final;
+};
+
+/* Floats [lo, hi) of the chunk: on the loop thread or a pool thread. */
+static void absorb_slice(void *arg, size_t lo, size_t hi)
+{
+    const struct absorb_arg *a = arg;
+    struct group *g = a->g;
+    uint32_t m = g->m;
+    size_t off = a->h->off + lo, n = hi - lo;
+    const float *in = a->data + lo;
+    if (a->final && g->in_place)
+        pr_engine_each_piece(g, off, n,
+                             a->h->step == m - 2 ? pr_engine_final_in_place
+                                                 : pr_engine_copy_in_place,
+                             in, NULL);
+    else if (a->h->step < m - 1)
+        pr_engine_local_sum(g, off, off + n, in,
+                            a->h->step == m - 2 ? g->mean_scale : 0);
+    else
+        memcpy(g->scratch + off, in, n * sizeof(float));
+}
+
+void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
+                      const float *data, int final)
+{
+    struct absorb_arg a = {g, h, data, final};
+    if (h->nfloats == 0)
+        return;
+    if (g->e->pool)
+        pr_pool_run(g->e->pool, absorb_slice, &a, h->nfloats);
+    else
+        absorb_slice(&a, 0, h->nfloats);
+}
+
 /*
  * The floats [at, ...) of the only local member's memory, when that memory
  * can go to the wire as it is (one member, counted unscaled), and how many
@@ -130,23 +192,50 @@ const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n)
     return NULL;
 }
 
-void pr_engine_write_results(struct group *g)
+/* Results res[0, b - a) for floats [a, b) into every attached member. */
+static void write_into(struct group *g, const float *res, size_t a, size_t b)
 {
     for (size_t i = 0; i < g->nlocal; i++) {
         const struct pr_engine_member *mb = &g->local[i];
         if (mb->detached)
             continue;
         size_t off = 0;
-        for (size_t p = 0; p < mb->nparts; p++) {
+        for (size_t p = 0; p < mb->nparts && off < b; p++) {
             const struct pr_engine_part *pt = &mb->parts[p];
-            if (g->personal)
-                pr_reduce_personal(pt->data, pt->data, g->scratch + off,
-                                   mb->weight, g->k, pt->len);
-            else
-                memcpy(pt->data, g->scratch + off, pt->len * sizeof(float));
+            size_t lo = a > off ? a : off;
+            size_t hi = b < off + pt->len ? b : off + pt->len;
+            size_t base = off;
             off += pt->len;
+            if (lo >= hi)
+                continue;
+            float *x = pt->data + (lo - base);
+            if (g->personal)
+                pr_reduce_personal(x, x, res + (lo - a), mb->weight, g->k,
+                                   hi - lo);
+            else
+                memcpy(x, res + (lo - a), (hi - lo) * sizeof(float));
         }
-        g->e->st.bytes_reduced += g->total * sizeof(float);
+    }
+}
+
+void pr_engine_write_range(struct group *g, size_t lo, size_t hi)
+{
+    write_into(g, g->scratch + lo, lo, hi);
+}
+
+/*
+ * Floats per block of pr_engine_local_mean: the block's sum (16 KiB) stays
+ * in the first-level cache between the sum and the writes.
+ */
+#define MEAN_BLOCK 4096
+
+void pr_engine_local_mean(struct group *g, size_t lo, size_t hi)
+{
+    float sum[MEAN_BLOCK];
+    for (size_t a = lo; a < hi; a += MEAN_BLOCK) {
+        size_t b = hi - a < MEAN_BLOCK ? hi : a + MEAN_BLOCK;
+        sum_into(g, sum, a, b, NULL, g->mean_scale);
+        write_into(g, sum, a, b);
     }
 }
 

@@ -14,6 +14,7 @@
 
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
+#include "daemon/engine/pool.h"
 #include "daemon/node/node_int.h"
 #include "daemon/xport/rdma/rdma.h"
 #include "preduce.h"
@@ -344,6 +345,22 @@ static struct pr_link *resolve(void *ctx, uint32_t node_id)
     return pr_tcp_xport_link(n->xport, node_id);
 }
 
+/* node.reduce_threads' default: the CPUs this daemon may run on, capped. */
+#define DEFAULT_THREADS_CAP 8
+
+static int set_reduce_threads(struct pr_node *n)
+{
+    unsigned t = n->conf->node_reduce_threads;
+    if (t == 0)
+        t = pr_pool_default_threads(DEFAULT_THREADS_CAP);
+    int rc = pr_engine_set_threads(n->engine, t);
+    if (rc < 0)
+        pr_err("pr_engine_set_threads(%u): %s", t, strerror(-rc));
+    else
+        pr_info("arithmetic on %u thread%s", t, t == 1 ? "" : "s");
+    return rc;
+}
+
 static size_t chunk_floats(const struct pr_conf *c)
 {
     return (size_t)c->xport_chunk_kb * 1024 / sizeof(float);
@@ -485,6 +502,9 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     pr_tcp_xport_set_key(n->xport, key);
     /* TCP reads any memory; with RDMA every tensor is registered. */
     pr_engine_set_direct(n->engine, 1);
+    rc = set_reduce_threads(n);
+    if (rc < 0)
+        goto fail;
     rc = open_rdma(n);
     if (rc < 0)
         goto fail;

@@ -23,6 +23,16 @@
 
 int in_start;
 int direct_sends;
+unsigned reduce_threads; /* 0: from the environment */
+
+static unsigned test_threads(void)
+{
+    if (reduce_threads == 0) {
+        const char *v = getenv("PR_TEST_REDUCE_THREADS");
+        reduce_threads = v && atoi(v) > 0 ? (unsigned)atoi(v) : 1;
+    }
+    return reduce_threads;
+}
 
 /* Inputs and part cuts; tg_new() seeds it, shuffled delivery draws from it. */
 static uint64_t rng_state;
@@ -248,6 +258,8 @@ struct net *net_new_stash(int n, size_t chunk, size_t stash_max)
                                            resolve, &net->nodes[a]);
         ck_assert_ptr_nonnull(net->nodes[a].e);
         pr_engine_set_direct(net->nodes[a].e, direct_sends);
+        ck_assert_int_eq(pr_engine_set_threads(net->nodes[a].e, test_threads()),
+                         0);
     }
     return net;
 }

@@ -35,6 +35,12 @@
 extern int in_start;
 /* Engines post a lone member's own segment from its memory (no copy). */
 extern int direct_sends;
+/*
+ * Threads each new engine does its arithmetic on (pr_engine_set_threads):
+ * PR_TEST_REDUCE_THREADS from the environment, else 1. make check runs
+ * the engine suites with 1 and again with 3.
+ */
+extern unsigned reduce_threads;
 
 /* ------------------------------------------------------------------ */
 /* In-memory links                                                      */

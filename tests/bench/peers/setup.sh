@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what tests/bench/peers/ compares preduce with, from Debian:
-# Open MPI (mpicc, mpirun) and Gloo. Idempotent and quiet when present.
+# Open MPI (mpicc, mpirun) and Gloo, or the Debian packages named as
+# arguments. Idempotent and quiet when present.
 set -euo pipefail
 pkgs=(libopenmpi-dev openmpi-bin libgloo-dev g++)
+[ $# -eq 0 ] || pkgs=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

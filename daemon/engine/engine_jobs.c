@@ -1,0 +1,127 @@
+/*
+ * A group's arithmetic on the engine's thread pool (pool.h): which work
+ * goes to the pool, its jobs, and what the loop does when one is back.
+ * The loop owns every struct gjob; pool threads read only the job's kind,
+ * offset and group (which do not change while it is out) and the memory
+ * those name: the members' parts and the scratch vector in its range.
+ */
+#include "daemon/engine/engine_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "daemon/engine/pool.h"
+
+/*
+ * Arithmetic a group hands to the pool: the sum of one chunk of its own
+ * segment (posted when done), the write-back of its results, or the whole
+ * mean of a group of this daemon alone. Owned by the loop; the pool's
+ * threads read g, kind and off, which do not change while it is out, and
+ * the memory that those name.
+ */
+struct gjob {
+    struct pr_pool_job j; /* first: the pool hands it back */
+    struct group *g;
+    struct gjob *next; /* the group's jobs out */
+    enum jkind kind;
+    size_t off; /* J_SUM: first float of the chunk; j.n floats */
+};
+
+/* Less than this and the work runs inline: a thread hand-off costs more. */
+int pr_engine_offload(const struct group *g, size_t n)
+{
+    return g->e->pool && n >= PR_POOL_MIN_SLICE;
+}
+
+static void job_slice(void *arg, size_t lo, size_t hi)
+{
+    struct gjob *gj = arg;
+    if (gj->kind == J_SUM)
+        pr_engine_local_sum(gj->g, gj->off + lo, gj->off + hi, NULL, 0);
+    else if (gj->kind == J_WRITE)
+        pr_engine_write_range(gj->g, lo, hi);
+    else
+        pr_engine_local_mean(gj->g, lo, hi);
+}
+
+/* A group that has ended reports once its last job is back (kick_cb). */
+static void job_done(struct pr_pool_job *j, int status)
+{
+    struct gjob *gj = (struct gjob *)j;
+    struct group *g = gj->g;
+    struct gjob **pp = &g->jobs;
+    while (*pp != gj)
+        pp = &(*pp)->next;
+    *pp = gj->next;
+    g->jobs_out--;
+    if (gj->kind == J_SUM && status == 0 && g->state == G_RUNNING &&
+        !g->e->closing) {
+        int rc = pr_engine_post(g, 0, g->pos, gj->off, gj->j.n);
+        if (rc < 0)
+            pr_engine_finish(g, rc);
+    }
+    free(gj);
+    if (g->state == G_DRAINING && g->jobs_out == 0)
+        pr_engine_kick(g->e);
+}
+
+/* 0: done() of the job will come (job_done); -ENOMEM, -EINVAL. */
+int pr_engine_submit(struct group *g, enum jkind kind, size_t off, size_t n)
+{
+    struct gjob *gj = calloc(1, sizeof(*gj));
+    if (!gj)
+        return -ENOMEM;
+    gj->j = (struct pr_pool_job){
+        .fn = job_slice, .arg = gj, .n = n, .done = job_done};
+    gj->g = g;
+    gj->kind = kind;
+    gj->off = off;
+    int rc = pr_pool_submit(g->e->pool, &gj->j);
+    if (rc < 0) {
+        free(gj);
+        return rc;
+    }
+    gj->next = g->jobs;
+    g->jobs = gj;
+    g->jobs_out++;
+    return 0;
+}
+
+/* Slices no thread has begun are dropped; job_done() still comes. */
+void pr_engine_cancel_jobs(struct group *g)
+{
+    for (struct gjob *gj = g->jobs; gj; gj = gj->next)
+        pr_pool_cancel(g->e->pool, &gj->j);
+}
+
+int pr_engine_set_threads(struct pr_engine *e, unsigned nthreads)
+{
+    if (nthreads > PR_POOL_MAX_THREADS)
+        return -EINVAL;
+    if (e->pool && pr_pool_outstanding(e->pool) > 0)
+        return -EBUSY;
+    struct pr_pool *p = NULL;
+    if (nthreads > 1) {
+        int rc = pr_pool_create(e->loop, nthreads, &p);
+        if (rc < 0)
+            return rc;
+    }
+    pr_pool_destroy(e->pool);
+    e->pool = p;
+    return 0;
+}
+
+void pr_engine_write_back(struct group *g)
+{
+    enum jkind kind = g->m == 1 ? J_MEAN : J_WRITE;
+    for (size_t i = 0; i < g->nlocal; i++)
+        if (!g->local[i].detached)
+            g->e->st.bytes_reduced += g->total * sizeof(float);
+    if (pr_engine_offload(g, g->total) &&
+        pr_engine_submit(g, kind, 0, g->total) == 0)
+        return;
+    if (kind == J_MEAN)
+        pr_engine_local_mean(g, 0, g->total);
+    else
+        pr_engine_write_range(g, 0, g->total);
+}
