@@ -34,7 +34,10 @@
  * read once, when needed. Uniform groups add unscaled and multiply by
  * `scale` (not 0) once the sum is complete: in the same pass when there is
  * one local member. Each float sees the same operations in the same order
- * however [a, b) is cut, so slices give bit-identical results.
+ * however [a, b) is cut, so slices give bit-identical results. A member
+ * of weight 0 (healing: it takes the group's model, gives none) is not
+ * read at all: 0 x NaN is NaN, and a restarted trainer's diverged floats
+ * would poison every member.
  */
 static void sum_into(struct group *g, float *out, size_t a, size_t b,
                      const float *in, float scale)
@@ -55,6 +58,13 @@ static void sum_into(struct group *g, float *out, size_t a, size_t b,
             const float *x = mb->parts[p].data + (lo - (off - len));
             float *dst = out + (lo - a);
             size_t n = hi - lo;
+            if (!uniform && w == 0.0f) {
+                if (i == 0 && in)
+                    memcpy(dst, in + (lo - a), n * sizeof(float));
+                else if (i == 0)
+                    memset(dst, 0, n * sizeof(float));
+                continue; /* i > 0: adds nothing */
+            }
             if (i > 0 && uniform)
                 pr_reduce_add(dst, x, n);
             else if (i > 0)
@@ -115,6 +125,8 @@ int pr_engine_final_in_place(struct group *g, float *x, size_t at, size_t len,
     (void)arg;
     if (g->mean_scale != 0)
         pr_reduce_sum2_scale(x, x, in, g->mean_scale, len);
+    else if (g->local[0].weight == 0.0)
+        memcpy(x, in, len * sizeof(float)); /* healing: not x's floats */
     else
         pr_reduce_axpb_inplace(x, x, (float)g->local[0].weight, in, len);
     return 0;

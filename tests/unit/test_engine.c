@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -96,7 +97,8 @@ END_TEST
  * A healing member (weight 0) beside staleness weights: 0, 2/3, 1/3 over
  * three daemons. The last daemon's one member weighs 1/k = 1/3, as in a
  * uniform group; it must still scale, or the ring mixes its unscaled
- * floats with the others' scaled ones (the mean came out 42% off).
+ * floats with the others' scaled ones (the mean came out 42% off). The
+ * healer's floats are NaN: weight 0 must mean not read (0 x NaN is NaN).
  */
 START_TEST(test_engine_heal_weights_mixed)
 {
@@ -108,6 +110,11 @@ START_TEST(test_engine_heal_weights_mixed)
             tg_new(9, total, 3, rings[3], nlocal, TG_WEIGHTED, 30 + total);
         for (uint32_t p = 0; p < 3; p++)
             tg->spec[p][0].weight = w[p];
+        /* The healer's model diverged: none of it may reach the others. */
+        struct tmember *h = &tg->mb[0][0];
+        for (size_t q = 0; q < h->nparts; q++)
+            for (size_t j = 0; j < h->parts[q].len; j++)
+                h->part[q][j] = NAN;
         tg_start_all(net, tg);
         run_until(net, tg_all_done, tg);
         tg_check_done(tg, 0);
