@@ -376,8 +376,14 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
      * waiting only 1 s past a deadline, the library would give up while
      * that daemon may still write the tensors.
      */
-    c->slack_ms =
-        w->grace_ms ? PREDUCE_REDUCE_SLACK_MS : PR_CLIENT_OLD_DAEMON_SLACK_MS;
+    c->slack_ms = PR_CLIENT_OLD_DAEMON_SLACK_MS;
+    if (w->grace_ms) {
+        /* At least its grace and half a second for the answer to come. */
+        uint32_t g = w->grace_ms < 60000 ? w->grace_ms : 60000;
+        c->slack_ms = g + 500 > PREDUCE_REDUCE_SLACK_MS
+                          ? (int)(g + 500)
+                          : PREDUCE_REDUCE_SLACK_MS;
+    }
     c->welcomed = true;
     return 0;
 }

@@ -37,15 +37,21 @@ static int broken(int rc)
 int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
                          size_t n, int timeout_ms)
 {
+    if (!c)
+        return -EINVAL;
+    /*
+     * A reason from an earlier call would be taken for this one's; a
+     * broken connection keeps the one it broke with.
+     */
+    if (!c->err)
+        c->last_error[0] = '\0';
     /* A reduce always waits for a group: it needs a deadline above 0. */
-    if (!c || !tensors || n == 0 || timeout_ms <= 0)
+    if (!tensors || n == 0 || timeout_ms <= 0)
         return -EINVAL;
     if (c->err)
         return pr_client_err(c);
     if (c->inflight)
         return -EBUSY;
-    /* A reason from an earlier call would be taken for this one's. */
-    c->last_error[0] = '\0';
     if (n > PR_CLIENT_MAX_FRAME / sizeof(uint32_t))
         return -EINVAL;
     /* Each tensor once, and only this client's. */

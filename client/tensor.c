@@ -75,12 +75,13 @@ int preduce_tensor_create(preduce_client_t *c, size_t nfloats, int timeout_ms,
 {
     if (out)
         *out = NULL;
+    if (c && !c->err)
+        c->last_error[0] = '\0'; /* not an earlier call's reason */
     if (!c || !out || nfloats == 0 || nfloats > SIZE_MAX / sizeof(float) ||
         timeout_ms < 0)
         return -EINVAL;
     if (c->err)
         return pr_client_err(c);
-    c->last_error[0] = '\0'; /* not an earlier call's reason */
     int64_t deadline = pr_client_deadline(timeout_ms);
     struct preduce_tensor *t = calloc(1, sizeof(*t));
     if (!t)

@@ -58,8 +58,9 @@ extern "C" {
  * loaded machine. A daemon that has not answered by then is taken for
  * stopped or hung: the call returns -ETIMEDOUT and breaks the connection
  * (later calls -ENOTCONN), since what the tensors hold is then unknown.
- * With a daemon older than this rule (its welcome does not state its
- * grace) the library waits 10 s instead.
+ * A daemon states its grace in its welcome; the library waits at least
+ * that plus 500 ms, and 10 s for a daemon older than this rule (no grace
+ * stated).
  */
 #define PREDUCE_REDUCE_SLACK_MS 1000
 

@@ -71,8 +71,16 @@ int pr_engine_submit(struct group *g, enum jkind kind, size_t off, size_t n)
     struct gjob *gj = calloc(1, sizeof(*gj));
     if (!gj)
         return -ENOMEM;
-    gj->j = (struct pr_pool_job){
-        .fn = job_slice, .arg = gj, .n = n, .done = job_done};
+    /*
+     * A write-back goes ahead of the sums waiting: write_back_fits()
+     * judged its deadline as if it began now, and behind other groups'
+     * sums it could end after the trainer gave up on it.
+     */
+    gj->j = (struct pr_pool_job){.fn = job_slice,
+                                 .arg = gj,
+                                 .n = n,
+                                 .done = job_done,
+                                 .first = kind != J_SUM};
     gj->g = g;
     gj->kind = kind;
     gj->off = off;

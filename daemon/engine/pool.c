@@ -205,6 +205,8 @@ int pr_pool_create(uv_loop_t *loop, unsigned nthreads, struct pr_pool **out)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->joined, NULL);
+    /* Before init: close_cb finds the pool through it, on failure too. */
+    p->async.data = p;
     int rc = uv_async_init(loop, &p->async, async_cb);
     if (rc < 0) {
         close_cb((uv_handle_t *)&p->async);
@@ -273,7 +275,7 @@ int pr_pool_submit(struct pr_pool *p, struct pr_pool_job *j)
     if (p->outstanding++ == 0)
         uv_ref((uv_handle_t *)&p->async);
     pthread_mutex_lock(&p->mu);
-    enqueue(p, j, 0);
+    enqueue(p, j, j->first);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }

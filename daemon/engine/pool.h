@@ -52,6 +52,11 @@ struct pr_pool_job {
     void *arg;
     size_t n;
     pr_pool_done_fn done;
+    /*
+     * Queued ahead of the jobs waiting (not of slices already begun): a
+     * write-back whose deadline was checked when it was submitted.
+     */
+    int first;
     /* The pool's, from submit to done(). */
     struct pr_pool_job *next;
     uint32_t nslices, claimed, finished;

@@ -5,9 +5,11 @@
  * close the removal of the file this daemon bound and no other. The
  * socket is bound under a temporary name beside node.socket, given its
  * owner and mode (node.socket_group, 0660), made to listen, and only then
- * renamed into place: the file at node.socket accepts from the moment it
+ * linked into place: the file at node.socket accepts from the moment it
  * exists (a script that waits for the file may connect at once) and is
- * never open to more than those. The descriptor is this file's own, handed
+ * never open to more than those (bound under umask 0177, then chmod'ed);
+ * the name is put in place with link(), which fails where another daemon
+ * has bound the path in the meantime. The descriptor is this file's own, handed
  * to libuv with uv_pipe_open(): a pipe libuv bound itself is unlinked by
  * name when it closes, whatever file has that name by then (another
  * daemon's, after ours was replaced). What connects is node_ipc.c's,
@@ -194,8 +196,12 @@ static int bind_listen(struct pr_node *n, const char *path)
         return rc;
     }
     memcpy(sa.sun_path, at, strlen(at) + 1);
-    unlink(at); /* a temporary name a dead daemon of this pid left */
+    if (at != path)
+        unlink(at); /* a temporary name a dead daemon of this pid left */
+    /* Created 0600: nobody else may connect before set_access(). */
+    mode_t old = umask(0177);
     int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+    umask(old);
     if (rc < 0) {
         pr_err("trainer socket: bind %s: %s", at, strerror(-rc));
         close(fd);
@@ -206,12 +212,19 @@ static int bind_listen(struct pr_node *n, const char *path)
         rc = -errno;
         pr_err("trainer socket: listen on %s: %s", at, strerror(-rc));
     }
-    if (rc == 0 && at != path && rename(at, path) < 0) {
-        rc = -errno;
-        pr_err("trainer socket: rename %s to %s: %s", at, path, strerror(-rc));
+    /*
+     * link(), not rename(): a daemon that bound `path` since
+     * clear_socket_path() looked is not replaced (EEXIST).
+     */
+    if (rc == 0 && at != path && link(at, path) < 0) {
+        rc = errno == EEXIST ? -EADDRINUSE : -errno;
+        pr_err("trainer socket: %s: %s", path,
+               rc == -EADDRINUSE ? "another daemon bound it meanwhile"
+                                 : strerror(-rc));
     }
-    if (rc < 0) {
+    if (at != path || rc < 0)
         unlink(at);
+    if (rc < 0) {
         close(fd);
         return rc;
     }

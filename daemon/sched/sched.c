@@ -269,6 +269,7 @@ static void node_on_close(struct pr_conn *c, int status)
         return;
     }
     if (!n->id) {
+        free(n->rates); /* a node forgotten on its reconnect had some */
         free(n);
         return;
     }

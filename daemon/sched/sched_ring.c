@@ -176,7 +176,13 @@ static int costs(const uint32_t *ring, size_t m, pr_ring_rate_fn rate,
 int pr_sched_ring_order(uint32_t *ring, size_t m, pr_ring_rate_fn rate,
                         void *ctx)
 {
-    if (m < 3) /* one ring of two: both orders are the same links */
+    /*
+     * One ring of two: both orders are the same links. Above
+     * PR_RING_ORDER_MAX nodes the heuristic's O(m^3) and the m^2 rate
+     * lookups would hold up the scheduler's loop at every group: the
+     * given order stays.
+     */
+    if (m < 3 || m > PR_RING_ORDER_MAX)
         return 0;
     double *c = NULL;
     int rc = costs(ring, m, rate, ctx, &c);

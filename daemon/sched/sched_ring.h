@@ -24,9 +24,11 @@ typedef double (*pr_ring_rate_fn)(void *ctx, uint32_t from, uint32_t to);
  * 2 of each other, or when it costs at most 10% more than the best (no
  * churn on noise). Exact for
  * m <= PR_RING_EXACT_MAX (Held-Karp), else nearest neighbour improved by
- * swaps. 1 if reordered, 0 if kept, -ENOMEM.
+ * swaps, up to PR_RING_ORDER_MAX nodes (larger rings keep their order).
+ * 1 if reordered, 0 if kept, -ENOMEM.
  */
 #define PR_RING_EXACT_MAX 12
+#define PR_RING_ORDER_MAX 64
 int pr_sched_ring_order(uint32_t *ring, size_t m, pr_ring_rate_fn rate,
                         void *ctx);
 

@@ -105,7 +105,9 @@ static double link_rate(void *ctx, uint32_t from, uint32_t to)
     uint64_t since = uv_now(s->loop) - n->rates_ms;
     for (size_t i = 0; i < n->nrates; i++)
         if (n->rates[i].from == from)
-            return n->rates[i].age_ms + since <= SCHED_RATE_MAX_AGE_MS
+            /* Checked so that no age off the wire can wrap the sum. */
+            return since <= SCHED_RATE_MAX_AGE_MS &&
+                           n->rates[i].age_ms <= SCHED_RATE_MAX_AGE_MS - since
                        ? (double)n->rates[i].bytes_per_s
                        : 0;
     return 0;

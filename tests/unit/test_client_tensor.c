@@ -343,6 +343,17 @@ START_TEST(test_client_reduce_old_daemon_waits_longer)
     ck_assert_int_eq(preduce_rank(c), 3);
     preduce_close(c);
     cf_srv_stop(&s);
+
+    /* A daemon stating a grace of 2 s is waited for 2.5 s past a deadline. */
+    cf_welcome_grace_ms = 2000;
+    cf_srv_start(&s, script_never_done, 0);
+    c = cf_connect_ok(&s);
+    ck_assert_int_eq(preduce_tensor_create(c, 4, 3000, &t), 0);
+    ck_assert_int_eq(preduce_reduce_start(c, &t, 1, 1), 0);
+    ck_assert_int_eq(preduce_reduce_wait(c, 2000), -EAGAIN);
+    ck_assert_int_eq(preduce_reduce_wait(c, 1000), -ETIMEDOUT);
+    preduce_close(c);
+    cf_srv_stop(&s);
 }
 END_TEST
 

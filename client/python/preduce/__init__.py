@@ -285,14 +285,16 @@ class Client:
         unmapped and must not be used afterwards; a preduce.torch model
         keeps working (its parameters move to ordinary memory first)."""
         if self._c:
-            for ref in self._on_close:
-                fn = ref()
-                if fn is not None:
-                    fn()
-            self._on_close.clear()
-            self._tensors.clear()
-            _l().preduce_close(self._c)
-            self._c = ctypes.c_void_p()
+            try:
+                for ref in self._on_close:
+                    fn = ref()
+                    if fn is not None:
+                        fn()
+            finally:  # the connection and its memory go whatever happened
+                self._on_close.clear()
+                self._tensors.clear()
+                _l().preduce_close(self._c)
+                self._c = ctypes.c_void_p()
 
     def __enter__(self):
         return self

@@ -178,7 +178,10 @@ class PartialReduce:
         if self.closed:
             return
         if self._pending is not None and not self.client.closed:
-            self._attempt(self._pending.wait)
+            try:  # its result is dropped: nothing may stop the close
+                self._pending.wait()
+            except preduce.PreduceError:
+                pass
             self._pending = None
         if self.zero_copy:
             for t in self._tensors:
