@@ -56,21 +56,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 T=$(mktemp -d /tmp/preduce-deb.XXXXXX)
-NSPAWN=
-cleanup() {
-    if [ -n "$NSPAWN" ]; then
-        kill -TERM "$NSPAWN" 2>/dev/null
-        for _ in $(seq 100); do
-            kill -0 "$NSPAWN" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$NSPAWN" 2>/dev/null
-        wait "$NSPAWN" 2>/dev/null
-    fi
-    umount "$T/merged" 2>/dev/null
-    umount "$T/ovl" 2>/dev/null
-    rm -rf "$T"
-}
+cleanup() { ct_stop "$T"; }
 trap cleanup EXIT
 
 # 1. The build, in a copy: debian/rules clean and the build write only
@@ -131,12 +117,7 @@ else
 fi
 
 # 3. A systemd container on an overlay of / (as tests/ops/nspawn.sh).
-mkdir -p "$T/ovl" "$T/merged"
-if ! mount -t tmpfs -o size=1g tmpfs "$T/ovl" ||
-    ! mkdir -p "$T/ovl/upper" "$T/ovl/work" ||
-    ! mount -t overlay overlay \
-        -o "lowerdir=/,upperdir=$T/ovl/upper,workdir=$T/ovl/work" \
-        "$T/merged"; then
+if ! ct_overlay "$T" 1g; then
     fail "overlay of /" "mount failed"
     finish
     exit
@@ -147,22 +128,7 @@ mkdir -p "$M/root/debs"
 # maintainer scripts; a machine the package is for has none.
 rm -f "$M/usr/sbin/policy-rc.d"
 cp "${DEBS[@]}" "$M/root/debs/"
-timeout 300 systemd-nspawn -q -D "$M" -M "prd$$" --register=no --keep-unit \
-    --private-network --boot -- systemd.unit=basic.target \
-    >"$T/nspawn.log" 2>&1 </dev/null &
-NSPAWN=$!
-init=
-for _ in $(seq 600); do
-    leader=$(pgrep -P "$NSPAWN" | head -1)
-    [ -n "$leader" ] && init=$(pgrep -P "$leader" -x systemd | head -1)
-    if [ -n "$init" ] && timeout 5 nsenter -t "$init" -a \
-        systemctl is-active -q basic.target 2>/dev/null; then
-        break
-    fi
-    init=
-    sleep 0.1
-done
-if [ -z "$init" ]; then
+if ! ct_boot "$T" "prd$$"; then
     fail "the container boots" "$(tail -n 30 "$T/nspawn.log")"
     finish
     exit
@@ -170,7 +136,7 @@ fi
 # The container's own environment, not this shell's (a PATH with
 # /usr/local or pyenv shims would pick other programs than the packages').
 ct() {
-    timeout 120 nsenter -t "$init" -a env -i HOME=/root LANG=C.UTF-8 \
+    timeout 120 nsenter -t "$CT_INIT" -a env -i HOME=/root LANG=C.UTF-8 \
         PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 ctenv() { ct env DEBIAN_FRONTEND=noninteractive "$@"; }

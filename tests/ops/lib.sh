@@ -47,3 +47,63 @@ wait_log() {
     echo "no \"$2\" in $1 within 5 s" >&2
     return 1
 }
+
+# A systemd container on an overlay of / for the tests that install
+# preduce into one (tests/ops/nspawn.sh, tests/deb/check.sh). All take the
+# test's scratch directory T; the container is T/merged.
+#
+#   ct_overlay T SIZE    tmpfs of SIZE for the upper layer (not inside the
+#                        lower one), / overlaid at T/merged; 1 if a mount
+#                        failed
+#   ct_boot T NAME       boots it (systemd.unit=basic.target, no network,
+#                        no host systemd asked: PID 1 may be none); sets
+#                        CT_NSPAWN and CT_INIT (the container's systemd, for
+#                        nsenter -t); 1 (log in T/nspawn.log) if it did not
+#                        reach basic.target within 60 s
+#   ct_stop T            SIGTERM (nspawn shuts the container down in order),
+#                        SIGKILL after 10 s, then the mounts and T removed
+CT_NSPAWN=
+CT_INIT=
+
+ct_overlay() {
+    mkdir -p "$1/ovl" "$1/merged" &&
+        mount -t tmpfs -o "size=$2" tmpfs "$1/ovl" &&
+        mkdir -p "$1/ovl/upper" "$1/ovl/work" &&
+        mount -t overlay overlay \
+            -o "lowerdir=/,upperdir=$1/ovl/upper,workdir=$1/ovl/work" \
+            "$1/merged"
+}
+
+ct_boot() {
+    timeout 300 systemd-nspawn -q -D "$1/merged" -M "$2" --register=no \
+        --keep-unit --private-network --boot -- systemd.unit=basic.target \
+        >"$1/nspawn.log" 2>&1 </dev/null &
+    CT_NSPAWN=$!
+    local leader
+    for _ in $(seq 600); do
+        leader=$(pgrep -P "$CT_NSPAWN" | head -1)
+        [ -n "$leader" ] && CT_INIT=$(pgrep -P "$leader" -x systemd | head -1)
+        if [ -n "$CT_INIT" ] && timeout 5 nsenter -t "$CT_INIT" -a \
+            systemctl is-active -q basic.target 2>/dev/null; then
+            return 0
+        fi
+        CT_INIT=
+        sleep 0.1
+    done
+    return 1
+}
+
+ct_stop() {
+    if [ -n "$CT_NSPAWN" ]; then
+        kill -TERM "$CT_NSPAWN" 2>/dev/null
+        for _ in $(seq 100); do
+            kill -0 "$CT_NSPAWN" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$CT_NSPAWN" 2>/dev/null
+        wait "$CT_NSPAWN" 2>/dev/null
+    fi
+    umount "$1/merged" 2>/dev/null
+    umount "$1/ovl" 2>/dev/null
+    rm -rf "$1"
+}

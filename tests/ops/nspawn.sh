@@ -32,22 +32,7 @@ if ! command -v systemd-nspawn >/dev/null; then
 fi
 
 T=$(mktemp -d /tmp/preduce-nspawn.XXXXXX)
-NSPAWN=
-cleanup() {
-    if [ -n "$NSPAWN" ]; then
-        # SIGTERM: nspawn shuts the container down in order.
-        kill -TERM "$NSPAWN" 2>/dev/null
-        for _ in $(seq 100); do
-            kill -0 "$NSPAWN" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$NSPAWN" 2>/dev/null
-        wait "$NSPAWN" 2>/dev/null
-    fi
-    umount "$T/merged" 2>/dev/null
-    umount "$T/ovl" 2>/dev/null
-    rm -rf "$T"
-}
+cleanup() { ct_stop "$T"; }
 trap cleanup EXIT
 
 if ! $MAKE --no-print-directory -s BUILD="$BUILD" install DESTDIR="$T/root" \
@@ -59,12 +44,7 @@ fi
 
 # An overlay of / (the upper layer on a tmpfs of its own: not inside the
 # lower one), with the install on top. /lib may be a link to usr/lib.
-mkdir -p "$T/ovl" "$T/merged"
-if ! mount -t tmpfs -o size=512m tmpfs "$T/ovl" ||
-    ! mkdir -p "$T/ovl/upper" "$T/ovl/work" ||
-    ! mount -t overlay overlay \
-        -o "lowerdir=/,upperdir=$T/ovl/upper,workdir=$T/ovl/work" \
-        "$T/merged"; then
+if ! ct_overlay "$T" 512m; then
     fail "overlay of /" "mount failed"
     finish
     exit
@@ -90,29 +70,14 @@ printf '[Service]\nWatchdogSec=2\nExecStart=\nExecStart=%s\n' \
     "/usr/bin/preduced -c /etc/preduce/preduced.conf --role scheduler --set metrics.listen=127.0.0.1:9465" \
     >"$M/etc/systemd/system/preduced-scheduler.service.d/test.conf"
 
-# --register=no --keep-unit: no host systemd to ask (PID 1 may be none).
-timeout 300 systemd-nspawn -q -D "$M" -M "prt$$" --register=no --keep-unit \
-    --private-network --boot -- systemd.unit=basic.target \
-    >"$T/nspawn.log" 2>&1 </dev/null &
-NSPAWN=$!
-init=
-for _ in $(seq 600); do
-    leader=$(pgrep -P "$NSPAWN" | head -1)
-    [ -n "$leader" ] && init=$(pgrep -P "$leader" -x systemd | head -1)
-    if [ -n "$init" ] && timeout 5 nsenter -t "$init" -a \
-        systemctl is-active -q basic.target 2>/dev/null; then
-        break
-    fi
-    init=
-    sleep 0.1
-done
-if [ -z "$init" ]; then
+# The container (ct_boot, tests/ops/lib.sh).
+if ! ct_boot "$T" "prt$$"; then
     fail "the container boots" "$(tail -n 30 "$T/nspawn.log")"
     finish
     exit
 fi
 pass "a systemd container boots (basic.target)"
-ct() { timeout 30 nsenter -t "$init" -a "$@"; }
+ct() { timeout 30 nsenter -t "$CT_INIT" -a "$@"; }
 
 if ct getent passwd preduce | grep -q ':/usr/sbin/nologin$'; then
     pass "systemd-sysusers made user preduce at boot"
