@@ -352,7 +352,9 @@ bench: $(BENCH_BINS) $(BINS)
 # the table, the figures and the plot.
 .PHONY: bench-torch
 bench-torch: $(BINS) $(LIB_SO)
-	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) \
+	tests/bench/peers/setup.sh python3-torch python3-sklearn \
+		python3-matplotlib
+	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) timeout 1500 \
 		$(PYTHON) tests/bench/torch/bench_torch.py --out $(BUILD)/bench-torch
 
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers

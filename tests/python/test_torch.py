@@ -159,14 +159,43 @@ def test_partial_reduce_parameters_are_views_of_shared_memory(cluster):
         cl.close()
 
 
-def test_partial_reduce_refuses_other_dtypes(cluster):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16,
+                                   torch.bfloat16])
+def test_partial_reduce_refuses_other_dtypes(cluster, dtype):
     c = cluster(1)
     cl = preduce.Client(c.sock[0], "w")
-    net = small_net().double()
+    net = small_net().to(dtype)
     with pytest.raises(TypeError, match="float32 only"):
         preduce.torch.PartialReduce(net, torch.optim.SGD(net.parameters(),
                                                          lr=0.1), cl)
     cl.close()
+
+
+def test_period_averages_every_h_steps(cluster):
+    """period=3 (local SGD): 6 optimizer steps, 2 averages; between them
+    the replicas drift apart, after one they are the same model."""
+    c = cluster(2)
+    clients = [preduce.Client(c.sock[i], f"w{i}") for i in range(2)]
+    nets = [small_net(seed=i) for i in range(2)]
+    opts = [torch.optim.SGD(n.parameters(), lr=0.1) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl, period=3)
+           for n, o, cl in zip(nets, opts, clients)]
+    x = torch.randn(8, 4)
+    same = []
+
+    def step(i):
+        opts[i].zero_grad()
+        nets[i](x * (i + 1)).pow(2).mean().backward()
+        prs[i].step()
+
+    for _ in range(6):
+        run_all([lambda i=i: step(i) for i in range(2)])
+        same.append(all(torch.equal(p, q) for p, q in
+                        zip(nets[0].parameters(), nets[1].parameters())))
+    assert [pr.reduces for pr in prs] == [2, 2]
+    assert same == [False, False, True, False, False, True]
+    for cl in clients:
+        cl.close()
 
 
 def test_gradient_average_is_ddp_with_all_workers(cluster):
