@@ -64,9 +64,11 @@ static long long host_sent(int i)
 
 /*
  * Runs NTRAIN trainers, PER on each host, for run_s after their warm-up
- * (a group of join_k); each checks every result. Their steps in steps[].
+ * (a group of join_k), or for nsteps steps each when nsteps > 0; each
+ * checks every result. Their steps in steps[].
  */
-static void run(int join_k, double run_s, long *steps, long *maxk, long *mink)
+static void run(int join_k, double run_s, int nsteps, long *steps, long *maxk,
+                long *mink)
 {
     pid_t pids[NTRAIN];
     char names[NTRAIN][16];
@@ -79,7 +81,8 @@ static void run(int join_k, double run_s, long *steps, long *maxk, long *mink)
                                    .uniform = 1,
                                    .slow_ms = 1 + i % 3,
                                    .join_k = join_k,
-                                   .run_s = run_s,
+                                   .run_s = nsteps > 0 ? 0 : run_s,
+                                   .steps = nsteps,
                                    .strict = 1};
         pids[i] = h_trainer_spawn(&h.c, &o);
         ck_assert_int_gt(pids[i], 0);
@@ -131,7 +134,11 @@ START_TEST(test_hosts_allreduce)
     for (int i = 0; i < NHOSTS; i++)
         ck_assert_int_ge(sent0[i] = host_sent(i), 0);
     long steps[NTRAIN], maxk, mink;
-    run(NTRAIN, 3.0, steps, &maxk, &mink);
+    /*
+     * A fixed number of steps each: with a time limit a trainer that ends
+     * first leaves, and the last groups of the others are smaller.
+     */
+    run(NTRAIN, 0, 30, steps, &maxk, &mink);
     /* min_workers = N: every group, warm-up included, is all 8. */
     ck_assert_int_eq(maxk, NTRAIN);
     ck_assert_int_eq(mink, NTRAIN);
@@ -159,7 +166,7 @@ START_TEST(test_hosts_constant)
                                 "scheduler.group_size=4", NULL};
     ck_assert_int_eq(hh_start(&h, sets, NULL), 0);
     long steps[NTRAIN], maxk, mink;
-    run(0, 3.0, steps, &maxk, &mink);
+    run(0, 3.0, 0, steps, &maxk, &mink);
     ck_assert_int_eq(maxk, 4);
     printf("constant: %ld checked results, groups of %ld to %ld\n",
            sum(steps, NTRAIN), mink, maxk);
@@ -173,7 +180,7 @@ START_TEST(test_hosts_dynamic)
                                 "scheduler.window_ms=5", NULL};
     ck_assert_int_eq(hh_start(&h, sets, NULL), 0);
     long steps[NTRAIN], maxk, mink;
-    run(0, 3.0, steps, &maxk, &mink);
+    run(0, 3.0, 0, steps, &maxk, &mink);
     ck_assert_int_gt(maxk, 1);
     printf("dynamic: %ld checked results, groups of %ld to %ld\n",
            sum(steps, NTRAIN), mink, maxk);
@@ -207,7 +214,7 @@ START_TEST(test_hosts_racks)
                                 "scheduler.window_ms=5", NULL};
     ck_assert_int_eq(hh_start(&h, sets, NULL), 0);
     long steps[NTRAIN], maxk, mink;
-    run(0, 3.0, steps, &maxk, &mink);
+    run(0, 3.0, 0, steps, &maxk, &mink);
     ck_assert_int_gt(maxk, 1);
     /* Traffic to the other rack went through its own class, on every host. */
     for (int i = 0; i < NHOSTS; i++) {
