@@ -39,12 +39,14 @@ finish() {
 
 # A node daemon's socket file exists from its bind, a moment before it
 # listens: wait for the line it logs once it does.
+# wait_log FILE TEXT [SECONDS]: up to SECONDS (5).
 wait_log() {
-    for _ in $(seq 100); do
+    local s=${3:-5}
+    for _ in $(seq $((s * 20))); do
         grep -qF -- "$2" "$1" 2>/dev/null && return 0
         sleep 0.05
     done
-    echo "no \"$2\" in $1 within 5 s" >&2
+    echo "no \"$2\" in $1 within $s s" >&2
     return 1
 }
 

@@ -63,6 +63,9 @@ timeout 60 "$PREDUCED" --role node --set node.scheduler=127.0.0.1:$sport \
     >"$D/node.log" 2>&1 &
 CLUSTER_PIDS+=($!)
 wait_log "$D/node.log" "trainers connect to"
+# Registered with the scheduler before a trainer's 5 s connect timeout
+# starts (a node that joined late made that trainer time out once in CI).
+wait_log "$D/node.log" "joined job" 30
 
 if [ "$(stat -c '%a %G' "$SOCK")" = "660 $GROUP" ]; then
     pass "socket mode 660, group $GROUP"
