@@ -128,6 +128,32 @@ int pr_frame_reader_next(struct pr_frame_reader *r, struct pr_frame_hdr *h,
     return 1;
 }
 
+int pr_frame_reader_partial(struct pr_frame_reader *r, struct pr_frame_hdr *h,
+                            const uint8_t **p, size_t *n)
+{
+    settle(r);
+    size_t avail = r->len - r->off;
+    if (avail < PR_FRAME_HDR_LEN ||
+        pr_frame_hdr_decode(r->buf + r->off, r->max_len, h) < 0 ||
+        avail >= PR_FRAME_HDR_LEN + (size_t)h->len)
+        return 0;
+    *p = r->buf + r->off;
+    *n = avail;
+    return 1;
+}
+
+void pr_frame_reader_drop_partial(struct pr_frame_reader *r)
+{
+    r->off = 0;
+    r->len = 0;
+    r->cur = 0;
+}
+
+size_t pr_frame_reader_pending(const struct pr_frame_reader *r)
+{
+    return r->len - r->off - r->cur;
+}
+
 int pr_msg_frame(const Pr__V1__Msg *m, size_t max_len, uint8_t **out,
                  size_t *out_len)
 {

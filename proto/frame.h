@@ -76,6 +76,21 @@ void pr_frame_reader_commit(struct pr_frame_reader *r, size_t n);
  */
 int pr_frame_reader_next(struct pr_frame_reader *r, struct pr_frame_hdr *h,
                          const uint8_t **payload);
+/*
+ * After next() returned 0: 1 when the bytes buffered are the start of one
+ * frame whose header is in (*h, and the *n bytes buffered of it, header
+ * included, at *p); 0 otherwise (less than a header, or a bad one, which
+ * next() reports).
+ */
+int pr_frame_reader_partial(struct pr_frame_reader *r, struct pr_frame_hdr *h,
+                            const uint8_t **p, size_t *n);
+/*
+ * Forgets the partial frame's buffered bytes: its caller takes the rest of
+ * that frame off the stream itself (a payload read straight into place).
+ */
+void pr_frame_reader_drop_partial(struct pr_frame_reader *r);
+/* Bytes buffered and not yet handed out. */
+size_t pr_frame_reader_pending(const struct pr_frame_reader *r);
 
 /*
  * A Msg carrying one body, in one expression: PR_MSG_OF(READY, ready, &rd)

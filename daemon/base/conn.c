@@ -8,6 +8,7 @@
 #include "daemon/base/log.h"
 
 static const struct pr_conn_ops detached_ops;
+static void land_abort(struct pr_conn *c, int status);
 
 struct wreq {
     uv_write_t req;
@@ -79,8 +80,16 @@ void pr_conn_close(struct pr_conn *c, int status)
         return;
     c->closing = 1;
     c->status = status;
+    land_abort(c, status);
     uv_close(&c->h.handle, close_cb);
 }
+
+/*
+ * Between frames, a conn whose data frames may land in place reads at
+ * most this much: what a read brings of a payload beyond its prefix is
+ * copied from the read buffer, and control messages fit.
+ */
+#define LAND_FIRST_READ 4096
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
@@ -88,6 +97,12 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     void *p;
     size_t n;
     (void)hint;
+    if (c->land.active) {
+        size_t left = c->land.len - c->land.got;
+        buf->base = (char *)c->land.dst + c->land.got;
+        buf->len = left < (1u << 30) ? left : (1u << 30);
+        return;
+    }
     /*
      * Reads of up to 64 KiB, but no more than one frame of this conn's
      * limit: a connection before its hello (4 KiB frames) then holds a
@@ -96,11 +111,19 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     size_t want = c->rd.max_len + PR_FRAME_HDR_LEN;
     if (want > 65536)
         want = 65536;
+    if (c->ops->on_data_begin && pr_frame_reader_pending(&c->rd) == 0 &&
+        want > LAND_FIRST_READ)
+        want = LAND_FIRST_READ;
     if (pr_frame_reader_reserve(&c->rd, want, &p, &n) < 0) {
         buf->base = NULL;
         buf->len = 0;
         return;
     }
+    /* A frame that may still land in place: no more than it needs now. */
+    if (c->ops->on_data_begin && !c->land.refused && n > want &&
+        pr_frame_reader_pending(&c->rd) <
+            PR_FRAME_HDR_LEN + c->ops->data_prefix)
+        n = want;
     buf->base = p;
     buf->len = n;
 }
@@ -126,6 +149,66 @@ static int dispatch(struct pr_conn *c, const struct pr_frame_hdr *fh,
     return rc;
 }
 
+/*
+ * The payload bytes of the frame being assembled that the reads brought
+ * went to their place (the read buffer was bypassed): when it is all
+ * there, the owner is told.
+ */
+static void landed_bytes(struct pr_conn *c, size_t n, uint64_t now_ns)
+{
+    c->land.got += n;
+    if (c->land.got < c->land.len)
+        return;
+    c->land.active = 0;
+    c->frames_landed++;
+    c->last_rx_ms = uv_now(c->h.handle.loop);
+    c->rx_frame_ns = now_ns - c->rx_start_ns;
+    c->rx_start_ns = now_ns;
+    c->ops->on_data_end(c, c->land.token, 0);
+}
+
+/*
+ * The reads so far end inside a data frame whose prefix is in: asks the
+ * owner where the rest goes, moves what came of it already, and leaves
+ * the read buffer empty. 0 (landing or not), or < 0 to close.
+ */
+static int maybe_land(struct pr_conn *c)
+{
+    const struct pr_conn_ops *ops = c->ops;
+    struct pr_frame_hdr fh;
+    const uint8_t *p;
+    size_t n, pre = ops->data_prefix;
+    if (!ops->on_data_begin || c->land.refused ||
+        !pr_frame_reader_partial(&c->rd, &fh, &p, &n) ||
+        fh.type != PR_FRAME_DATA || fh.len < pre || n < PR_FRAME_HDR_LEN + pre)
+        return 0;
+    size_t rest = fh.len - pre;
+    void *dst = NULL, *token = NULL;
+    int rc = ops->on_data_begin(c, p + PR_FRAME_HDR_LEN, rest, &dst, &token);
+    if (rc <= 0) {
+        c->land.refused = 1;
+        return rc;
+    }
+    size_t have = n - PR_FRAME_HDR_LEN - pre;
+    memcpy(dst, p + PR_FRAME_HDR_LEN + pre, have);
+    pr_frame_reader_drop_partial(&c->rd);
+    c->land.dst = dst;
+    c->land.len = rest;
+    c->land.got = have;
+    c->land.token = token;
+    c->land.active = 1;
+    return 0;
+}
+
+/* The landing in progress ends without its bytes: the conn is closing. */
+static void land_abort(struct pr_conn *c, int status)
+{
+    if (!c->land.active)
+        return;
+    c->land.active = 0;
+    c->ops->on_data_end(c, c->land.token, status < 0 ? status : -ECONNRESET);
+}
+
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct pr_conn *c = s->data;
@@ -136,7 +219,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread < 0) {
-        size_t pending = c->rd.len - c->rd.off - c->rd.cur;
+        size_t pending = pr_frame_reader_pending(&c->rd) +
+                         (c->land.active ? c->land.got : 0);
         /*
          * However it ended (a peer that leaves unread data behind resets
          * rather than closes), a partial frame is reported as truncated.
@@ -155,17 +239,25 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     uint64_t now_ns = uv_hrtime();
+    c->bytes_in += (size_t)nread;
+    if (c->land.active) {
+        landed_bytes(c, (size_t)nread, now_ns);
+        return;
+    }
     /* No piece of a frame was waiting: this read begins the next one. */
-    if (c->rd.len - c->rd.off - c->rd.cur == 0)
+    if (pr_frame_reader_pending(&c->rd) == 0)
         c->rx_start_ns = now_ns;
     pr_frame_reader_commit(&c->rd, (size_t)nread);
-    c->bytes_in += (size_t)nread;
     for (;;) {
         struct pr_frame_hdr fh;
         const uint8_t *payload;
         int rc = pr_frame_reader_next(&c->rd, &fh, &payload);
-        if (rc == 0)
+        if (rc == 0) {
+            rc = maybe_land(c);
+            if (rc < 0)
+                pr_conn_close(c, rc);
             return;
+        }
         if (rc < 0) {
             if (rc == -EMSGSIZE)
                 pr_warn("%s: frame length %u exceeds the maximum %zu: "
@@ -177,6 +269,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             pr_conn_close(c, rc);
             return;
         }
+        c->land.refused = 0;
         c->last_rx_ms = uv_now(s->loop);
         c->rx_frame_ns = now_ns - c->rx_start_ns;
         /* Whatever follows in this read belongs to the next frame. */
@@ -366,6 +459,8 @@ static const struct pr_conn_ops detached_ops = {
 
 void pr_conn_detach_close(struct pr_conn *c)
 {
+    /* The owner is still there to take its landing back. */
+    land_abort(c, -ECANCELED);
     c->ops = &detached_ops;
     c->owner = NULL;
     pr_conn_close(c, 0);

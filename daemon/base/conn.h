@@ -30,6 +30,23 @@ struct pr_conn_ops {
     int (*on_data)(struct pr_conn *c, const uint8_t *p, size_t n);
     /* Once, when the connection is gone; status 0 for a local close. */
     void (*on_close)(struct pr_conn *c, int status);
+    /*
+     * Optional: data frames whose payload is read straight into the
+     * owner's memory (a chunk into its place in a reduce's vector), not
+     * into the read buffer and copied from there. Once the first
+     * `data_prefix` payload bytes of a data frame are in (and the rest is
+     * not), on_data_begin(prefix, payload bytes after it) answers 1 with
+     * *dst (room for that many bytes) and *token, 0 to have the frame come
+     * whole through on_data, or < 0 to close. After a 1, on_data_end runs
+     * exactly once with that token: status 0 when all the bytes are at
+     * *dst, or < 0 when the connection closed first (from pr_conn_close,
+     * before it returns: no byte lands after). Nothing else is read from
+     * the connection in between.
+     */
+    size_t data_prefix;
+    int (*on_data_begin)(struct pr_conn *c, const uint8_t *prefix, size_t rest,
+                         void **dst, void **token);
+    void (*on_data_end)(struct pr_conn *c, void *token, int status);
 };
 
 typedef void (*pr_conn_write_cb)(void *arg, int status);
@@ -58,6 +75,15 @@ struct pr_conn {
      */
     uint64_t rx_frame_ns;
     uint64_t rx_start_ns; /* uv_hrtime() when the pending frame began */
+    /* A payload being read into the owner's memory (on_data_begin). */
+    struct {
+        uint8_t *dst;
+        size_t len, got;
+        void *token;
+        int active;
+        int refused; /* the frame being assembled was answered 0 */
+    } land;
+    uint64_t frames_landed; /* data frames read straight into place */
 };
 
 /* Allocates an unconnected TCP conn (uv_tcp_init done). NULL: no memory. */

@@ -173,7 +173,7 @@ void pr_engine_destroy(struct pr_engine *e)
                 g->done(g->arg, g->id, status);
         }
         g->done = NULL;
-        if (g->sends_done == g->sends_posted) {
+        if (g->sends_done == g->sends_posted && g->rx_out == 0) {
             *pp = g->next;
             group_free(g);
         } else {
@@ -206,6 +206,26 @@ static void arm_sweep(struct pr_engine *e)
         uv_timer_start(&e->sweep, sweep_cb, ENGINE_SWEEP_MS, ENGINE_SWEEP_MS);
 }
 
+/* Reported, and nothing (send, job, landing) still uses its memory. */
+static int freeable(const struct group *g)
+{
+    return g->state == G_DRAINING && g->reported &&
+           g->sends_done == g->sends_posted && g->jobs_out == 0 &&
+           g->rx_out == 0;
+}
+
+/* Frees g if nothing uses it any more (the engine too, once closing). */
+static void maybe_free(struct group *g)
+{
+    if (!freeable(g))
+        return;
+    struct pr_engine *e = g->e;
+    unlink_group(g);
+    group_free(g);
+    if (e->closing)
+        maybe_free_engine(e);
+}
+
 static void send_done_cb(void *arg, int status)
 {
     struct group *g = arg;
@@ -219,14 +239,7 @@ static void send_done_cb(void *arg, int status)
     if (g->state == G_DRAINING && !g->reported && g->reads_member &&
         g->sends_done == g->sends_posted && !g->e->closing)
         uv_timer_start(&g->e->kick, kick_cb, 0, 0);
-    if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
-        g->reported && g->jobs_out == 0) {
-        struct pr_engine *e = g->e;
-        unlink_group(g);
-        group_free(g);
-        if (e->closing)
-            maybe_free_engine(e);
-    }
+    maybe_free(g);
 }
 
 /* Posts floats [off, off + n) from src (NULL: the scratch vector). */
@@ -388,8 +401,7 @@ static void kick_cb(uv_timer_t *t)
             pp = &e->groups;
             continue;
         }
-        if (g->state == G_DRAINING && g->sends_done == g->sends_posted &&
-            g->jobs_out == 0) {
+        if (freeable(g)) {
             *pp = g->next;
             group_free(g);
             continue;
@@ -504,6 +516,21 @@ static int forward(struct group *g, const struct pr_chunk_hdr *h)
     return post(g, h->step + 1, h->seg, h->off, h->nfloats);
 }
 
+/* A claimed chunk's floats, wherever they are: summed, counted, sent on. */
+static void absorb_and_forward(struct group *g, const struct pr_chunk_hdr *h,
+                               const float *data)
+{
+    absorb(g, h, data);
+    int rc = forward(g, h);
+    if (rc < 0)
+        finish(g, rc);
+    else if (g->steps_left == 0)
+        finish(g, 0);
+}
+
+static void land_cb(struct pr_landing *l, uint32_t from,
+                    const struct pr_chunk_hdr *h, int status);
+
 static void apply_chunk(struct group *g, uint32_t from,
                         const struct pr_chunk_hdr *h, const float *data)
 {
@@ -518,12 +545,51 @@ static void apply_chunk(struct group *g, uint32_t from,
     }
     if (!from_left(g, from) || claim_chunk(g, from, h) < 0)
         return;
-    absorb(g, h, data);
-    int rc = forward(g, h);
-    if (rc < 0)
-        finish(g, rc);
-    else if (g->steps_left == 0)
-        finish(g, 0);
+    absorb_and_forward(g, h, data);
+}
+
+/*
+ * Where chunk h's payload may be read to, by a transport that can (TCP):
+ * its own place in the scratch vector, claimed now. The chunk sums or
+ * copies there in place when it has landed (land_cb). Early chunks, a
+ * group past its deadline and chunks from elsewhere than the left take
+ * the usual way (on_chunk: stashed, failed or dropped there).
+ */
+static int reserve(struct pr_engine *e, uint32_t from,
+                   const struct pr_chunk_hdr *h, struct pr_landing *out)
+{
+    struct group *g = find(e, h->group_id);
+    if (!g || g->state != G_RUNNING || h->nfloats == 0 || from != g->left ||
+        past_deadline(g) || claim_chunk(g, from, h) < 0)
+        return 0;
+    g->rx_out++;
+    out->dst = g->scratch + h->off;
+    out->token = g;
+    out->land = land_cb;
+    return 1;
+}
+
+static void land_cb(struct pr_landing *l, uint32_t from,
+                    const struct pr_chunk_hdr *h, int status)
+{
+    struct group *g = l->token;
+    (void)from;
+    g->rx_out--;
+    if (g->state == G_RUNNING && status < 0)
+        finish(g, status); /* its floats are claimed and will not come */
+    else if (g->state == G_RUNNING && past_deadline(g))
+        fail_late(g);
+    else if (g->state == G_RUNNING)
+        absorb_and_forward(g, h, g->scratch + h->off);
+    /*
+     * A landing called off comes from a link's close, which the engine
+     * itself may have caused while it walks its groups: the group is
+     * freed from kick_cb then, not here.
+     */
+    if (status == 0 || g->e->closing)
+        maybe_free(g);
+    else if (g->rx_out == 0)
+        pr_engine_kick(g->e);
 }
 
 static void stash_drop(struct pr_engine *e, struct stashed **pp)
@@ -799,8 +865,16 @@ static void sink_on_link_down(void *ctx, uint32_t node, int status)
     pr_engine_link_down(ctx, node, status);
 }
 
+static int sink_reserve(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
+                        struct pr_landing *out)
+{
+    return reserve(ctx, node, h, out);
+}
+
 struct pr_link_sink pr_engine_sink(struct pr_engine *e)
 {
-    return (struct pr_link_sink){
-        .on_chunk = sink_on_chunk, .on_link_down = sink_on_link_down, .ctx = e};
+    return (struct pr_link_sink){.on_chunk = sink_on_chunk,
+                                 .on_link_down = sink_on_link_down,
+                                 .reserve = sink_reserve,
+                                 .ctx = e};
 }

@@ -78,6 +78,12 @@ struct group {
      */
     struct gjob *jobs;
     size_t jobs_out;
+    /*
+     * Chunks being read straight into the scratch vector (pr_landing):
+     * while any is out the group is not freed, since a transport writes
+     * there. They do not touch members' memory, so done() does not wait.
+     */
+    size_t rx_out;
     enum gstate state;
     int status; /* set when done() is due */
     int reported;

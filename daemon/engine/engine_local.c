@@ -58,10 +58,18 @@ static void sum_into(struct group *g, float *out, size_t a, size_t b,
             const float *x = mb->parts[p].data + (lo - (off - len));
             float *dst = out + (lo - a);
             size_t n = hi - lo;
+            /*
+             * `in` may be `out` itself (a chunk read into its place in the
+             * scratch vector): then the first member adds to it. Either
+             * way each float gets the same operations in the same order
+             * (addition commutes exactly), so the results are the same.
+             */
+            const float *src = in ? in + (lo - a) : NULL;
+            int here = src == dst;
             if (!uniform && w == 0.0f) {
-                if (i == 0 && in)
-                    memcpy(dst, in + (lo - a), n * sizeof(float));
-                else if (i == 0)
+                if (i == 0 && src && !here)
+                    memcpy(dst, src, n * sizeof(float));
+                else if (i == 0 && !src)
                     memset(dst, 0, n * sizeof(float));
                 continue; /* i > 0: adds nothing */
             }
@@ -70,11 +78,15 @@ static void sum_into(struct group *g, float *out, size_t a, size_t b,
             else if (i > 0)
                 pr_reduce_axpy(dst, x, w, n);
             else if (fused)
-                pr_reduce_sum2_scale(dst, x, in + (lo - a), scale, n);
-            else if (in && uniform)
-                pr_reduce_sum2(dst, x, in + (lo - a), n);
-            else if (in)
-                pr_reduce_axpb(dst, x, w, in + (lo - a), n);
+                pr_reduce_sum2_scale(dst, src, x, scale, n);
+            else if (src && uniform && here)
+                pr_reduce_add(dst, x, n);
+            else if (src && uniform)
+                pr_reduce_sum2(dst, x, src, n);
+            else if (src && here)
+                pr_reduce_axpy(dst, x, w, n);
+            else if (src)
+                pr_reduce_axpb(dst, x, w, src, n);
             else if (uniform)
                 memcpy(dst, x, n * sizeof(float));
             else
@@ -166,7 +178,7 @@ static void absorb_slice(void *arg, size_t lo, size_t hi)
     else if (a->h->step < m - 1)
         pr_engine_local_sum(g, off, off + n, in,
                             a->h->step == m - 2 ? g->mean_scale : 0);
-    else
+    else if (in != g->scratch + off) /* else it landed there */
         memcpy(g->scratch + off, in, n * sizeof(float));
 }
 

@@ -60,6 +60,20 @@ struct pr_link_ops {
 };
 
 /*
+ * A chunk's payload received straight into its place (the engine's
+ * scratch vector) instead of a read buffer: dst has room for the chunk's
+ * nfloats floats and stays valid, token pinned, until land() ran, which
+ * it does exactly once: status 0 with the payload all at dst, or < 0 when
+ * the link went down first (no byte lands after that call).
+ */
+struct pr_landing {
+    float *dst;
+    void *token;
+    void (*land)(struct pr_landing *l, uint32_t node,
+                 const struct pr_chunk_hdr *h, int status);
+};
+
+/*
  * What a transport hands up, and to whom: chunks as they arrive and the
  * loss of a link. The transport knows only this struct, never the engine
  * (pr_engine_sink() fills one in; tests may plug in their own).
@@ -70,6 +84,14 @@ struct pr_link_sink {
                      const float *data);
     /* The link to `node` is gone: its sends have failed or will fail. */
     void (*on_link_down)(void *ctx, uint32_t node, int status);
+    /*
+     * Optional, for transports that can read a payload into place: 1 and
+     * *out for chunk h from `node` (its floats already claimed: a repeat
+     * or overlap is refused before any byte lands), or 0 to have it come
+     * through on_chunk as usual.
+     */
+    int (*reserve)(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
+                   struct pr_landing *out);
     void *ctx;
 };
 

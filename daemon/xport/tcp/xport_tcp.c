@@ -305,24 +305,44 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     return -EPROTO;
 }
 
-static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
+/* A chunk frame's header: 0, or -EPROTO (logged) when it cannot be one. */
+static int chunk_frame_ok(struct tpeer *p, const uint8_t *b, size_t n,
+                          size_t payload, struct pr_chunk_hdr *h)
 {
-    struct tpeer *p = c->owner;
-    struct pr_chunk_hdr h;
     if (p->state != P_UP || n < PR_CHUNK_HDR_LEN) {
         pr_warn("peer node %u: data frame of %zu bytes before the link was "
                 "up or shorter than a chunk header: closing",
                 p->base.node_id, n);
         return -EPROTO;
     }
-    pr_chunk_hdr_decode(b, &h);
-    size_t len = n - PR_CHUNK_HDR_LEN;
-    if (len != (size_t)h.nfloats * sizeof(float)) {
+    pr_chunk_hdr_decode(b, h);
+    if (payload != (size_t)h->nfloats * sizeof(float)) {
         pr_warn("peer node %u: chunk says %u floats but carries %zu bytes: "
                 "closing",
-                p->base.node_id, h.nfloats, len);
+                p->base.node_id, h->nfloats, payload);
         return -EPROTO;
     }
+    return 0;
+}
+
+/* A whole chunk came in: counted, timed and handed up. */
+static void chunk_in(struct tpeer *p, struct pr_conn *c, size_t frame_len)
+{
+    size_t len = frame_len - PR_CHUNK_HDR_LEN;
+    p->base.bytes_recv += len;
+    p->x->bytes_recv += len;
+    pr_link_rate_sample(&p->base, frame_len, c->rx_frame_ns,
+                        uv_now(p->x->loop));
+}
+
+static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
+{
+    struct tpeer *p = c->owner;
+    struct pr_chunk_hdr h;
+    if (chunk_frame_ok(
+            p, b, n, n >= PR_CHUNK_HDR_LEN ? n - PR_CHUNK_HDR_LEN : 0, &h) < 0)
+        return -EPROTO;
+    size_t len = n - PR_CHUNK_HDR_LEN;
     const uint8_t *payload = b + PR_CHUNK_HDR_LEN;
     const float *data = (const float *)(const void *)payload;
     /*
@@ -340,18 +360,65 @@ static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
         memcpy(p->abuf, payload, len);
         data = p->abuf;
     }
-    p->base.bytes_recv += len;
-    p->x->bytes_recv += len;
-    pr_link_rate_sample(&p->base, n, c->rx_frame_ns, uv_now(p->x->loop));
+    chunk_in(p, c, n);
     if (p->x->sink.on_chunk)
         p->x->sink.on_chunk(p->x->sink.ctx, p->base.node_id, &h, data);
     return 0;
+}
+
+/* A chunk on its way into place: what on_data_end needs of it. */
+struct landing {
+    struct pr_landing l;
+    struct pr_chunk_hdr h;
+    uint32_t node;
+};
+
+/*
+ * A chunk's header is in and its payload is not: the engine says where
+ * the payload goes (a group's scratch vector), and it is read there, with
+ * no pass through the read buffer.
+ */
+static int peer_on_data_begin(struct pr_conn *c, const uint8_t *prefix,
+                              size_t rest, void **dst, void **token)
+{
+    struct tpeer *p = c->owner;
+    struct pr_chunk_hdr h;
+    if (chunk_frame_ok(p, prefix, PR_CHUNK_HDR_LEN, rest, &h) < 0)
+        return -EPROTO;
+    if (!p->x->sink.reserve)
+        return 0;
+    struct landing *ld = malloc(sizeof(*ld));
+    if (!ld)
+        return 0; /* read whole, as any chunk */
+    ld->h = h;
+    ld->node = p->base.node_id;
+    if (!p->x->sink.reserve(p->x->sink.ctx, ld->node, &h, &ld->l)) {
+        free(ld);
+        return 0;
+    }
+    *dst = ld->l.dst;
+    *token = ld;
+    return 1;
+}
+
+static void peer_on_data_end(struct pr_conn *c, void *token, int status)
+{
+    struct landing *ld = token;
+    /* On a close the owner may be on its way out: only counted when in. */
+    if (status == 0)
+        chunk_in(c->owner, c,
+                 PR_CHUNK_HDR_LEN + (size_t)ld->h.nfloats * sizeof(float));
+    ld->l.land(&ld->l, ld->node, &ld->h, status);
+    free(ld);
 }
 
 const struct pr_conn_ops pr_tcp_peer_ops = {
     .on_msg = peer_on_msg,
     .on_data = peer_on_data,
     .on_close = peer_on_close,
+    .data_prefix = PR_CHUNK_HDR_LEN,
+    .on_data_begin = peer_on_data_begin,
+    .on_data_end = peer_on_data_end,
 };
 
 static void connect_cb(struct pr_conn *c, int status)
