@@ -118,7 +118,30 @@ static const char *preduced_path(void)
     return p ? p : "build/preduced";
 }
 
-static pid_t spawn(const struct h_cluster *c, const char *who,
+/*
+ * With PREDUCE_TEST_PIN_CPUS=1 each "host" (a node daemon and its
+ * trainers) runs on one CPU of its own, host i on CPU i modulo those
+ * online: benchmarks that play several hosts on one machine then give
+ * each the one core a rank of MPI bound to its core (--bind-to core) has,
+ * instead of every daemon's reduce threads contending for all of them.
+ * The daemon's default node.reduce_threads follows (the CPUs it may run
+ * on).
+ */
+static void pin_host(int host)
+{
+    const char *v = getenv("PREDUCE_TEST_PIN_CPUS");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (host < 0 || !v || strcmp(v, "1") != 0 || ncpu < 1)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(host % ncpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) < 0)
+        fprintf(stderr, "harness: pinning host %d: %s\n", host,
+                strerror(errno));
+}
+
+static pid_t spawn(const struct h_cluster *c, const char *who, int host,
                    const char *netns, const char **argv)
 {
     char log[400];
@@ -145,6 +168,7 @@ static pid_t spawn(const struct h_cluster *c, const char *who,
         fprintf(stderr, "harness: netns %s: %s\n", netns, strerror(-rc));
         _exit(126);
     }
+    pin_host(host);
     execv(argv[0], (char *const *)argv);
     _exit(127);
 }
@@ -270,7 +294,7 @@ int h_node_start(struct h_cluster *c, int i, const char *const *node_sets)
     argc = add_env_sets(argv, argc, "PREDUCE_TEST_NODE_SETS", env_sets,
                         sizeof(env_sets));
     argv[argc] = NULL;
-    c->node_pid[i] = spawn(c, who, c->node_at[i].netns, argv);
+    c->node_pid[i] = spawn(c, who, i, c->node_at[i].netns, argv);
     if (c->node_pid[i] < 0)
         return -errno;
     return wait_connect_unix(c->sock[i], 5000);
@@ -294,7 +318,7 @@ int h_sched_start(struct h_cluster *c, const char *const *sched_sets)
                         sizeof(env_sets));
     argc = add_sets(argv, argc, sched_sets);
     argv[argc] = NULL;
-    c->sched_pid = spawn(c, "sched", c->sched_at.netns, argv);
+    c->sched_pid = spawn(c, "sched", -1, c->sched_at.netns, argv);
     if (c->sched_pid < 0)
         return -errno;
     return wait_connect_tcp(&c->sched_at, c->sched_port, 5000);
@@ -850,6 +874,7 @@ pid_t h_trainer_spawn(const struct h_cluster *c, const struct h_trainer_opts *o)
                     c->node_at[o->node].netns, strerror(-rc));
             _exit(126);
         }
+        pin_host(o->node);
         _exit(trainer_main(c, o));
     }
     return pid;

@@ -3,7 +3,8 @@
 # 127.0.0.1 for all three (`make bench-peers`):
 #   - preduce: build/bench/bench_allreduce (2 node daemons, 1 trainer each,
 #     policy allreduce; tensors unchanged on error, and in place);
-#   - MPI: Open MPI's MPI_Allreduce, 2 ranks, --mca btl tcp,self;
+#   - MPI: Open MPI's MPI_Allreduce, 2 ranks, --mca btl tcp,self, one core
+#     each;
 #   - Gloo: AllreduceRingChunked, 2 processes, its TCP transport.
 # All print the bus bandwidth of 2 workers (tensor bytes per all-reduce over
 # the time of one) and check their results. They alternate for
@@ -22,8 +23,13 @@ trap 'rm -rf "$out"' EXIT
 # Open MPI refuses root unless told, and would use shared memory on one
 # machine: TCP over loopback, like the daemons' links here.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpirun -n 2 --oversubscribe --bind-to none --mca btl tcp,self
+# Each worker plays a host with one core: MPI's ranks bound to a core each,
+# and each node daemon with its trainer on a CPU of its own (the harness's
+# PREDUCE_TEST_PIN_CPUS; the daemon's reduce threads follow its CPUs), so
+# neither side's processes or threads contend for the other's core.
+mpi=(mpirun -n 2 --oversubscribe --bind-to core --mca btl tcp,self
     --mca btl_tcp_if_include lo)
+export PREDUCE_TEST_PIN_CPUS=1
 
 # "name MiB bus-bandwidth" lines from a run's output.
 collect() {
