@@ -79,6 +79,8 @@ LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
 HOSTS_SRCS := $(wildcard tests/hosts/test_*.c)
 HOSTS_BINS := $(HOSTS_SRCS:tests/hosts/test_%.c=$(BUILD)/tests/hosts_%)
 HOSTS_LIB_OBJS := $(BUILD)/tests/hosts/hosts.o
+# The delay relay the hosts' suites route a link through (hosts.h).
+HOSTS_RELAY := $(BUILD)/tests/hosts/relay
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -194,6 +196,9 @@ $(BUILD)/tests/hosts_%: $(BUILD)/tests/hosts/test_%.o $(HOSTS_LIB_OBJS) \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
+$(HOSTS_RELAY): $(BUILD)/tests/hosts/relay.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Benchmarks link the harness, not the Check-based command-line fixture.
 BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
@@ -300,10 +305,12 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
 
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking
-# a host's link down. Needs root (skipped with a message otherwise);
-# tests/hosts/run.sh deletes every namespace it made on any exit.
-check-hosts: $(HOSTS_BINS) $(BINS) $(LIB_SO)
-	@$(TEST_ENV) tests/hosts/run.sh $(HOSTS_BINS)
+# a host's link down, a long path by a delay relay (tests/hosts/relay.c).
+# Needs root (skipped with a message otherwise); tests/hosts/run.sh
+# deletes every namespace it made, and what runs in them, on any exit.
+check-hosts: $(HOSTS_BINS) $(HOSTS_RELAY) $(BINS) $(LIB_SO)
+	@$(TEST_ENV) PREDUCE_HOSTS_RELAY=$(abspath $(HOSTS_RELAY)) \
+		tests/hosts/run.sh $(HOSTS_BINS)
 
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
