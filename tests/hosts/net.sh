@@ -26,7 +26,9 @@
 #   net.sh link P I down|up   host i's cable out or in (port h<i>): its
 #                             processes and addresses stay, packets to and
 #                             from it are dropped
-#   net.sh down P             deletes every namespace named P-*
+#   net.sh down P             kills what still runs in every namespace
+#                             named P-* (a relay, a daemon of a test that
+#                             died), then deletes them
 #
 # Every command is bounded (ip and tc do not wait on the network).
 set -euo pipefail
@@ -123,7 +125,15 @@ link)
 down)
     for ns in $(ip netns list | awk '{print $1}'); do
         case $ns in
-        "$p"-*) ip netns del "$ns" ;;
+        "$p"-*)
+            # A namespace outlives its deletion while a process is in it.
+            pids=$(ip netns pids "$ns" 2>/dev/null || true)
+            if [ -n "$pids" ]; then
+                # shellcheck disable=SC2086
+                kill -KILL $pids 2>/dev/null || true
+            fi
+            ip netns del "$ns"
+            ;;
         esac
     done
     ;;

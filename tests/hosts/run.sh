@@ -3,9 +3,10 @@
 # program with its arguments as one word) given on the command line, with
 # PREDUCE_HOSTS_PREFIX naming its namespaces prh<this shell's pid>-<test's
 # pid>-*. Whatever way this script ends (a suite fails, times out, ^C,
-# SIGTERM), the trap deletes every namespace of that prefix; namespaces
-# left by a run that was SIGKILLed (prh<pid> of a process that no longer
-# exists) are deleted first.
+# SIGTERM), the trap kills what still runs in the namespaces of that
+# prefix (a delay relay, a daemon) and deletes them (net.sh down);
+# namespaces left by a run that was SIGKILLed (prh<pid> of a process that
+# no longer exists) are cleared the same way first.
 #
 # Skipped, saying so, where network namespaces cannot be made (not root,
 # no ip). Each suite is bounded by HOSTS_SUITE_TIMEOUT seconds (240).
@@ -38,7 +39,7 @@ for ns in $(ip netns list | awk '{print $1}'); do
     prh[0-9]*-*)
         pid=${ns#prh}
         pid=${pid%%-*}
-        kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+        kill -0 "$pid" 2>/dev/null || "$net" down "prh$pid" 2>/dev/null || true
         ;;
     esac
 done
