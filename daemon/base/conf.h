@@ -42,6 +42,9 @@ enum pr_ring_order {
     PR_RING_ID = 1,       /* node id order */
 };
 
+/* transport.streams' bound: TCP connections one peer link may have. */
+#define PR_TCP_STREAMS_MAX 16
+
 struct pr_conf {
     /* global */
     int role;           /* enum pr_role */
@@ -88,6 +91,7 @@ struct pr_conf {
     /* [transport] */
     int xport_type;          /* enum pr_xport_kind */
     uint32_t xport_chunk_kb; /* ring chunk size, KiB */
+    uint32_t xport_streams;  /* TCP connections per peer link, 1.. */
     uint32_t xport_inflight; /* RDMA receive slots per peer */
     char *xport_rdma_device; /* "" = first device */
     uint32_t xport_rdma_port;

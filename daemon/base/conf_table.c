@@ -145,6 +145,8 @@ static const struct entry rows[] = {
      "auto, rdma or tcp"},
     {"transport", "chunk_kb", T_U32, OFF(xport_chunk_kb), "1024", 4, 65536,
      NULL, 0, "ring all-reduce chunk, KiB"},
+    {"transport", "streams", T_U32, OFF(xport_streams), "1", 1,
+     PR_TCP_STREAMS_MAX, NULL, 0, "TCP connections per peer link"},
     {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
      "RDMA receive slots per peer (no effect on TCP)"},
     {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,

@@ -17,6 +17,10 @@
  *    all-gather, S; the write-back, 2k S (k == 1: a memcpy, whose large
  *    copies glibc already makes with non-temporal stores). The scratch
  *    copy and write-back are what "tensors unchanged on failure" costs.
+ *    Over TCP a chunk from the left is read by the kernel straight into
+ *    its place in scratch (engine.c reserve(), conn.c maybe_land()), and
+ *    the fold sums there in place (in == out): no copy out of a read
+ *    buffer, which was one more read and write of every received float.
  *  - m > 1 in place (k == 1): the member read once and written once, no
  *    scratch vector and no write-back.
  */

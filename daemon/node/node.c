@@ -500,6 +500,7 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     struct pr_link_sink sink = pr_engine_sink(n->engine);
     pr_tcp_xport_set_sink(n->xport, &sink);
     pr_tcp_xport_set_key(n->xport, key);
+    pr_tcp_xport_set_streams(n->xport, conf->xport_streams);
     /* TCP reads any memory; with RDMA every tensor is registered. */
     pr_engine_set_direct(n->engine, 1);
     rc = set_reduce_threads(n);

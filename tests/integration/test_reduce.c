@@ -18,11 +18,13 @@ static const char *const allreduce_sets[] = {"scheduler.policy=allreduce",
  * 3 daemons x `per_node` trainers, allreduce, `steps` steps of size n in
  * nparts parts; in_place: the trainers call preduce_set_in_place().
  */
-static void run_trainers(const char *const *sched_sets, size_t n, int nparts,
-                         int steps, int per_node, int in_place)
+static const char *const chunk256_sets[] = {"transport.chunk_kb=256", NULL};
+
+static void run_trainers_on(const char *const *sched_sets,
+                            const char *const *node_sets, size_t n, int nparts,
+                            int steps, int per_node, int in_place)
 {
     struct h_cluster c;
-    const char *const node_sets[] = {"transport.chunk_kb=256", NULL};
     ck_assert_int_eq(h_cluster_start(&c, 3, sched_sets, node_sets), 0);
     int nt = 3 * per_node;
     pid_t pids[6];
@@ -77,6 +79,13 @@ static void run_trainers(const char *const *sched_sets, size_t n, int nparts,
             ck_assert_uint_eq(inp, 0);
     }
     ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+
+static void run_trainers(const char *const *sched_sets, size_t n, int nparts,
+                         int steps, int per_node, int in_place)
+{
+    run_trainers_on(sched_sets, chunk256_sets, n, nparts, steps, per_node,
+                    in_place);
 }
 
 /* 3 daemons x 2 trainers, allreduce, 20 steps of size n in nparts parts. */
@@ -138,6 +147,26 @@ START_TEST(test_reduce_in_place_multi_tensor)
 }
 END_TEST
 
+/*
+ * Peer links of three TCP connections each (transport.streams): chunks
+ * spread over them arrive in any order across streams, and every result
+ * is still exact, read whole or written in place.
+ */
+static const char *const streams_sets[] = {"transport.chunk_kb=256",
+                                           "transport.streams=3", NULL};
+
+START_TEST(test_reduce_streams)
+{
+    run_trainers_on(allreduce_sets, streams_sets, 1000003, 1, 20, 2, 0);
+}
+END_TEST
+
+START_TEST(test_reduce_streams_in_place)
+{
+    run_trainers_on(three_sets, streams_sets, 1000003, 1, 20, 1, 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_reduce");
@@ -150,6 +179,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reduce_allreduce_multi_tensor);
     tcase_add_test(tc, test_reduce_in_place);
     tcase_add_test(tc, test_reduce_in_place_multi_tensor);
+    tcase_add_test(tc, test_reduce_streams);
+    tcase_add_test(tc, test_reduce_streams_in_place);
     suite_add_tcase(s, tc);
     return s;
 }

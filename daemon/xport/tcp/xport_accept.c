@@ -85,6 +85,13 @@ static void sweep_cb(uv_timer_t *t)
                     p->base.node_id, x->connect_timeout_ms);
             pr_conn_close(p->conn, -ETIMEDOUT);
         }
+        if (p->state == P_STREAMS && p->conn) {
+            pr_warn("peer node %u: %u of %u streams joined within %u ms: "
+                    "closing",
+                    p->base.node_id, p->streams_up + 1, p->nstreams,
+                    x->connect_timeout_ms);
+            pr_conn_close(p->conn, -ETIMEDOUT);
+        }
     }
 }
 
@@ -146,22 +153,27 @@ static struct tpeer *hello_peer(struct pr_tcp_xport *x, uint32_t node_id)
     return p;
 }
 
-/* The welcome: our id, the proof of the key, our queue pair's info if any. */
-static int send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
-                        uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri)
+int pr_tcp_send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
+                        const uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri,
+                        uint32_t streams)
 {
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
     w.id = x->self;
-    w.auth.data = proof;
+    w.auth.data = (uint8_t *)proof;
     w.auth.len = plen;
     w.rdma = ri;
+    w.streams = streams;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     return pr_conn_send(c, &m);
 }
 
-/* The stranger's connection becomes p's link; st is freed. */
-static void become_peer(struct stranger *st, struct tpeer *p)
+/*
+ * The stranger's connection becomes p's link, of `streams` connections
+ * (the others join later: pr_tcp_streams_join); st is freed.
+ */
+static void become_peer(struct stranger *st, struct tpeer *p, uint32_t streams,
+                        uint64_t link_id)
 {
     struct pr_conn *c = st->conn;
     struct pr_tcp_xport *x = st->x;
@@ -176,9 +188,14 @@ static void become_peer(struct stranger *st, struct tpeer *p)
      * chunks queued for this peer over c with this limit.
      */
     c->rd.max_len = x->max_frame;
+    p->nstreams = streams;
+    p->link_id = link_id;
     /* With RDMA, writes wait until the peer's queue pair is ready. */
     if (p->qp) {
         p->state = P_RDMA_WAIT;
+        p->since_ms = uv_now(x->loop);
+    } else if (streams > 1) {
+        p->state = P_STREAMS;
         p->since_ms = uv_now(x->loop);
     } else {
         pr_tcp_peer_up(p);
@@ -202,6 +219,14 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     size_t plen;
     if (hello_check(st, h, proof, &plen) < 0)
         return 0;
+    if (h->stream > 0) {
+        int rc = pr_tcp_streams_join(st->x, c, h, proof, plen);
+        if (rc == 0) {
+            pr_stranger_remove(&st->base);
+            free(st);
+        }
+        return c->closing ? 0 : rc;
+    }
     struct tpeer *p = hello_peer(st->x, h->node_id);
     if (!p)
         return -ENOMEM;
@@ -213,12 +238,19 @@ static int stranger_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                                             : "RDMA setup failed");
         return 0;
     }
-    rc = send_welcome(st->x, c, proof, plen, p->qp ? &ri : NULL);
+    /* The smaller count of the two nodes'; data over RDMA needs one. */
+    uint32_t streams = h->streams ? h->streams : 1;
+    if (streams > st->x->streams)
+        streams = st->x->streams;
+    if (p->qp)
+        streams = 1;
+    rc =
+        pr_tcp_send_welcome(st->x, c, proof, plen, p->qp ? &ri : NULL, streams);
     if (rc < 0) {
         pr_tcp_peer_drop_qp(p);
         return rc;
     }
-    become_peer(st, p);
+    become_peer(st, p, streams, h->link_id);
     return 0;
 }
 

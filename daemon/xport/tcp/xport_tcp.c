@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
 #include "daemon/base/conn.h"
@@ -29,12 +31,20 @@ struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
     /* A chunk's frame, with room for the largest control message. */
     x->max_frame = max_chunk_bytes + PR_CHUNK_HDR_LEN + PR_HELLO_MAX_FRAME;
     x->connect_timeout_ms = connect_timeout_ms;
+    x->streams = 1;
     uv_tcp_init(loop, &x->listener);
     x->listener.data = x;
     uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
     x->handles = 2;
     return x;
+}
+
+void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams)
+{
+    if (streams < 1)
+        streams = 1;
+    x->streams = streams > PR_TCP_STREAMS_MAX ? PR_TCP_STREAMS_MAX : streams;
 }
 
 void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
@@ -142,10 +152,13 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
         struct pr_link *rl = pr_rdma_qp_link(p->qp);
         return rl->ops->send(rl, h, data, cb, arg);
     }
+    struct pr_conn *c = pr_tcp_streams_pick(p);
+    if (!c)
+        return -ENOTCONN;
     uint8_t hdr[PR_CHUNK_HDR_LEN];
     pr_chunk_hdr_encode(hdr, h);
     size_t len = (size_t)h->nfloats * sizeof(float);
-    int rc = pr_conn_send_data(p->conn, hdr, sizeof(hdr), data, len, cb, arg);
+    int rc = pr_conn_send_data(c, hdr, sizeof(hdr), data, len, cb, arg);
     if (rc == 0) {
         p->base.bytes_sent += len;
         p->x->bytes_sent += len;
@@ -174,7 +187,7 @@ static void retry_cb(uv_timer_t *t)
 {
     struct tpeer *p = t->data;
     if (p->state == P_CONNECTING || p->state == P_CHALLENGE ||
-        p->state == P_HELLO) {
+        p->state == P_HELLO || p->state == P_STREAMS) {
         /* The connect deadline passed: give up on this attempt. */
         pr_warn("peer node %u at %s: no answer within %u ms", p->base.node_id,
                 p->addr, p->x->connect_timeout_ms);
@@ -195,6 +208,7 @@ void pr_tcp_peer_drop_qp(struct tpeer *p)
 
 void pr_tcp_peer_link_down(struct tpeer *p, int status)
 {
+    pr_tcp_streams_drop(p);
     p->conn = NULL;
     p->state = P_DOWN;
     pr_tcp_peer_drop_qp(p);
@@ -210,15 +224,34 @@ void pr_tcp_peer_link_down(struct tpeer *p, int status)
     }
 }
 
-static void peer_on_close(struct pr_conn *c, int status)
+void pr_tcp_peer_lost(struct tpeer *p, int status)
 {
-    struct tpeer *p = c->owner;
-    if (p->conn != c)
-        return; /* a connection this peer already replaced */
     if (p->state == P_UP)
         pr_warn("peer node %u (%s): link down: %s", p->base.node_id, p->addr,
                 status ? strerror(-status) : "closed");
+    if (p->conn) {
+        /* Its close callback would come after the link is gone. */
+        struct pr_conn *c = p->conn;
+        p->conn = NULL;
+        pr_conn_detach_close(c);
+    }
     pr_tcp_peer_link_down(p, status);
+}
+
+static void peer_on_close(struct pr_conn *c, int status)
+{
+    struct tpeer *p = c->owner;
+    struct tstream *s;
+    if (p->conn == c) {
+        p->conn = NULL; /* closing already */
+        pr_tcp_peer_lost(p, status);
+    } else if ((s = pr_tcp_streams_of(p, c))) {
+        s->conn = NULL;
+        pr_info("peer node %u (%s): stream %u closed: the link goes with it",
+                p->base.node_id, p->addr, s->index);
+        pr_tcp_peer_lost(p, status ? status : -ECONNRESET);
+    }
+    /* Else a connection this peer already replaced. */
 }
 
 void pr_tcp_peer_up(struct tpeer *p)
@@ -230,6 +263,9 @@ void pr_tcp_peer_up(struct tpeer *p)
         pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
                 "control)",
                 p->base.node_id, p->addr, pr_rdma_device(p->x->rdma));
+    else if (p->nstreams > 1)
+        pr_info("peer node %u (%s): link up (tcp, %u streams)", p->base.node_id,
+                p->addr, p->nstreams);
     else
         pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
     flush_pending(p);
@@ -240,8 +276,17 @@ void pr_tcp_peer_up(struct tpeer *p)
  * the queue pair to RTS and tell the peer it may write; without it, the
  * data goes over this TCP link (unless RDMA is required).
  */
-static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
+static int welcomed(struct tpeer *p, const Pr__V1__Welcome *w)
 {
+    const Pr__V1__RdmaInfo *ri = w->rdma;
+    uint32_t n = w->streams ? w->streams : 1;
+    if (n > p->x->streams || (ri && p->qp && n != 1)) {
+        pr_warn("peer node %u (%s): welcome for %u streams, %s: closing",
+                p->base.node_id, p->addr, n,
+                n > p->x->streams ? "more than this node asked for"
+                                  : "over RDMA");
+        return -EPROTO;
+    }
     if (!ri || !p->qp) {
         pr_tcp_peer_drop_qp(p);
         if (p->x->rdma_required) {
@@ -249,6 +294,13 @@ static int welcomed(struct tpeer *p, const Pr__V1__RdmaInfo *ri)
                    "closing",
                    p->base.node_id, p->addr);
             return -EPROTONOSUPPORT;
+        }
+        if (n > 1) {
+            /* Up when the others are in (retry_cb's deadline holds). */
+            p->nstreams = n;
+            p->state = P_STREAMS;
+            p->since_ms = uv_now(p->x->loop);
+            return pr_tcp_streams_dial(p);
         }
         pr_tcp_peer_up(p);
         return 0;
@@ -287,7 +339,7 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
                    why);
             return -EACCES;
         }
-        return welcomed(p, m->welcome->rdma);
+        return welcomed(p, m->welcome);
     }
     if (p->state == P_RDMA_WAIT &&
         m->body_case == PR__V1__MSG__BODY_RDMA_READY) {
@@ -309,7 +361,12 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 static int chunk_frame_ok(struct tpeer *p, const uint8_t *b, size_t n,
                           size_t payload, struct pr_chunk_hdr *h)
 {
-    if (p->state != P_UP || n < PR_CHUNK_HDR_LEN) {
+    /*
+     * The accepting side of a link of several streams is up when the
+     * last joins, and may send before that stream's welcome reaches us:
+     * chunks on the streams already in are the link's.
+     */
+    if ((p->state != P_UP && p->state != P_STREAMS) || n < PR_CHUNK_HDR_LEN) {
         pr_warn("peer node %u: data frame of %zu bytes before the link was "
                 "up or shorter than a chunk header: closing",
                 p->base.node_id, n);
@@ -331,7 +388,12 @@ static void chunk_in(struct tpeer *p, struct pr_conn *c, size_t frame_len)
     size_t len = frame_len - PR_CHUNK_HDR_LEN;
     p->base.bytes_recv += len;
     p->x->bytes_recv += len;
-    pr_link_rate_sample(&p->base, frame_len, c->rx_frame_ns,
+    /*
+     * A chunk's time on one of several streams that share the link is
+     * the link's time for as many chunks as there are streams in a frame.
+     */
+    size_t busy = p->nstreams > 1 ? pr_tcp_streams_busy(p, c) : 1;
+    pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
                         uv_now(p->x->loop));
 }
 
@@ -455,6 +517,11 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
+    hello.streams = p->x->streams;
+    hello.stream = 0;
+    /* Names this link to the accepting side as its other streams join. */
+    randombytes_buf(&p->link_id, sizeof(p->link_id));
+    hello.link_id = p->link_id;
     Pr__V1__RdmaInfo ri;
     pr_tcp_peer_drop_qp(p);
     if (p->x->rdma &&
@@ -507,6 +574,7 @@ struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
     p->base.kind = "tcp";
     p->x = x;
     p->qtail = &p->q;
+    p->nstreams = 1;
     p->backoff_ms = PEER_BACKOFF_MIN_MS;
     snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
     uv_timer_init(x->loop, &p->retry);
@@ -549,6 +617,7 @@ static void remove_peer(struct tpeer *p)
         p->conn = NULL;
         pr_conn_detach_close(c);
     }
+    pr_tcp_streams_drop(p);
     pr_tcp_peer_drop_qp(p);
     if (p->x->sink.on_link_down)
         p->x->sink.on_link_down(p->x->sink.ctx, p->base.node_id, -ECONNRESET);

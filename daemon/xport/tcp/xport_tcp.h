@@ -49,6 +49,12 @@ void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self);
 struct pr_auth_key;
 /* Peers must prove the cluster key (auth.h); NULL: none. Set before use. */
+/*
+ * TCP connections per peer link that this node asks for
+ * (transport.streams, 1..PR_TCP_STREAMS_MAX; xport_streams.c): for the
+ * links it dials from now on; a link gets the smaller of both ends'.
+ */
+void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams);
 void pr_tcp_xport_set_key(struct pr_tcp_xport *x,
                           const struct pr_auth_key *key);
 /*

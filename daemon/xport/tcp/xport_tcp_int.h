@@ -8,6 +8,7 @@
 #define PR_XPORT_TCP_INT_H
 
 #include "daemon/base/auth.h"
+#include "daemon/base/conf.h"
 #include "daemon/base/conn.h"
 #include "daemon/xport/rdma/rdma.h"
 #include "daemon/base/stranger.h"
@@ -32,6 +33,7 @@ enum pstate {
     P_CHALLENGE,  /* connected; waiting for the peer's challenge */
     P_HELLO,      /* hello sent, waiting for welcome (outgoing) */
     P_RDMA_WAIT,  /* welcome sent with RDMA; waiting for RdmaReady */
+    P_STREAMS,    /* first connection welcomed; the others joining */
     P_UP,
 };
 
@@ -42,6 +44,24 @@ struct pending {
     const float *data;
     pr_send_cb cb;
     void *arg;
+};
+
+/*
+ * One of a link's connections beyond its first (transport.streams > 1),
+ * xport_streams.c. The dialling side owns it through its own hello
+ * exchange (owner: this struct); once welcomed, or on the accepting side
+ * once joined, its conn carries chunks as the first one does (owner: the
+ * tpeer). The first connection stays the link: its close, or any
+ * stream's, takes the whole link down.
+ */
+struct tstream {
+    struct tpeer *p;
+    uint32_t index;       /* 1.. in the link's hellos */
+    struct pr_conn *conn; /* NULL: not open */
+    int hello_sent;       /* dialling: the challenge was answered */
+    int up;               /* carries chunks */
+    uint8_t our_nonce[PR_AUTH_NONCE_LEN];
+    uint8_t peer_challenge[PR_AUTH_NONCE_LEN];
 };
 
 struct tpeer {
@@ -62,6 +82,12 @@ struct tpeer {
     uint64_t since_ms;     /* when the current state (or queueing) began */
     uint8_t our_nonce[PR_AUTH_NONCE_LEN];      /* outgoing: in our hello */
     uint8_t peer_challenge[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's */
+    /* The link's connections: conn, then more[0 .. nstreams - 2]. */
+    uint32_t nstreams;   /* agreed in the welcome; 1 before */
+    uint32_t streams_up; /* of more[] */
+    uint32_t tx_next;    /* where the next send's search begins */
+    uint64_t link_id;    /* the dialling side's, repeated by each stream */
+    struct tstream more[PR_TCP_STREAMS_MAX - 1];
 };
 
 /*
@@ -80,6 +106,7 @@ struct pr_tcp_xport {
     uint32_t self;
     size_t max_frame;
     uint32_t connect_timeout_ms;
+    uint32_t streams; /* transport.streams: wanted per link */
     uv_tcp_t listener;
     int listening;
     struct pr_link_sink sink; /* the engine's, from the node */
@@ -105,5 +132,34 @@ void pr_tcp_peer_link_down(struct tpeer *p, int status);
 /* The link carries chunks: queued sends go. */
 void pr_tcp_peer_up(struct tpeer *p);
 void pr_tcp_peer_fail_pending(struct tpeer *p, int status);
+/* The link is lost with all its connections, as if its first closed. */
+void pr_tcp_peer_lost(struct tpeer *p, int status);
+
+/* xport_streams.c */
+/* Dials connections 1..nstreams-1 after the first's welcome: 0 or < 0. */
+int pr_tcp_streams_dial(struct tpeer *p);
+/*
+ * Accepting side: a checked hello naming stream > 0 joins its link (the
+ * welcome goes out on c, whose owner becomes p): 0, or < 0 when no link
+ * of that peer waits for it (c is then failed, the link left as it is).
+ */
+int pr_tcp_streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
+                        const Pr__V1__Hello *h, const uint8_t *proof,
+                        size_t plen);
+/* Closes every connection but the first (detached: no callbacks). */
+void pr_tcp_streams_drop(struct tpeer *p);
+/* c is one of p's connections beyond the first: its tstream, or NULL. */
+struct tstream *pr_tcp_streams_of(struct tpeer *p, const struct pr_conn *c);
+/* The connection the next chunk goes on: the least backed up. */
+struct pr_conn *pr_tcp_streams_pick(struct tpeer *p);
+/*
+ * How many of p's connections share its bandwidth now: `self`, which
+ * just took a whole chunk, and those inside a frame.
+ */
+uint32_t pr_tcp_streams_busy(const struct tpeer *p, const struct pr_conn *self);
+/* The welcome on c: our id, the proof, our queue pair, the streams. */
+int pr_tcp_send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
+                        const uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri,
+                        uint32_t streams);
 
 #endif
