@@ -280,28 +280,42 @@ check-slurm: all
 # All-reduce bus bandwidth across 2 and 4 hosts at a capped rate, next to
 # iperf3 over the same link (tests/hosts/bench_hosts.c; installs iperf3
 # when missing): BENCH_HOSTS_ARGS="RATE_MBIT MIB ROUNDS" (100 4 3), the
-# table in $(BUILD)/bench-hosts.txt. Then one host's link at a quarter of
-# the others', time to a target loss under allreduce and dynamic
-# (tests/hosts/slowlink.sh, SLOWLINK_ROUNDS, 3), in
-# $(BUILD)/bench-hosts-slowlink.txt. About 3 minutes, root.
+# table in $(BUILD)/bench-hosts.txt. Then ring order across two racks
+# (BENCH_RING_ARGS, $(BUILD)/bench-hosts-ring.txt); one host's link at a
+# quarter of the others', time to a target loss under allreduce and
+# dynamic (tests/hosts/slowlink.sh, SLOWLINK_ROUNDS, 3), in
+# $(BUILD)/bench-hosts-slowlink.txt; transport.streams = 1, 2, 4 over a
+# link through a delay relay, next to iperf3 -P 1, 2, 4 through the same
+# (BENCH_STREAMS_ARGS="DELAY_MS WINDOW_KB RATE_MBIT MIB ROUNDS", 20 256
+# 200 16 3), in $(BUILD)/bench-hosts-streams.txt. BENCH_HOSTS_CASES picks
+# cases (bus ring slowlink streams). About 5 minutes, root.
 SLOWLINK_ROUNDS ?= 3
+BENCH_HOSTS_CASES ?= bus ring slowlink streams
+bench_case = $(if $(filter $(1),$(BENCH_HOSTS_CASES)),$(2))
 .PHONY: bench-hosts
 $(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
 		$(HOSTS_LIB_OBJS) $(BENCH_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-bench-hosts: $(BUILD)/bench/bench_hosts $(BINS)
+bench-hosts: $(BUILD)/bench/bench_hosts $(HOSTS_RELAY) $(BINS)
 	tests/hosts/bench-setup.sh
-	@$(TEST_ENV) BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
+	$(call bench_case,bus,@$(TEST_ENV) \
+		BENCH_HOSTS_OUT=$(abspath $(BUILD))/bench-hosts.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts \
-		$(BENCH_HOSTS_ARGS)"
-	@$(TEST_ENV) BENCH_RING_OUT=$(abspath $(BUILD))/bench-hosts-ring.txt \
+		$(BENCH_HOSTS_ARGS)")
+	$(call bench_case,ring,@$(TEST_ENV) \
+		BENCH_RING_OUT=$(abspath $(BUILD))/bench-hosts-ring.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts ring \
-		$(BENCH_RING_ARGS)"
-	@tests/hosts/run.sh "$(abspath tests/hosts/slowlink.sh) \
-		$(abspath $(BUILD)) $(SLOWLINK_ROUNDS)" \
-		>$(BUILD)/bench-hosts-slowlink.txt; \
-		st=$$?; cat $(BUILD)/bench-hosts-slowlink.txt; exit $$st
+		$(BENCH_RING_ARGS)")
+	$(call bench_case,slowlink,@tests/hosts/run.sh \
+		"$(abspath tests/hosts/slowlink.sh) $(abspath $(BUILD)) \
+		$(SLOWLINK_ROUNDS)" >$(BUILD)/bench-hosts-slowlink.txt; \
+		st=$$?; cat $(BUILD)/bench-hosts-slowlink.txt; exit $$st)
+	$(call bench_case,streams,@$(TEST_ENV) \
+		PREDUCE_HOSTS_RELAY=$(abspath $(HOSTS_RELAY)) \
+		BENCH_STREAMS_OUT=$(abspath $(BUILD))/bench-hosts-streams.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts streams \
+		$(BENCH_STREAMS_ARGS)")
 
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking

@@ -23,6 +23,18 @@
  * all-reduce with scheduler.ring_order = id and = measured, alternating
  * which goes first; measured gets warm-up steps to time its links (the
  * nodes report every 100 ms here). The table goes to $BENCH_RING_OUT.
+ *
+ * Streams per peer pair (`bench_hosts streams [DELAY_MS [WINDOW_KB
+ * [RATE_MBIT [MIB [ROUNDS]]]]]`, 20 256 200 16 3): 2 hosts capped at
+ * RATE_MBIT each way, node 1's data link to node 0 through a delay relay
+ * on host 0 (tests/hosts/relay.c: at most WINDOW_KB per DELAY_MS a
+ * connection, as a window-limited TCP stream over a long path), so that
+ * one stream cannot fill the cap and several can. The all-reduce with
+ * transport.streams = 1, 2 and 4, each next to iperf3 -P 1, 2, 4 from
+ * host 1 to host 0 through a relay of the same settings, one way and
+ * both ways at once (the ring's two nodes send to each other at once), in
+ * the same topology and round; counts and tools alternate their order
+ * round by round. The table goes to $BENCH_STREAMS_OUT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,30 +62,43 @@ static double median(const double *v, int n, double *lo, double *hi)
 }
 
 /*
- * iperf3 from host 0 to host 1 for 3 s: received bits per second, or -1.
- * bidir: both ways at once (a ring node sends and receives at once), the
- * mean of the two ways.
+ * An iperf3 server on host `srv` at port 5201, in the background: for one
+ * test (once), or until the namespace goes (net.sh down kills it).
  */
-static double iperf(const struct hh *h, int bidir)
+static int iperf_server(const struct hh *h, int srv, int once)
 {
-    char cmd[512];
+    char cmd[256], at[32];
+    hh_addr(srv, at, sizeof(at));
     snprintf(cmd, sizeof(cmd),
-             "ip netns exec %s-h1 timeout 20 iperf3 -s -1 -B 10.77.0.2 "
+             "ip netns exec %s-h%d timeout %d iperf3 -s %s -B %s -p 5201 "
              ">/dev/null 2>&1 &",
-             h->prefix);
-    if (system(cmd) != 0)
-        return -1;
+             h->prefix, srv, once ? 20 : 600, once ? "-1" : "", at);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/*
+ * iperf3 from host `cli` to host `srv` for 3 s, to port `port` there
+ * (5201, the server's own, or a relay's in front of it), `parallel`
+ * streams: received bits per second (all streams), or -1. bidir: both
+ * ways at once (a ring node sends and receives at once), the mean of the
+ * two. Tried for 4 s while the server is not up yet (or busy).
+ */
+static double iperf_client(const struct hh *h, int srv, int cli, uint16_t port,
+                           int parallel, int bidir)
+{
+    char cmd[640], at[32];
+    hh_addr(srv, at, sizeof(at));
     double bps = -1;
     for (int tries = 0; tries < 20 && bps < 0; tries++) {
         usleep(200000);
         snprintf(cmd, sizeof(cmd),
-                 "ip netns exec %s-h0 timeout 20 iperf3 -J -t 3 %s -c "
-                 "10.77.0.2 2>/dev/null | python3 -c 'import json,sys; "
+                 "ip netns exec %s-h%d timeout 20 iperf3 -J -t 3 -P %d %s -c "
+                 "%s -p %u 2>/dev/null | python3 -c 'import json,sys; "
                  "e = json.load(sys.stdin)[\"end\"]; "
                  "v = [e[k][\"bits_per_second\"] for k in "
                  "(\"sum_received\", \"sum_received_bidir_reverse\") "
                  "if k in e]; print(sum(v) / len(v))' 2>/dev/null",
-                 h->prefix, bidir ? "--bidir" : "");
+                 h->prefix, cli, parallel, bidir ? "--bidir" : "", at, port);
         FILE *f = popen(cmd, "r");
         if (!f)
             break;
@@ -82,6 +107,14 @@ static double iperf(const struct hh *h, int bidir)
         pclose(f);
     }
     return bps;
+}
+
+/* iperf3 from host 0 to host 1 directly, one stream. */
+static double iperf(const struct hh *h, int bidir)
+{
+    if (iperf_server(h, 1, 1) < 0)
+        return -1;
+    return iperf_client(h, 1, 0, 5201, 1, bidir);
 }
 
 /*
@@ -128,9 +161,7 @@ static double preduce(struct hh *h, size_t floats, int steps, int warmup,
         if (secs > worst)
             worst = secs;
     }
-    int bad = h_cluster_stop(&h->c);
-    memset(&h->c, 0, sizeof(h->c));
-    if (bad)
+    if (hh_stop(h))
         return -1;
     double per = worst / steps;
     double ring = 2.0 * (h->nhosts - 1) / h->nhosts;
@@ -206,15 +237,146 @@ static int ring_main(int argc, char **argv)
     return 0;
 }
 
+/*
+ * Streams per peer pair over a long path: node 1's link to node 0 and
+ * iperf3 from host 1 to host 0 each through a relay of DELAY_MS and
+ * WINDOW_KB per connection on host 0, both hosts capped at RATE_MBIT.
+ */
+static int streams_main(int argc, char **argv)
+{
+    int delay_ms = argc > 2 ? atoi(argv[2]) : 20;
+    int window_kb = argc > 3 ? atoi(argv[3]) : 256;
+    int mbit = argc > 4 ? atoi(argv[4]) : 200;
+    double mib = argc > 5 ? atof(argv[5]) : 16;
+    int rounds = argc > 6 ? atoi(argv[6]) : 3;
+    if (delay_ms <= 0 || window_kb <= 0 || mbit <= 0 || mib <= 0 ||
+        rounds <= 0 || rounds > MAX_ROUNDS) {
+        fprintf(stderr,
+                "usage: bench_hosts streams [DELAY_MS [WINDOW_KB [RATE_MBIT "
+                "[MIB [ROUNDS<=%d]]]]]\n",
+                MAX_ROUNDS);
+        return 2;
+    }
+    const char *out = getenv("BENCH_STREAMS_OUT");
+    out = out ? out : "build/bench-hosts-streams.txt";
+    size_t floats = (size_t)(mib * 262144);
+    double cap = mbit * 1e6 / 8;
+    double per_stream = window_kb * 1024.0 / (delay_ms / 1e3); /* bytes/s */
+    enum { NS = 3 };
+    static const int counts[NS] = {1, 2, 4};
+    double bus[NS][MAX_ROUNDS], ip[NS][MAX_ROUNDS], bi[NS][MAX_ROUNDS];
+    /*
+     * Each step moves the model each way between the 2 nodes: about 3 s
+     * of steps for one stream, the slowest.
+     */
+    double one = per_stream < cap ? per_stream : cap;
+    int steps = (int)(3.0 * one / ((double)floats * sizeof(float)));
+    steps = steps < 3 ? 3 : steps;
+    for (int r = 0; r < rounds; r++) {
+        for (int j = 0; j < NS; j++) {
+            /* Alternate the order of the counts, and of the two tools. */
+            int k = r % 2 ? NS - 1 - j : j, n = counts[k];
+            struct hh h;
+            if (hh_up(&h, 2) < 0)
+                return 1;
+            for (int i = 0; i < 2; i++)
+                if (hh_net(&h, "cap %d %dmbit", i, mbit) < 0)
+                    return 1;
+            int rk = hh_route(&h, 0, delay_ms, window_kb);
+            int ik = hh_relay_add(&h, 0, HH_RELAY_PORT + 1, 5201, delay_ms,
+                                  window_kb);
+            if (rk < 0 || ik < 0 || hh_relay_start(&h, ik) < 0 ||
+                iperf_server(&h, 0, 0) < 0)
+                return 1;
+            char sv[64];
+            snprintf(sv, sizeof(sv), "transport.streams=%d", n);
+            const char *const extra[] = {sv, NULL};
+            if (r % 2 == 0) {
+                ip[k][r] = iperf_client(&h, 0, 1, HH_RELAY_PORT + 1, n, 0) / 8;
+                bi[k][r] = iperf_client(&h, 0, 1, HH_RELAY_PORT + 1, n, 1) / 8;
+            }
+            bus[k][r] = preduce(&h, floats, steps, 2, extra);
+            if (r % 2 == 1) {
+                ip[k][r] = iperf_client(&h, 0, 1, HH_RELAY_PORT + 1, n, 0) / 8;
+                bi[k][r] = iperf_client(&h, 0, 1, HH_RELAY_PORT + 1, n, 1) / 8;
+            }
+            hh_down(&h);
+            printf("round %d, streams %d: all-reduce bus %.2f MB/s, iperf3 "
+                   "-P %d %.2f MB/s one way, %.2f MB/s each way both at once "
+                   "(per-stream bound %.2f MB/s, cap %.2f MB/s)\n",
+                   r + 1, n, bus[k][r] / 1e6, n, ip[k][r] / 1e6, bi[k][r] / 1e6,
+                   per_stream / 1e6, cap / 1e6);
+            fflush(stdout);
+            if (bus[k][r] < 0 || ip[k][r] < 0 || bi[k][r] < 0)
+                return 1;
+        }
+    }
+    FILE *f = fopen(out, "w");
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? f : stdout;
+        if (!o)
+            continue;
+        fprintf(o,
+                "streams per peer pair: 2 hosts, the link through a relay of "
+                "%d ms and %d KiB per connection (at most %.2f MB/s a "
+                "stream), capped at %d Mbit/s (%.2f MB/s) each way, %.1f MiB "
+                "model, allreduce, %d steps, %d rounds: median (min-max)\n",
+                delay_ms, window_kb, per_stream / 1e6, mbit, cap / 1e6, mib,
+                steps, rounds);
+        fprintf(o, "%-7s %-21s %-21s %-21s %-19s %-19s %s\n", "streams",
+                "bus MB/s", "iperf3 -P N MB/s", "iperf3 bidir MB/s",
+                "bus/iperf3", "bus/iperf3 bidir", "bus/cap");
+        for (int k = 0; k < NS; k++) {
+            const double *cols[3] = {bus[k], ip[k], bi[k]};
+            char cell[6][64];
+            for (int c = 0; c < 3; c++) {
+                double lo, hi, m = median(cols[c], rounds, &lo, &hi);
+                snprintf(cell[c], sizeof(cell[c]), "%.2f (%.2f-%.2f)", m / 1e6,
+                         lo / 1e6, hi / 1e6);
+            }
+            for (int c = 0; c < 3; c++) {
+                double v[MAX_ROUNDS], lo, hi;
+                for (int r = 0; r < rounds; r++)
+                    v[r] = bus[k][r] / (c == 2 ? cap : cols[c + 1][r]);
+                double m = median(v, rounds, &lo, &hi);
+                snprintf(cell[3 + c], sizeof(cell[3 + c]), "%.3f (%.3f-%.3f)",
+                         m, lo, hi);
+            }
+            fprintf(o, "%-7d %-21s %-21s %-21s %-19s %-19s %s\n", counts[k],
+                    cell[0], cell[1], cell[2], cell[3], cell[4], cell[5]);
+        }
+        double v[MAX_ROUNDS], lo, hi, m;
+        for (int r = 0; r < rounds; r++)
+            v[r] = bus[NS - 1][r] / bus[0][r];
+        m = median(v, rounds, &lo, &hi);
+        fprintf(o, "streams=4 / streams=1: %.2fx (%.2f-%.2f)", m, lo, hi);
+        for (int r = 0; r < rounds; r++)
+            v[r] = ip[NS - 1][r] / ip[0][r];
+        m = median(v, rounds, &lo, &hi);
+        fprintf(o, "; iperf3 -P 4 / -P 1: %.2fx (%.2f-%.2f)", m, lo, hi);
+        for (int r = 0; r < rounds; r++)
+            v[r] = bi[NS - 1][r] / bi[0][r];
+        m = median(v, rounds, &lo, &hi);
+        fprintf(o, ", both ways at once %.2fx (%.2f-%.2f)\n", m, lo, hi);
+    }
+    if (f) {
+        fclose(f);
+        printf("written to %s\n", out);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "ring")) {
+    if (argc > 1 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "streams"))) {
         if (access("/run/netns", F_OK) != 0 && geteuid() != 0) {
-            printf("bench-hosts ring: SKIPPED: network namespaces need "
-                   "root\n");
+            printf("bench-hosts %s: SKIPPED: network namespaces need "
+                   "root\n",
+                   argv[1]);
             return 0;
         }
-        return ring_main(argc, argv);
+        return argv[1][0] == 'r' ? ring_main(argc, argv)
+                                 : streams_main(argc, argv);
     }
     int mbit = argc > 1 ? atoi(argv[1]) : 100;
     double mib = argc > 2 ? atof(argv[2]) : 4;
