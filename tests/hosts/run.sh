@@ -15,7 +15,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 net=$here/net.sh
 prefix=prh$$
 
+# The suite running now (its timeout's pid; timeout leads a process group
+# of its own and passes a signal on to all of it).
+suite=
+
 cleanup() {
+    if [ -n "$suite" ]; then
+        kill -TERM "$suite" 2>/dev/null || true
+        wait "$suite" 2>/dev/null || true
+        suite=
+    fi
     "$net" down "$prefix" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -48,10 +57,15 @@ export PREDUCE_HOSTS_PREFIX=$prefix PREDUCE_HOSTS_NET=$net
 status=0
 for t in "$@"; do
     echo "== $t"
-    # Unquoted: an argument may be a program with its arguments.
+    # Unquoted: an argument may be a program with its arguments. In the
+    # background, so that a signal to this script runs its trap at once
+    # (bash holds traps while a foreground command runs).
     # shellcheck disable=SC2086
-    timeout -k 5 "${HOSTS_SUITE_TIMEOUT:-240}" $t
+    timeout -k 5 "${HOSTS_SUITE_TIMEOUT:-240}" $t &
+    suite=$!
+    wait "$suite"
     rc=$?
+    suite=
     if [ $rc -ne 0 ]; then
         [ $rc -eq 124 ] && echo "check-hosts: $t timed out"
         status=1
