@@ -73,27 +73,8 @@ static void stream_up(struct tstream *s, struct pr_conn *c)
 static int dial_hello(struct tstream *s, const Pr__V1__Challenge *ch)
 {
     struct tpeer *p = s->p;
-    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
-    size_t len;
-    const char *why;
-    int rc = pr_auth_answer(p->x->key, ch, s->peer_challenge, s->our_nonce, buf,
-                            &len, &why);
-    if (rc < 0) {
-        pr_err("peer node %u (%s) stream %u: %s", p->base.node_id, p->addr,
-               s->index, why);
-        return rc;
-    }
-    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
-    hello.auth.data = buf;
-    hello.auth.len = len;
-    hello.version = PR_PROTO_VERSION;
-    hello.role = PR__V1__ROLE__ROLE_NODE;
-    hello.node_id = p->x->self;
-    hello.streams = p->nstreams;
-    hello.stream = s->index;
-    hello.link_id = p->link_id;
-    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
-    rc = pr_conn_send(s->conn, &m);
+    int rc = pr_tcp_send_hello(p, s->conn, ch, s->our_nonce, s->peer_challenge,
+                               p->nstreams, s->index, NULL);
     if (rc == 0)
         s->hello_sent = 1;
     return rc;

@@ -132,6 +132,17 @@ void pr_tcp_peer_link_down(struct tpeer *p, int status);
 /* The link carries chunks: queued sends go. */
 void pr_tcp_peer_up(struct tpeer *p);
 void pr_tcp_peer_fail_pending(struct tpeer *p, int status);
+/*
+ * Answers the peer's challenge on c, one of p's connections: the hello
+ * with our id and the key's proof (the nonces kept for the welcome's
+ * check), the link's streams, this one's index and the link id, and `ri`
+ * when it offers RDMA. 0, or < 0 (logged).
+ */
+int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
+                      const Pr__V1__Challenge *ch,
+                      uint8_t our_nonce[PR_AUTH_NONCE_LEN],
+                      uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
+                      uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri);
 /* The link is lost with all its connections, as if its first closed. */
 void pr_tcp_peer_lost(struct tpeer *p, int status);
 
