@@ -142,7 +142,13 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
                        PR_FRAME_HDR_LEN + c->ops->data_prefix;
     if (may_land)
         want = land_want(c, want);
-    if (pr_frame_reader_reserve(&c->rd, want, &p, &n) < 0) {
+    /*
+     * Such a frame's payload goes to its place, not here: the buffer need
+     * not grow to hold it (a 1 MiB chunk would leave it at 2 MiB).
+     */
+    int rc = may_land ? pr_frame_reader_reserve_few(&c->rd, want, &p, &n)
+                      : pr_frame_reader_reserve(&c->rd, want, &p, &n);
+    if (rc < 0) {
         buf->base = NULL;
         buf->len = 0;
         return;

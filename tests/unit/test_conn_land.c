@@ -379,6 +379,8 @@ START_TEST(test_conn_land_split_header)
         ck_assert_uint_eq(t.ev[0].copied, 0);
         ck_assert_uint_eq(t.c->frames_landed, 1);
         ck_assert_uint_eq(t.c->bytes_in, n);
+        /* The read buffer did not grow to hold the payload it never got. */
+        ck_assert_uint_le(t.c->rd.cap, 65536);
         free(f);
         t_fini(&t, 1);
     }
