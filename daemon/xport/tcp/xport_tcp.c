@@ -299,7 +299,7 @@ static int welcomed(struct tpeer *p, const Pr__V1__Welcome *w)
             /* Up when the others are in (retry_cb's deadline holds). */
             p->nstreams = n;
             p->state = P_STREAMS;
-            p->since_ms = uv_now(p->x->loop);
+            p->streams_ms = uv_now(p->x->loop);
             return pr_tcp_streams_dial(p);
         }
         pr_tcp_peer_up(p);
@@ -393,8 +393,10 @@ static void chunk_in(struct tpeer *p, struct pr_conn *c, size_t frame_len)
      * the link's time for as many chunks as there are streams in a frame.
      */
     size_t busy = p->nstreams > 1 ? pr_tcp_streams_busy(p, c) : 1;
-    pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
-                        uv_now(p->x->loop));
+    /* Too small a chunk to time, however many streams shared the link. */
+    if (frame_len >= PR_LINK_RATE_MIN)
+        pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
+                            uv_now(p->x->loop));
 }
 
 static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)

@@ -22,7 +22,7 @@
 /*
  * Incoming connections before their hello: at most STRANGERS_MAX, and
  * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
- * connect_timeout_ms.
+ * connect_timeout_ms; both times transport.streams (xport_accept.c).
  */
 #define STRANGERS_MAX        64
 #define STRANGERS_PER_SOURCE 32
@@ -85,8 +85,9 @@ struct tpeer {
     /* The link's connections: conn, then more[0 .. nstreams - 2]. */
     uint32_t nstreams;   /* agreed in the welcome; 1 before */
     uint32_t streams_up; /* of more[] */
-    uint32_t tx_next;    /* where the next send's search begins */
+    uint32_t tx_last;    /* the stream the last chunk went on */
     uint64_t link_id;    /* the dialling side's, repeated by each stream */
+    uint64_t streams_ms; /* when P_STREAMS began: its deadline starts */
     struct tstream more[PR_TCP_STREAMS_MAX - 1];
 };
 
