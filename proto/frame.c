@@ -71,8 +71,8 @@ static void settle(struct pr_frame_reader *r)
     }
 }
 
-int pr_frame_reader_reserve(struct pr_frame_reader *r, size_t want, void **p,
-                            size_t *n)
+static int reserve(struct pr_frame_reader *r, size_t want, int whole, void **p,
+                   size_t *n)
 {
     settle(r);
     if (r->off > 0) {
@@ -85,7 +85,7 @@ int pr_frame_reader_reserve(struct pr_frame_reader *r, size_t want, void **p,
      * in few reads; never beyond one whole frame plus a header.
      */
     size_t need = r->len + want;
-    if (r->len >= PR_FRAME_HDR_LEN) {
+    if (whole && r->len >= PR_FRAME_HDR_LEN) {
         struct pr_frame_hdr h;
         if (pr_frame_hdr_decode(r->buf, r->max_len, &h) == 0 &&
             PR_FRAME_HDR_LEN + (size_t)h.len + PR_FRAME_HDR_LEN > need)
@@ -104,6 +104,18 @@ int pr_frame_reader_reserve(struct pr_frame_reader *r, size_t want, void **p,
     *p = r->buf + r->len;
     *n = r->cap - r->len;
     return 0;
+}
+
+int pr_frame_reader_reserve(struct pr_frame_reader *r, size_t want, void **p,
+                            size_t *n)
+{
+    return reserve(r, want, 1, p, n);
+}
+
+int pr_frame_reader_reserve_few(struct pr_frame_reader *r, size_t want,
+                                void **p, size_t *n)
+{
+    return reserve(r, want, 0, p, n);
 }
 
 void pr_frame_reader_commit(struct pr_frame_reader *r, size_t n)

@@ -68,6 +68,13 @@ void pr_frame_reader_fini(struct pr_frame_reader *r);
 /* Space for at least `want` more bytes: *p, *n. 0 or -ENOMEM. */
 int pr_frame_reader_reserve(struct pr_frame_reader *r, size_t want, void **p,
                             size_t *n);
+/*
+ * The same, without growing to hold the whole frame being assembled: for
+ * a reader that takes only a frame's first bytes and has its payload read
+ * elsewhere (a data frame landing in place, conn.c).
+ */
+int pr_frame_reader_reserve_few(struct pr_frame_reader *r, size_t want,
+                                void **p, size_t *n);
 void pr_frame_reader_commit(struct pr_frame_reader *r, size_t n);
 /*
  * 1 and the next whole frame (the payload stays valid until the next call

@@ -91,6 +91,31 @@ void pr_conn_close(struct pr_conn *c, int status)
  */
 #define LAND_FIRST_READ 4096
 
+/*
+ * What the next read may take (at most `want`) while less than a header
+ * and data prefix of a frame that may land in place is buffered. Between
+ * frames, LAND_FIRST_READ. Inside a header or prefix, only the bytes it
+ * still misses: the read then ends where the payload begins, and all of
+ * the payload lands (a 64 KiB read would bring most of a chunk into the
+ * read buffer, to be copied from there). A control message, once its
+ * header says so, reads as usual.
+ */
+static size_t land_want(struct pr_conn *c, size_t want)
+{
+    size_t pending = pr_frame_reader_pending(&c->rd);
+    size_t need = PR_FRAME_HDR_LEN + c->ops->data_prefix;
+    struct pr_frame_hdr fh;
+    const uint8_t *p;
+    size_t n;
+    if (pending == 0)
+        return want < LAND_FIRST_READ ? want : LAND_FIRST_READ;
+    if (pending >= PR_FRAME_HDR_LEN &&
+        (!pr_frame_reader_partial(&c->rd, &fh, &p, &n) ||
+         fh.type != PR_FRAME_DATA))
+        return want;
+    return want < need - pending ? want : need - pending;
+}
+
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     struct pr_conn *c = h->data;
@@ -111,18 +136,24 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     size_t want = c->rd.max_len + PR_FRAME_HDR_LEN;
     if (want > 65536)
         want = 65536;
-    if (c->ops->on_data_begin && pr_frame_reader_pending(&c->rd) == 0 &&
-        want > LAND_FIRST_READ)
-        want = LAND_FIRST_READ;
-    if (pr_frame_reader_reserve(&c->rd, want, &p, &n) < 0) {
+    /* A frame that may still land in place: no more than it needs now. */
+    int may_land = c->ops->on_data_begin && !c->land.refused &&
+                   pr_frame_reader_pending(&c->rd) <
+                       PR_FRAME_HDR_LEN + c->ops->data_prefix;
+    if (may_land)
+        want = land_want(c, want);
+    /*
+     * Such a frame's payload goes to its place, not here: the buffer need
+     * not grow to hold it (a 1 MiB chunk would leave it at 2 MiB).
+     */
+    int rc = may_land ? pr_frame_reader_reserve_few(&c->rd, want, &p, &n)
+                      : pr_frame_reader_reserve(&c->rd, want, &p, &n);
+    if (rc < 0) {
         buf->base = NULL;
         buf->len = 0;
         return;
     }
-    /* A frame that may still land in place: no more than it needs now. */
-    if (c->ops->on_data_begin && !c->land.refused && n > want &&
-        pr_frame_reader_pending(&c->rd) <
-            PR_FRAME_HDR_LEN + c->ops->data_prefix)
+    if (may_land && n > want)
         n = want;
     buf->base = p;
     buf->len = n;

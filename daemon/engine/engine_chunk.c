@@ -43,12 +43,16 @@ int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
 }
 
 /*
- * Spans of one step kept apart at most: links deliver in order, so a step
- * has one span unless a peer scatters its chunks, and each insert moves
+ * Spans of one step kept apart at most. A link of one TCP connection
+ * delivers in order, so a step has one span; over several (the TCP
+ * transport's streams) each chunk still in flight on a stream that lags
+ * the others is a gap, as many as that stream holds (its sender stops
+ * giving it chunks while it lags: xport_streams.c). Each insert moves
  * the spans after it: past this, the group fails instead of the loop
- * stalling on a peer that sends a segment one float at a time backwards.
+ * stalling on a peer that sends a segment one float at a time backwards
+ * (at most about MAX_SPANS^2 x 8 bytes moved per step, 0.5 GB).
  */
-#define MAX_SPANS 1024
+#define MAX_SPANS 8192
 
 /*
  * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of

@@ -19,6 +19,9 @@ static const char *const allreduce_sets[] = {"scheduler.policy=allreduce",
  * nparts parts; in_place: the trainers call preduce_set_in_place().
  */
 static const char *const chunk256_sets[] = {"transport.chunk_kb=256", NULL};
+/* Peer links of three TCP connections each (transport.streams). */
+static const char *const streams_sets[] = {"transport.chunk_kb=256",
+                                           "transport.streams=3", NULL};
 
 static void run_trainers_on(const char *const *sched_sets,
                             const char *const *node_sets, size_t n, int nparts,
@@ -60,6 +63,12 @@ static void run_trainers_on(const char *const *sched_sets,
         h_log_dump(&c, "node0");
     }
     ck_assert_int_eq(failed, 0);
+    /* The links had the streams asked for (each node dials or accepts). */
+    for (int i = 0; node_sets == streams_sets && i < 3; i++) {
+        char who[16];
+        snprintf(who, sizeof(who), "node%d", i);
+        ck_assert(h_log_contains(&c, who, "link up (tcp, 3 streams)"));
+    }
     /*
      * The daemons' own count: with one trainer per node asking for it (and
      * groups of all three), every group was written in place; otherwise
@@ -152,9 +161,6 @@ END_TEST
  * spread over them arrive in any order across streams, and every result
  * is still exact, read whole or written in place.
  */
-static const char *const streams_sets[] = {"transport.chunk_kb=256",
-                                           "transport.streams=3", NULL};
-
 START_TEST(test_reduce_streams)
 {
     run_trainers_on(allreduce_sets, streams_sets, 1000003, 1, 20, 2, 0);

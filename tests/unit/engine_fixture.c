@@ -145,7 +145,10 @@ static void deliver(struct memlink *l, struct msg **pp)
         l->delivered++;
         l->net->links[l->to][l->from].base.bytes_recv +=
             (size_t)h.nfloats * sizeof(float);
-        pr_engine_on_chunk(dst, from, &h, m->data);
+        if (l->land)
+            memlink_land(l, dst, from, &h, m->data);
+        else
+            pr_engine_on_chunk(dst, from, &h, m->data);
     }
     m->cb(m->arg, 0);
     free(m);
@@ -251,6 +254,8 @@ struct net *net_new_stash(int n, size_t chunk, size_t stash_max)
             l->up = a != b;
             l->corrupt_at = SIZE_MAX;
             l->tail = &l->head;
+            l->land_fail_at = SIZE_MAX;
+            l->held_tail = &l->held;
         }
         net->nodes[a].net = net;
         net->nodes[a].idx = a;
@@ -289,6 +294,11 @@ void net_free(struct net *net)
 {
     ck_assert_msg(net_queued(net, 1) == 0, "%zu chunks still queued",
                   net_queued(net, 1));
+    for (int a = 0; a < net->n; a++)
+        for (int b = 0; b < net->n; b++)
+            ck_assert_msg(net->links[a][b].nheld == 0,
+                          "link %d -> %d: %zu landings still held", a, b,
+                          net->links[a][b].nheld);
     for (int a = 0; a < net->n; a++)
         destroy_node(net, a);
     uv_close((uv_handle_t *)&net->idle, NULL);

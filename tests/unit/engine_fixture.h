@@ -5,7 +5,9 @@
  * Every test runs a private libuv loop with several engines ("nodes") in it,
  * wired by in-memory links (struct memlink) that copy each chunk at send()
  * and deliver it later from a uv_idle callback, then complete the send. The
- * links have knobs to drop, fail, hold or corrupt chunks. A group spread
+ * links have knobs to drop, fail, hold or corrupt chunks, and to deliver
+ * them as TCP does when it can: through the sink's reserve() and land()
+ * (the payload copied to where reserve() said), not on_chunk. A group spread
  * over the network (struct tgroup) gives each member random inputs cut into
  * random parts; the checks count every done() call, check that none runs
  * inside pr_engine_start, and compare results against a double-precision
@@ -48,7 +50,8 @@ extern unsigned reduce_threads;
 /* The header field (or sender id) a link corrupts in one message. */
 enum field { F_NONE, F_TOTAL, F_OFF, F_STEP, F_SEG, F_FROM };
 
-struct msg; /* one queued chunk, copied at send() */
+struct msg;     /* one queued chunk, copied at send() */
+struct landing; /* one landing held out (land_hold) */
 struct net;
 
 struct memlink {
@@ -70,6 +73,24 @@ struct memlink {
     size_t processed; /* messages taken off the queue */
     size_t delivered; /* handed to the destination engine */
     int resets;       /* reset() calls: each fails what is queued */
+    /*
+     * Landing (land set): each chunk is offered to the engine's reserve();
+     * when it says 1 the payload is copied to the place it gave and land()
+     * is called, at once or (land_hold) at link_land_release(); when it
+     * says 0 the chunk goes to on_chunk. From landing number land_fail_at
+     * on, a landing ends with land_fail (< 0) after half of its payload,
+     * as when a TCP link closes inside a frame.
+     */
+    int land;
+    int land_hold;
+    int land_fail;
+    size_t land_fail_at;
+    struct landing *held, **held_tail;
+    size_t nheld;
+    size_t reserved;       /* reserve() said 1 */
+    size_t refused;        /* reserve() said 0: on_chunk took it */
+    size_t refused_floats; /* of those, floats (empty chunks have none) */
+    size_t landed;         /* land() calls, whatever their status */
 };
 
 struct node {
@@ -113,6 +134,23 @@ void net_hold_all(struct net *net, int hold);
 size_t link_deliver(struct net *net, int a, int b, size_t n);
 /* Messages waiting on all links; held links count only when held_too. */
 size_t net_queued(const struct net *net, int held_too);
+/*
+ * Delivers a chunk of link l by landing (engine_fixture_land.c): reserve(),
+ * then the payload and land(), or on_chunk when reserve() says 0.
+ */
+void memlink_land(struct memlink *l, struct pr_engine *e, uint32_t from,
+                  const struct pr_chunk_hdr *h, const float *data);
+/* Every link delivers by landing (land != 0) or by on_chunk. */
+void net_land_all(struct net *net, int land);
+/*
+ * Ends every landing held on link a -> b, in order, with `status` (0: the
+ * whole payload at its place first; < 0: half of it): how many.
+ */
+size_t link_land_release(struct net *net, int a, int b, int status);
+/* Sums of the links' landing counters. */
+size_t net_reserved(const struct net *net);
+size_t net_refused(const struct net *net);
+size_t net_refused_floats(const struct net *net);
 
 /* Runs the loop until pred() holds; fails the test if it goes idle first. */
 void run_until(struct net *net, pred_fn pred, void *arg);

@@ -1,8 +1,10 @@
 /*
- * Unit tests for proto/frame.c at the scheduler's limits: a Group of
+ * Unit tests for proto/frame.c: at the scheduler's limits, a Group of
  * PR_SCHED_MAX members and the ReduceDone a trainer gets for it fit in
  * PR_CTRL_MAX_FRAME at their longest encoding, and a frame over the limit
- * is refused rather than cut.
+ * is refused rather than cut; and the reader's view of a partial frame
+ * (partial, drop_partial, pending), which a conn uses to read a data
+ * frame's payload straight into place.
  */
 #include "proto/frame.h"
 
@@ -130,6 +132,222 @@ START_TEST(test_frame_largest_reduce_done_fits)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Partial frames                                                       */
+
+#define MAX_LEN 1024
+
+/* n bytes into the reader, as a read would bring them. */
+static void feed(struct pr_frame_reader *r, const uint8_t *b, size_t n)
+{
+    void *p;
+    size_t room;
+    ck_assert_int_eq(pr_frame_reader_reserve(r, n, &p, &room), 0);
+    ck_assert_uint_ge(room, n);
+    memcpy(p, b, n);
+    pr_frame_reader_commit(r, n);
+}
+
+/* A frame of `len` payload bytes b[i] = seed + i, header included. */
+static size_t make_frame(uint8_t *out, uint16_t type, uint32_t len,
+                         uint8_t seed)
+{
+    pr_frame_hdr_encode(out, len, type, 0x0102);
+    for (uint32_t i = 0; i < len; i++)
+        out[PR_FRAME_HDR_LEN + i] = (uint8_t)(seed + i);
+    return PR_FRAME_HDR_LEN + len;
+}
+
+START_TEST(test_frame_partial_header_incomplete)
+{
+    struct pr_frame_reader r;
+    uint8_t f[PR_FRAME_HDR_LEN + 100];
+    make_frame(f, PR_FRAME_DATA, 100, 0);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    struct pr_frame_hdr h;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    /* Each byte of the header short of the last: not a partial frame yet. */
+    for (size_t i = 0; i < PR_FRAME_HDR_LEN - 1; i++) {
+        feed(&r, f + i, 1);
+        ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+        ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+        ck_assert_uint_eq(pr_frame_reader_pending(&r), i + 1);
+    }
+    feed(&r, f + PR_FRAME_HDR_LEN - 1, 1);
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 1);
+    ck_assert_uint_eq(n, PR_FRAME_HDR_LEN);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
+START_TEST(test_frame_partial_complete_frame)
+{
+    struct pr_frame_reader r;
+    uint8_t f[PR_FRAME_HDR_LEN + 100];
+    size_t len = make_frame(f, PR_FRAME_DATA, 100, 3);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    feed(&r, f, len);
+    struct pr_frame_hdr h;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    /* A whole frame is next()'s to hand out, not a partial one. */
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(h.len, 100);
+    ck_assert_int_eq(p[0], 3);
+    /* Consumed: nothing partial is left either. */
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    /* An empty payload is whole with its header alone. */
+    len = make_frame(f, PR_FRAME_MSG, 0, 0);
+    feed(&r, f, len);
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(h.len, 0);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
+START_TEST(test_frame_partial_data_frame)
+{
+    struct pr_frame_reader r;
+    uint8_t a[PR_FRAME_HDR_LEN + 20], b[PR_FRAME_HDR_LEN + 300];
+    size_t alen = make_frame(a, PR_FRAME_MSG, 20, 50);
+    make_frame(b, PR_FRAME_DATA, 300, 7);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    /* One read: a whole frame, then 8 + 41 bytes of the next. */
+    uint8_t both[sizeof(a) + PR_FRAME_HDR_LEN + 41];
+    memcpy(both, a, alen);
+    memcpy(both + alen, b, PR_FRAME_HDR_LEN + 41);
+    feed(&r, both, sizeof(both));
+    struct pr_frame_hdr h;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(h.type, PR_FRAME_MSG);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    memset(&h, 0, sizeof(h));
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 1);
+    ck_assert_uint_eq(h.len, 300);
+    ck_assert_uint_eq(h.type, PR_FRAME_DATA);
+    ck_assert_uint_eq(h.flags, 0x0102);
+    ck_assert_uint_eq(n, PR_FRAME_HDR_LEN + 41);
+    /* p: the partial frame itself, header first, not the frame before. */
+    ck_assert_int_eq(memcmp(p, b, n), 0);
+    /* More of it comes: the same frame, more bytes. */
+    feed(&r, b + n, 100);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 1);
+    ck_assert_uint_eq(n, PR_FRAME_HDR_LEN + 141);
+    ck_assert_int_eq(memcmp(p, b, n), 0);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
+START_TEST(test_frame_partial_bad_header)
+{
+    struct pr_frame_reader r;
+    uint8_t f[PR_FRAME_HDR_LEN];
+    struct pr_frame_hdr h;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    /* Longer than the limit: next() reports it, partial() says no. */
+    pr_frame_hdr_encode(f, MAX_LEN + 1, PR_FRAME_DATA, 0);
+    feed(&r, f, sizeof(f));
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), -EMSGSIZE);
+    pr_frame_reader_fini(&r);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    pr_frame_hdr_encode(f, 10, 9, 0); /* unknown type */
+    feed(&r, f, sizeof(f));
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), -EPROTO);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
+/*
+ * The caller took the rest of a partial frame off the stream itself: the
+ * reader forgets it, and the next bytes begin the next frame.
+ */
+START_TEST(test_frame_drop_partial)
+{
+    struct pr_frame_reader r;
+    uint8_t a[PR_FRAME_HDR_LEN + 16], b[PR_FRAME_HDR_LEN + 500];
+    uint8_t c[PR_FRAME_HDR_LEN + 30];
+    size_t alen = make_frame(a, PR_FRAME_MSG, 16, 1);
+    make_frame(b, PR_FRAME_DATA, 500, 2);
+    size_t clen = make_frame(c, PR_FRAME_MSG, 30, 9);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    uint8_t both[sizeof(a) + 60];
+    memcpy(both, a, alen);
+    memcpy(both + alen, b, 60);
+    feed(&r, both, alen + 60);
+    struct pr_frame_hdr h;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 1);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 60);
+    pr_frame_reader_drop_partial(&r);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_int_eq(pr_frame_reader_partial(&r, &h, &p, &n), 0);
+    /* The next frame, in two pieces, reads as if b had never been. */
+    feed(&r, c, 5);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    feed(&r, c + 5, clen - 5);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(h.type, PR_FRAME_MSG);
+    ck_assert_uint_eq(h.len, 30);
+    ck_assert_int_eq(memcmp(p, c + PR_FRAME_HDR_LEN, 30), 0);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
+/* Buffered bytes not handed out, across commits and next() calls. */
+START_TEST(test_frame_pending)
+{
+    struct pr_frame_reader r;
+    uint8_t a[PR_FRAME_HDR_LEN + 10], b[PR_FRAME_HDR_LEN + 700];
+    size_t alen = make_frame(a, PR_FRAME_MSG, 10, 0);
+    size_t blen = make_frame(b, PR_FRAME_DATA, 700, 0);
+    uint8_t s[sizeof(a) + sizeof(b)];
+    memcpy(s, a, alen);
+    memcpy(s + alen, b, blen);
+    ck_assert_int_eq(pr_frame_reader_init(&r, MAX_LEN), 0);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    struct pr_frame_hdr h;
+    const uint8_t *p;
+    feed(&r, s, 3);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 3);
+    feed(&r, s + 3, alen + 20 - 3);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), alen + 20);
+    /* The frame handed out is no longer pending, before any other call. */
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 20);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 20);
+    feed(&r, s + alen + 20, blen - 20 - 1);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), blen - 1);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    feed(&r, s + alen + blen - 1, 1);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), blen);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 1);
+    ck_assert_uint_eq(h.len, 700);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    ck_assert_int_eq(pr_frame_reader_next(&r, &h, &p), 0);
+    ck_assert_uint_eq(pr_frame_reader_pending(&r), 0);
+    pr_frame_reader_fini(&r);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
     Suite *s = suite_create("frame");
@@ -138,6 +356,16 @@ static Suite *frame_suite(void)
     tcase_add_test(tc, test_frame_largest_group_fits);
     tcase_add_test(tc, test_frame_oversized_refused);
     tcase_add_test(tc, test_frame_largest_reduce_done_fits);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("partial");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_frame_partial_header_incomplete);
+    tcase_add_test(tc, test_frame_partial_complete_frame);
+    tcase_add_test(tc, test_frame_partial_data_frame);
+    tcase_add_test(tc, test_frame_partial_bad_header);
+    tcase_add_test(tc, test_frame_drop_partial);
+    tcase_add_test(tc, test_frame_pending);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -45,12 +45,20 @@ static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
     return 0;
 }
 
-static const struct pr_stranger_rules stranger_rules = {
-    .what = "peer listener",
-    .awaits = "hello",
-    .max = STRANGERS_MAX,
-    .per_source_max = STRANGERS_PER_SOURCE,
-};
+/*
+ * Bounds per listener and per source address, times the streams a link
+ * may have: a peer opens that many connections at once, each a stranger
+ * until its hello passes.
+ */
+static struct pr_stranger_rules stranger_rules(const struct pr_tcp_xport *x)
+{
+    return (struct pr_stranger_rules){
+        .what = "peer listener",
+        .awaits = "hello",
+        .max = STRANGERS_MAX * x->streams,
+        .per_source_max = STRANGERS_PER_SOURCE * x->streams,
+    };
+}
 
 /* base is the first member: a listed pr_stranger is a struct stranger. */
 static void stranger_close(struct pr_stranger *base, int status)
@@ -68,9 +76,17 @@ static void sweep_cb(uv_timer_t *t)
 {
     struct pr_tcp_xport *x = t->data;
     uint64_t now = uv_now(x->loop);
-    pr_strangers_sweep(&x->strangers, &stranger_rules, x->connect_timeout_ms,
-                       now);
+    struct pr_stranger_rules rules = stranger_rules(x);
+    pr_strangers_sweep(&x->strangers, &rules, x->connect_timeout_ms, now);
     for (struct tpeer *p = x->peers; p; p = p->next) {
+        if (p->state == P_STREAMS && p->conn &&
+            now - p->streams_ms >= x->connect_timeout_ms) {
+            pr_warn("peer node %u: %u of %u streams joined within %u ms: "
+                    "closing",
+                    p->base.node_id, p->streams_up + 1, p->nstreams,
+                    x->connect_timeout_ms);
+            pr_conn_close(p->conn, -ETIMEDOUT);
+        }
         if (p->state == P_UP || now - p->since_ms < x->connect_timeout_ms)
             continue;
         if (p->q) {
@@ -83,13 +99,6 @@ static void sweep_cb(uv_timer_t *t)
         if (p->state == P_RDMA_WAIT && p->conn) {
             pr_warn("peer node %u: no rdma_ready within %u ms: closing",
                     p->base.node_id, x->connect_timeout_ms);
-            pr_conn_close(p->conn, -ETIMEDOUT);
-        }
-        if (p->state == P_STREAMS && p->conn) {
-            pr_warn("peer node %u: %u of %u streams joined within %u ms: "
-                    "closing",
-                    p->base.node_id, p->streams_up + 1, p->nstreams,
-                    x->connect_timeout_ms);
             pr_conn_close(p->conn, -ETIMEDOUT);
         }
     }
@@ -195,8 +204,9 @@ static void become_peer(struct stranger *st, struct tpeer *p, uint32_t streams,
         p->state = P_RDMA_WAIT;
         p->since_ms = uv_now(x->loop);
     } else if (streams > 1) {
+        /* Its own deadline: since_ms times the queued sends' wait. */
         p->state = P_STREAMS;
-        p->since_ms = uv_now(x->loop);
+        p->streams_ms = uv_now(x->loop);
     } else {
         pr_tcp_peer_up(p);
     }
@@ -294,8 +304,9 @@ static void on_connection(uv_stream_t *server, int status)
     snprintf(c->name, sizeof(c->name), "peer link from %s", st->base.source);
     st->base.name = c->name;
     st->base.close = stranger_close;
-    if (pr_strangers_admit(&x->strangers, &stranger_rules, &st->base,
-                           uv_now(x->loop)) < 0) {
+    struct pr_stranger_rules rules = stranger_rules(x);
+    if (pr_strangers_admit(&x->strangers, &rules, &st->base, uv_now(x->loop)) <
+        0) {
         pr_conn_close(c, -EBUSY);
         return;
     }

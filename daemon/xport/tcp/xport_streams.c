@@ -20,8 +20,10 @@
  * (engine_chunk.c), in whatever order they arrive.
  */
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
@@ -53,7 +55,7 @@ void pr_tcp_streams_drop(struct tpeer *p)
     }
     p->nstreams = 1;
     p->streams_up = 0;
-    p->tx_next = 0;
+    p->tx_last = 0;
 }
 
 /* A stream is in: the link is up when the last one is. */
@@ -73,27 +75,8 @@ static void stream_up(struct tstream *s, struct pr_conn *c)
 static int dial_hello(struct tstream *s, const Pr__V1__Challenge *ch)
 {
     struct tpeer *p = s->p;
-    uint8_t buf[2 * PR_AUTH_NONCE_LEN];
-    size_t len;
-    const char *why;
-    int rc = pr_auth_answer(p->x->key, ch, s->peer_challenge, s->our_nonce, buf,
-                            &len, &why);
-    if (rc < 0) {
-        pr_err("peer node %u (%s) stream %u: %s", p->base.node_id, p->addr,
-               s->index, why);
-        return rc;
-    }
-    Pr__V1__Hello hello = PR__V1__HELLO__INIT;
-    hello.auth.data = buf;
-    hello.auth.len = len;
-    hello.version = PR_PROTO_VERSION;
-    hello.role = PR__V1__ROLE__ROLE_NODE;
-    hello.node_id = p->x->self;
-    hello.streams = p->nstreams;
-    hello.stream = s->index;
-    hello.link_id = p->link_id;
-    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
-    rc = pr_conn_send(s->conn, &m);
+    int rc = pr_tcp_send_hello(p, s->conn, ch, s->our_nonce, s->peer_challenge,
+                               p->nstreams, s->index, NULL);
     if (rc == 0)
         s->hello_sent = 1;
     return rc;
@@ -236,34 +219,68 @@ static struct pr_conn *stream_conn(struct tpeer *p, uint32_t i)
     return p->more[i - 1].up ? p->more[i - 1].conn : NULL;
 }
 
+/*
+ * Bytes written to c and not yet acknowledged by the peer: libuv's queue
+ * and the kernel's send queue (SIOCOUTQ), which a stream whose window is
+ * full, or which recovers a loss, keeps long.
+ */
+static size_t unacked(struct pr_conn *c)
+{
+    size_t q = pr_conn_write_queue(c);
+    uv_os_fd_t fd;
+    int outq = 0;
+    if (uv_fileno(&c->h.handle, &fd) == 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 &&
+        outq > 0)
+        q += (size_t)outq;
+    return q;
+}
+
+/*
+ * A stream keeps taking chunks while it has less than this more in
+ * flight than the least busy one: runs of consecutive chunks, not one
+ * each in turn (see pr_tcp_streams_pick).
+ */
+#define STREAM_RUN_BYTES (1u << 20)
+
 struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
 {
     uint32_t n = p->nstreams;
     if (n <= 1)
         return p->conn;
     /*
-     * The least backed up, searched from where the last pick left off:
-     * round robin while the sockets take everything at once, and around
-     * a stream whose window is full (its queue grows) when they do not.
+     * The one with the least in flight, or the last one used while it has
+     * less than STREAM_RUN_BYTES more than that. What a stream has in
+     * flight when it lags (a full window, a loss to recover) are gaps in
+     * what the peer has of a ring step, each a span it keeps
+     * (engine_chunk.c): in runs, a lagging stream leaves a gap per run
+     * rather than per chunk (with 4 KiB chunks, 1 in 256), and it gets
+     * no more until it has caught up. Runs of about a megabyte still
+     * spread a large all-reduce over all streams.
      */
-    struct pr_conn *best = NULL;
-    size_t best_q = 0;
+    struct pr_conn *best = NULL, *last = NULL;
+    size_t best_q = 0, last_q = 0;
     uint32_t best_i = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = (p->tx_next + k) % n;
+    for (uint32_t i = 0; i < n; i++) {
         struct pr_conn *c = stream_conn(p, i);
         if (!c || c->closing)
             continue;
-        size_t q = pr_conn_write_queue(c);
-        if (!best || q < best_q) {
+        size_t q = unacked(c);
+        if (i == p->tx_last) {
+            last = c;
+            last_q = q;
+        }
+        /* Ties go to the stream after the last one: round robin. */
+        uint32_t rank = (i + n - p->tx_last - 1) % n;
+        uint32_t best_rank = (best_i + n - p->tx_last - 1) % n;
+        if (!best || q < best_q || (q == best_q && rank < best_rank)) {
             best = c;
             best_q = q;
             best_i = i;
-            if (q == 0)
-                break;
         }
     }
-    p->tx_next = (best_i + 1) % n;
+    if (last && last_q < best_q + STREAM_RUN_BYTES)
+        return last;
+    p->tx_last = best_i;
     return best;
 }
 

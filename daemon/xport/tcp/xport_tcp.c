@@ -299,7 +299,7 @@ static int welcomed(struct tpeer *p, const Pr__V1__Welcome *w)
             /* Up when the others are in (retry_cb's deadline holds). */
             p->nstreams = n;
             p->state = P_STREAMS;
-            p->since_ms = uv_now(p->x->loop);
+            p->streams_ms = uv_now(p->x->loop);
             return pr_tcp_streams_dial(p);
         }
         pr_tcp_peer_up(p);
@@ -393,8 +393,10 @@ static void chunk_in(struct tpeer *p, struct pr_conn *c, size_t frame_len)
      * the link's time for as many chunks as there are streams in a frame.
      */
     size_t busy = p->nstreams > 1 ? pr_tcp_streams_busy(p, c) : 1;
-    pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
-                        uv_now(p->x->loop));
+    /* Too small a chunk to time, however many streams shared the link. */
+    if (frame_len >= PR_LINK_RATE_MIN)
+        pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
+                            uv_now(p->x->loop));
 }
 
 static int peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
@@ -499,14 +501,17 @@ static void connect_cb(struct pr_conn *c, int status)
 }
 
 /* The peer's challenge came: offer RDMA and prove the key in the hello. */
-static int on_challenge(struct tpeer *p, struct pr_conn *c,
-                        const Pr__V1__Challenge *ch)
+int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
+                      const Pr__V1__Challenge *ch,
+                      uint8_t our_nonce[PR_AUTH_NONCE_LEN],
+                      uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
+                      uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri)
 {
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
     const char *why;
-    int rc = pr_auth_answer(p->x->key, ch, p->peer_challenge, p->our_nonce, buf,
-                            &len, &why);
+    int rc = pr_auth_answer(p->x->key, ch, peer_challenge, our_nonce, buf, &len,
+                            &why);
     if (rc < 0) {
         pr_err("peer node %u (%s): %s", p->base.node_id, p->addr, why);
         return rc;
@@ -517,22 +522,30 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
-    hello.streams = p->x->streams;
-    hello.stream = 0;
-    /* Names this link to the accepting side as its other streams join. */
-    randombytes_buf(&p->link_id, sizeof(p->link_id));
+    hello.streams = streams;
+    hello.stream = stream;
     hello.link_id = p->link_id;
-    Pr__V1__RdmaInfo ri;
+    hello.rdma = ri;
+    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
+    return pr_conn_send(c, &m);
+}
+
+static int on_challenge(struct tpeer *p, struct pr_conn *c,
+                        const Pr__V1__Challenge *ch)
+{
+    Pr__V1__RdmaInfo ri, *offer = NULL;
     pr_tcp_peer_drop_qp(p);
     if (p->x->rdma &&
         pr_rdma_qp_create(p->x->rdma, p->base.node_id, &p->qp) == 0) {
         pr_rdma_qp_info(p->qp, &ri);
-        hello.rdma = &ri;
+        offer = &ri;
     } else if (p->x->rdma_required) {
         return -EPROTONOSUPPORT;
     }
-    Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
-    rc = pr_conn_send(c, &m);
+    /* Names this link to the accepting side as its other streams join. */
+    randombytes_buf(&p->link_id, sizeof(p->link_id));
+    int rc = pr_tcp_send_hello(p, c, ch, p->our_nonce, p->peer_challenge,
+                               p->x->streams, 0, offer);
     if (rc < 0)
         return rc;
     p->state = P_HELLO;

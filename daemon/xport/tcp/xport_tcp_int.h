@@ -22,7 +22,7 @@
 /*
  * Incoming connections before their hello: at most STRANGERS_MAX, and
  * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
- * connect_timeout_ms.
+ * connect_timeout_ms; both times transport.streams (xport_accept.c).
  */
 #define STRANGERS_MAX        64
 #define STRANGERS_PER_SOURCE 32
@@ -85,8 +85,9 @@ struct tpeer {
     /* The link's connections: conn, then more[0 .. nstreams - 2]. */
     uint32_t nstreams;   /* agreed in the welcome; 1 before */
     uint32_t streams_up; /* of more[] */
-    uint32_t tx_next;    /* where the next send's search begins */
+    uint32_t tx_last;    /* the stream the last chunk went on */
     uint64_t link_id;    /* the dialling side's, repeated by each stream */
+    uint64_t streams_ms; /* when P_STREAMS began: its deadline starts */
     struct tstream more[PR_TCP_STREAMS_MAX - 1];
 };
 
@@ -132,6 +133,17 @@ void pr_tcp_peer_link_down(struct tpeer *p, int status);
 /* The link carries chunks: queued sends go. */
 void pr_tcp_peer_up(struct tpeer *p);
 void pr_tcp_peer_fail_pending(struct tpeer *p, int status);
+/*
+ * Answers the peer's challenge on c, one of p's connections: the hello
+ * with our id and the key's proof (the nonces kept for the welcome's
+ * check), the link's streams, this one's index and the link id, and `ri`
+ * when it offers RDMA. 0, or < 0 (logged).
+ */
+int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
+                      const Pr__V1__Challenge *ch,
+                      uint8_t our_nonce[PR_AUTH_NONCE_LEN],
+                      uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
+                      uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri);
 /* The link is lost with all its connections, as if its first closed. */
 void pr_tcp_peer_lost(struct tpeer *p, int status);
 

@@ -1,0 +1,670 @@
+/*
+ * Unit tests for data frames read straight into place by a conn
+ * (daemon/base/conn.c: pr_conn_ops.on_data_begin/on_data_end): a pr_conn
+ * with the tests' own ops reads one end of a socket pair, and the test
+ * writes raw frames into the other end, split where it likes.
+ *
+ * What must hold: every frame comes exactly once, in order, with its
+ * bytes: a data frame either landed (on_data_end, status 0) or whole
+ * (on_data, when the owner said 0 or the frame came in one read); a read
+ * that ends inside a data frame's header or prefix takes only what they
+ * miss, so that none of the payload goes through the read buffer; a
+ * control message reads as usual; a landing cut short by the peer or by
+ * a local close ends once with an error. Each test runs a private loop,
+ * closes every handle and checks uv_loop_close() == 0.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "daemon/base/conn.h"
+#include "daemon/base/log.h"
+#include "proto/frame.h"
+
+#define LIMIT_MS  10000
+#define PREFIX    40 /* data_prefix: the TCP transport's chunk header */
+#define MAX_FRAME (8u << 20)
+/* conn.c's first read of a frame when it may land (LAND_FIRST_READ). */
+#define FIRST_READ 4096
+#define MAXEV      32
+
+/* What the conn handed its owner, in order. */
+struct event {
+    char kind;     /* 'M' message, 'D' whole data frame, 'L' landed, 'X' cut */
+    uint32_t k;    /* the ping's nonce, or the data frame's number */
+    size_t len;    /* payload bytes after the prefix */
+    int status;    /* on_data_end's */
+    int ok;        /* its bytes were the ones sent */
+    size_t copied; /* landed: payload bytes already in the read buffer */
+};
+
+struct landing {
+    uint32_t k;
+    size_t len;
+    uint8_t *buf;
+};
+
+struct t {
+    uv_loop_t loop;
+    uv_timer_t limit;
+    int timed_out;
+    int fds[2];
+    struct pr_conn *c; /* reads fds[0]; NULL once closed */
+    uv_pipe_t w;       /* writes fds[1] */
+    int w_open;
+    size_t writes_out;
+    int write_errors; /* writes after the conn closed its end */
+    struct event ev[MAXEV];
+    size_t nev;
+    int begins, ends, closes;
+    int close_status;
+    int refuse_k; /* on_data_begin says 0 for frame refuse_k (-1: none) */
+    int begin_rc; /* < 0: on_data_begin answers this */
+};
+
+/* Byte i of data frame k's payload: not periodic in 256 or 4096. */
+static uint8_t pat(uint32_t k, size_t i)
+{
+    return (uint8_t)(((i + 1) * 2654435761u >> 11) + k * 37 + (i >> 12));
+}
+
+static int pat_ok(uint32_t k, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != pat(k, i))
+            return 0;
+    return 1;
+}
+
+static void record(struct t *t, struct event e)
+{
+    ck_assert_uint_lt(t->nev, MAXEV);
+    t->ev[t->nev++] = e;
+}
+
+static int t_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    struct t *t = c->owner;
+    ck_assert_int_eq(m->body_case, PR__V1__MSG__BODY_PING);
+    record(t, (struct event){.kind = 'M', .k = (uint32_t)m->ping->nonce});
+    return 0;
+}
+
+static uint32_t prefix_k(const uint8_t *prefix)
+{
+    uint32_t k;
+    memcpy(&k, prefix, sizeof(k));
+    return k;
+}
+
+static int t_on_data(struct pr_conn *c, const uint8_t *p, size_t n)
+{
+    struct t *t = c->owner;
+    ck_assert_uint_ge(n, PREFIX);
+    uint32_t k = prefix_k(p);
+    record(t, (struct event){.kind = 'D',
+                             .k = k,
+                             .len = n - PREFIX,
+                             .ok = pat_ok(k, p + PREFIX, n - PREFIX)});
+    return 0;
+}
+
+static void t_on_close(struct pr_conn *c, int status)
+{
+    struct t *t = c->owner;
+    t->closes++;
+    t->close_status = status;
+    t->c = NULL;
+}
+
+static int t_on_data_begin(struct pr_conn *c, const uint8_t *prefix,
+                           size_t rest, void **dst, void **token)
+{
+    struct t *t = c->owner;
+    uint32_t k = prefix_k(prefix);
+    t->begins++;
+    if (t->begin_rc < 0)
+        return t->begin_rc;
+    if ((int)k == t->refuse_k)
+        return 0;
+    struct landing *l = malloc(sizeof(*l));
+    ck_assert_ptr_nonnull(l);
+    l->k = k;
+    l->len = rest;
+    l->buf = malloc(rest);
+    ck_assert_ptr_nonnull(l->buf);
+    memset(l->buf, 0xee, rest);
+    *dst = l->buf;
+    *token = l;
+    /*
+     * What the conn copies from its read buffer: the payload bytes that
+     * came with the header and prefix.
+     */
+    size_t pending = pr_frame_reader_pending(&c->rd);
+    ck_assert_uint_ge(pending, PR_FRAME_HDR_LEN + PREFIX);
+    record(t, (struct event){.kind = 'L',
+                             .k = k,
+                             .len = rest,
+                             .status = 1, /* not ended yet */
+                             .copied = pending - PR_FRAME_HDR_LEN - PREFIX});
+    return 1;
+}
+
+static void t_on_data_end(struct pr_conn *c, void *token, int status)
+{
+    struct t *t = c->owner;
+    struct landing *l = token;
+    t->ends++;
+    struct event *e = NULL;
+    for (size_t i = t->nev; i > 0 && !e; i--)
+        if (t->ev[i - 1].kind == 'L' && t->ev[i - 1].k == l->k &&
+            t->ev[i - 1].status == 1)
+            e = &t->ev[i - 1];
+    ck_assert_ptr_nonnull(e);
+    e->status = status;
+    e->ok = status == 0 && pat_ok(l->k, l->buf, l->len);
+    if (status < 0)
+        e->kind = 'X';
+    free(l->buf);
+    free(l);
+}
+
+static const struct pr_conn_ops land_ops = {
+    .on_msg = t_on_msg,
+    .on_data = t_on_data,
+    .on_close = t_on_close,
+    .data_prefix = PREFIX,
+    .on_data_begin = t_on_data_begin,
+    .on_data_end = t_on_data_end,
+};
+
+static void limit_cb(uv_timer_t *h)
+{
+    struct t *t = h->data;
+    t->timed_out = 1;
+    uv_stop(&t->loop);
+}
+
+static void t_init(struct t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->refuse_k = -1;
+    ck_assert_int_eq(uv_loop_init(&t->loop), 0);
+    uv_timer_init(&t->loop, &t->limit);
+    t->limit.data = t;
+    uv_timer_start(&t->limit, limit_cb, LIMIT_MS, 0);
+    uv_unref((uv_handle_t *)&t->limit);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, t->fds), 0);
+    t->c = pr_conn_create_pipe(&t->loop, MAX_FRAME, &land_ops, t);
+    ck_assert_ptr_nonnull(t->c);
+    ck_assert_int_eq(uv_pipe_open(&t->c->h.pipe, t->fds[0]), 0);
+    snprintf(t->c->name, sizeof(t->c->name), "test conn");
+    ck_assert_int_eq(pr_conn_start(t->c), 0);
+    ck_assert_int_eq(uv_pipe_init(&t->loop, &t->w, 0), 0);
+    ck_assert_int_eq(uv_pipe_open(&t->w, t->fds[1]), 0);
+    t->w.data = t;
+    t->w_open = 1;
+}
+
+/* Runs the loop until pred holds; fails on the time limit. */
+static void run_until(struct t *t, int (*pred)(struct t *t))
+{
+    while (!pred(t)) {
+        ck_assert_msg(!t->timed_out, "time limit: the condition never held");
+        uv_run(&t->loop, UV_RUN_ONCE);
+    }
+}
+
+static void w_close(struct t *t)
+{
+    if (t->w_open)
+        uv_close((uv_handle_t *)&t->w, NULL);
+    t->w_open = 0;
+}
+
+static size_t count_kind(const struct t *t, char kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->nev; i++)
+        n += t->ev[i].kind == kind;
+    return n;
+}
+
+/* Closes both ends; `closes`: on_close calls expected in all (0 or 1). */
+static void t_fini(struct t *t, int closes)
+{
+    if (t->c)
+        pr_conn_close(t->c, 0);
+    w_close(t);
+    uv_close((uv_handle_t *)&t->limit, NULL);
+    ck_assert_int_eq(uv_run(&t->loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(t->closes, closes);
+    ck_assert_uint_eq(t->writes_out, 0);
+    ck_assert_int_eq(uv_loop_close(&t->loop), 0);
+    /* Every landing begun has ended, once. */
+    ck_assert_uint_eq((size_t)t->ends, count_kind(t, 'L') + count_kind(t, 'X'));
+    for (size_t i = 0; i < t->nev; i++)
+        ck_assert_int_ne(t->ev[i].status, 1);
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    struct t *t = req->data;
+    if (status < 0)
+        t->write_errors++;
+    t->writes_out--;
+    free(req);
+}
+
+/* n bytes of p to the conn's peer end (copied). */
+static void put(struct t *t, const uint8_t *p, size_t n)
+{
+    uv_write_t *req = malloc(sizeof(*req) + n);
+    ck_assert_ptr_nonnull(req);
+    memcpy(req + 1, p, n);
+    req->data = t;
+    uv_buf_t b = uv_buf_init((char *)(req + 1), (unsigned)n);
+    ck_assert_int_eq(uv_write(req, (uv_stream_t *)&t->w, &b, 1, write_cb), 0);
+    t->writes_out++;
+}
+
+/* Data frame k with `len` payload bytes after its prefix: malloc'd. */
+static uint8_t *data_frame(uint32_t k, size_t len, size_t *n)
+{
+    *n = PR_FRAME_HDR_LEN + PREFIX + len;
+    uint8_t *f = malloc(*n);
+    ck_assert_ptr_nonnull(f);
+    pr_frame_hdr_encode(f, (uint32_t)(PREFIX + len), PR_FRAME_DATA, 0);
+    memset(f + PR_FRAME_HDR_LEN, 0xab, PREFIX);
+    memcpy(f + PR_FRAME_HDR_LEN, &k, sizeof(k));
+    for (size_t i = 0; i < len; i++)
+        f[PR_FRAME_HDR_LEN + PREFIX + i] = pat(k, i);
+    return f;
+}
+
+/* A Ping with this nonce, framed: malloc'd. */
+static uint8_t *ping_frame(uint64_t nonce, size_t *n)
+{
+    Pr__V1__Ping ping = PR__V1__PING__INIT;
+    ping.nonce = nonce;
+    Pr__V1__Msg m = PR_MSG_OF(PING, ping, &ping);
+    uint8_t *f = NULL;
+    ck_assert_int_eq(pr_msg_frame(&m, MAX_FRAME, &f, n), 0);
+    return f;
+}
+
+static size_t want_bytes, want_events;
+
+static int got_bytes(struct t *t)
+{
+    return t->c && t->c->bytes_in >= want_bytes;
+}
+
+static int got_events(struct t *t)
+{
+    return t->nev >= want_events &&
+           count_kind(t, 'L') + count_kind(t, 'X') == (size_t)t->ends;
+}
+
+static int closed(struct t *t)
+{
+    return t->closes > 0;
+}
+
+/* Runs until the conn has read n bytes in all. */
+static void run_bytes(struct t *t, size_t n)
+{
+    want_bytes = n;
+    run_until(t, got_bytes);
+}
+
+/* Runs until n events, every landing ended. */
+static void run_events(struct t *t, size_t n)
+{
+    want_events = n;
+    run_until(t, got_events);
+}
+
+static void check_event(const struct t *t, size_t i, char kind, uint32_t k,
+                        size_t len)
+{
+    ck_assert_uint_lt(i, t->nev);
+    const struct event *e = &t->ev[i];
+    ck_assert_msg(e->kind == kind && e->k == k, "event %zu: %c %u, want %c %u",
+                  i, e->kind, e->k, kind, k);
+    if (kind == 'D' || kind == 'L') {
+        ck_assert_uint_eq(e->len, len);
+        ck_assert_msg(e->ok, "event %zu (%c %u): bytes differ", i, kind, k);
+    }
+    if (kind == 'L')
+        ck_assert_int_eq(e->status, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Split reads                                                          */
+
+/* Where the first write of the frame ends: inside its header or prefix. */
+static const size_t splits[] = {
+    1, 3, 7, 8, 9, 18, PR_FRAME_HDR_LEN + PREFIX - 1};
+#define NSPLITS (int)(sizeof(splits) / sizeof(splits[0]))
+
+/*
+ * A data frame's first bytes come alone, the rest after: the conn reads
+ * only what its header and prefix miss, and all of the payload lands,
+ * none of it through the read buffer (a 64 KiB read would have brought
+ * most of it there, to be copied).
+ */
+START_TEST(test_conn_land_split_header)
+{
+    static const size_t lens[] = {100, 256 << 10};
+    for (size_t j = 0; j < 2; j++) {
+        struct t t;
+        t_init(&t);
+        size_t n, at = splits[_i];
+        uint8_t *f = data_frame(7, lens[j], &n);
+        put(&t, f, at);
+        run_bytes(&t, at);
+        ck_assert_int_eq(t.begins, 0);
+        put(&t, f + at, n - at);
+        run_events(&t, 1);
+        ck_assert_uint_eq(t.nev, 1);
+        check_event(&t, 0, 'L', 7, lens[j]);
+        ck_assert_uint_eq(t.ev[0].copied, 0);
+        ck_assert_uint_eq(t.c->frames_landed, 1);
+        ck_assert_uint_eq(t.c->bytes_in, n);
+        /* The read buffer did not grow to hold the payload it never got. */
+        ck_assert_uint_le(t.c->rd.cap, 65536);
+        free(f);
+        t_fini(&t, 1);
+    }
+}
+END_TEST
+
+/*
+ * Between frames a read takes at most FIRST_READ bytes: a data frame of
+ * that size or less comes whole (on_data), a larger one lands with what
+ * that read brought of its payload copied.
+ */
+START_TEST(test_conn_land_first_read)
+{
+    static const size_t frames[] = {PR_FRAME_HDR_LEN + PREFIX,
+                                    FIRST_READ - 1,
+                                    FIRST_READ,
+                                    FIRST_READ + 1,
+                                    FIRST_READ + 4,
+                                    3u << 20};
+    struct t t;
+    t_init(&t);
+    size_t landed = 0, total = 0;
+    for (uint32_t k = 0; k < 6; k++) {
+        size_t n, len = frames[k] - PR_FRAME_HDR_LEN - PREFIX;
+        uint8_t *f = data_frame(k, len, &n);
+        put(&t, f, n);
+        total += n;
+        run_events(&t, k + 1);
+        /* One frame at a time: each read begins one. */
+        ck_assert_uint_eq(t.c->bytes_in, total);
+        if (n <= FIRST_READ) {
+            check_event(&t, k, 'D', k, len);
+        } else {
+            check_event(&t, k, 'L', k, len);
+            ck_assert_uint_eq(t.ev[k].copied,
+                              FIRST_READ - PR_FRAME_HDR_LEN - PREFIX);
+            landed++;
+        }
+        ck_assert_uint_eq(t.c->frames_landed, landed);
+        free(f);
+    }
+    ck_assert_uint_eq(landed, 3);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/*
+ * A control message reads as usual, even split: once its header is in,
+ * the next read takes up to 64 KiB, so a data frame that follows it in
+ * the same write comes whole with it.
+ */
+START_TEST(test_conn_land_split_control)
+{
+    struct t t;
+    t_init(&t);
+    size_t pn, dn;
+    uint8_t *p = ping_frame(42, &pn);
+    uint8_t *d = data_frame(1, 10000, &dn);
+    size_t at = _i ? PR_FRAME_HDR_LEN : 3;
+    uint8_t *both = malloc(pn + dn);
+    ck_assert_ptr_nonnull(both);
+    memcpy(both, p, pn);
+    memcpy(both + pn, d, dn);
+    put(&t, both, at);
+    run_bytes(&t, at);
+    put(&t, both + at, pn + dn - at);
+    run_events(&t, 2);
+    check_event(&t, 0, 'M', 42, 0);
+    if (_i) {
+        check_event(&t, 1, 'D', 1, 10000);
+        ck_assert_uint_eq(t.c->frames_landed, 0);
+    } else {
+        /* Inside the header, the type is not known yet: it may land. */
+        ck_assert(t.ev[1].kind == 'D' || t.ev[1].kind == 'L');
+        check_event(&t, 1, t.ev[1].kind, 1, 10000);
+    }
+    free(both);
+    free(p);
+    free(d);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/*
+ * Control messages and data frames of many sizes in one stream: each
+ * comes once, in order, with its bytes; frames too large for any one
+ * read land, and frames_landed counts every landing.
+ */
+START_TEST(test_conn_land_mixed)
+{
+    static const struct {
+        char kind;
+        size_t len; /* data: payload after the prefix */
+    } seq[] = {
+        {'M', 0},     {'D', 0},       {'M', 0},       {'D', 1},
+        {'D', 4000},  {'M', 0},       {'D', 4049},    {'D', 70000},
+        {'M', 0},     {'D', 3 << 20}, {'D', 5},       {'M', 0},
+        {'D', 65536}, {'D', 12345},   {'D', 1 << 20}, {'M', 0},
+    };
+    const size_t nseq = sizeof(seq) / sizeof(seq[0]);
+    struct t t;
+    t_init(&t);
+    size_t cap = 0;
+    for (size_t i = 0; i < nseq; i++)
+        cap += PR_FRAME_HDR_LEN + PREFIX + seq[i].len + 64;
+    uint8_t *all = malloc(cap);
+    ck_assert_ptr_nonnull(all);
+    size_t off = 0;
+    for (uint32_t i = 0; i < nseq; i++) {
+        size_t n;
+        uint8_t *f = seq[i].kind == 'M' ? ping_frame(1000 + i, &n)
+                                        : data_frame(i, seq[i].len, &n);
+        memcpy(all + off, f, n);
+        off += n;
+        free(f);
+    }
+    /* In pieces that end anywhere: inside headers, prefixes, payloads. */
+    for (size_t pos = 0, step = 1; pos < off; pos += step, step = step * 7 + 3)
+        put(&t, all + pos, pos + step > off ? off - pos : step);
+    run_events(&t, nseq);
+    ck_assert_uint_eq(t.nev, nseq);
+    size_t landed = 0;
+    for (uint32_t i = 0; i < nseq; i++) {
+        char kind = t.ev[i].kind;
+        if (seq[i].kind == 'M') {
+            check_event(&t, i, 'M', 1000 + i, 0);
+            continue;
+        }
+        ck_assert_msg(kind == 'D' || kind == 'L', "event %u: %c", i, kind);
+        check_event(&t, i, kind, i, seq[i].len);
+        /* No read holds more than 64 KiB: larger frames must land. */
+        if (PR_FRAME_HDR_LEN + PREFIX + seq[i].len > 65536)
+            ck_assert_int_eq(kind, 'L');
+        landed += kind == 'L';
+    }
+    ck_assert_uint_eq(t.c->frames_landed, landed);
+    ck_assert_uint_eq(t.c->bytes_in, off);
+    free(all);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The owner's answers                                                  */
+
+/*
+ * A frame the owner did not place comes whole, and the owner is asked
+ * once for it however many reads it takes; the next frame lands again.
+ */
+START_TEST(test_conn_land_refused_comes_whole)
+{
+    struct t t;
+    t_init(&t);
+    t.refuse_k = 0;
+    size_t n0, n1;
+    uint8_t *f0 = data_frame(0, 3 << 20, &n0);
+    uint8_t *f1 = data_frame(1, 200000, &n1);
+    put(&t, f0, n0);
+    put(&t, f1, n1);
+    run_events(&t, 2);
+    ck_assert_int_eq(t.begins, 2);
+    check_event(&t, 0, 'D', 0, 3 << 20);
+    check_event(&t, 1, 'L', 1, 200000);
+    ck_assert_uint_eq(t.c->frames_landed, 1);
+    free(f0);
+    free(f1);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/* on_data_begin < 0 closes the conn with it; no landing to end. */
+START_TEST(test_conn_land_begin_error_closes)
+{
+    struct t t;
+    t_init(&t);
+    t.begin_rc = -EPROTO;
+    size_t n;
+    uint8_t *f = data_frame(0, 100000, &n);
+    put(&t, f, n);
+    run_until(&t, closed);
+    ck_assert_int_eq(t.close_status, -EPROTO);
+    ck_assert_int_eq(t.begins, 1);
+    ck_assert_int_eq(t.ends, 0);
+    ck_assert_uint_eq(t.nev, 0);
+    free(f);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Landings cut short                                                   */
+
+static int began(struct t *t)
+{
+    return t->begins > 0;
+}
+
+/* The peer closes inside the payload: the landing ends once, < 0. */
+START_TEST(test_conn_land_peer_closes_mid_payload)
+{
+    struct t t;
+    t_init(&t);
+    size_t n;
+    uint8_t *f = data_frame(3, 1 << 20, &n);
+    put(&t, f, n / 2);
+    run_until(&t, began);
+    run_bytes(&t, n / 2);
+    w_close(&t);
+    run_until(&t, closed);
+    ck_assert_int_eq(t.ends, 1);
+    ck_assert_uint_eq(t.nev, 1);
+    ck_assert_int_eq(t.ev[0].kind, 'X');
+    ck_assert_int_lt(t.ev[0].status, 0);
+    ck_assert_int_eq(t.close_status, 0); /* an orderly EOF */
+    free(f);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/*
+ * This side closes inside the payload (pr_conn_close, or detached from
+ * its owner): the landing ends with an error before the call returns,
+ * and no byte lands after.
+ */
+START_TEST(test_conn_land_local_close_mid_payload)
+{
+    struct t t;
+    t_init(&t);
+    size_t n;
+    uint8_t *f = data_frame(4, 1 << 20, &n);
+    put(&t, f, n / 2);
+    run_until(&t, began);
+    run_bytes(&t, n / 2);
+    struct pr_conn *c = t.c;
+    if (_i) {
+        pr_conn_detach_close(c);
+        t.c = NULL;
+    } else {
+        pr_conn_close(c, -ETIMEDOUT);
+    }
+    ck_assert_int_eq(t.ends, 1);
+    ck_assert_int_eq(t.ev[0].kind, 'X');
+    ck_assert_int_eq(t.ev[0].status, _i ? -ECANCELED : -ETIMEDOUT);
+    /* The rest of the frame, written now, goes nowhere (or fails). */
+    put(&t, f + n / 2, n - n / 2);
+    uv_run(&t.loop, UV_RUN_NOWAIT);
+    free(f);
+    t_fini(&t, _i ? 0 : 1);
+    ck_assert_int_eq(t.ends, 1);
+    if (!_i)
+        ck_assert_int_eq(t.close_status, -ETIMEDOUT);
+}
+END_TEST
+
+static Suite *conn_land_suite(void)
+{
+    Suite *s = suite_create("conn_land");
+    TCase *tc = tcase_create("reads");
+    tcase_set_timeout(tc, 20);
+    tcase_add_loop_test(tc, test_conn_land_split_header, 0, NSPLITS);
+    tcase_add_test(tc, test_conn_land_first_read);
+    tcase_add_loop_test(tc, test_conn_land_split_control, 0, 2);
+    tcase_add_test(tc, test_conn_land_mixed);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("owner");
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_conn_land_refused_comes_whole);
+    tcase_add_test(tc, test_conn_land_begin_error_closes);
+    tcase_add_test(tc, test_conn_land_peer_closes_mid_payload);
+    tcase_add_loop_test(tc, test_conn_land_local_close_mid_payload, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    /* Closing inside a frame warns; keep the output to errors. */
+    pr_log_set_level(PR_LOG_ERROR);
+    /* Writes into an end the conn closed fail with EPIPE, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
+    SRunner *sr = srunner_create(conn_land_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
