@@ -25,6 +25,13 @@
  *  4. An error on either side (a reset, a failed write): both close at
  *     once, the other side with a reset, so that its peer sees the loss.
  *
+ * The relay's own socket buffers are small (SOCK_BUF each way, no
+ * autotuning): over a real long path a sender's unacknowledged bytes are
+ * the ones on the path, and its send queue shows the backlog. With the
+ * kernel's buffers (autotuned to megabytes) the relay's kernel would
+ * acknowledge a sender's bytes long before they pass, and a sender that
+ * picks the least backed-up of several streams would see none.
+ *
  * Single-threaded, one libuv loop. Exit 2 on bad arguments, 1 when the
  * listener cannot be set up.
  */
@@ -40,6 +47,8 @@
 
 /* The most one read takes (and so the largest chunk), bytes. */
 #define READ_MAX (64 * 1024)
+/* SO_RCVBUF and SO_SNDBUF of every socket (the kernel doubles them). */
+#define SOCK_BUF (64 * 1024)
 
 struct relay {
     uv_loop_t *loop;
@@ -157,6 +166,19 @@ static void addr_name(const struct sockaddr *sa, char *buf, size_t len)
     uv_ip4_name(s4, host, sizeof(host));
     port = ntohs(s4->sin_port);
     snprintf(buf, len, "%s:%d", host, port);
+}
+
+/*
+ * Small buffers both ways (see the top): 0 or a libuv error. On a
+ * listener before listen(), so that accepted sockets have them from
+ * their SYN on (the window scale is agreed then).
+ */
+static int small_buffers(uv_handle_t *h)
+{
+    int v = SOCK_BUF;
+    int rc = uv_recv_buffer_size(h, &v);
+    v = SOCK_BUF;
+    return rc < 0 ? rc : uv_send_buffer_size(h, &v);
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -396,14 +418,21 @@ static void on_connection(uv_stream_t *server, int status)
     pr->id = ++r->serial;
     snprintf(pr->peer, sizeof(pr->peer), "?");
     uv_tcp_init(r->loop, &pr->client);
-    uv_tcp_init(r->loop, &pr->target);
+    int rc = uv_accept(server, (uv_stream_t *)&pr->client);
+    /*
+     * The target's socket now, so that its buffers are set before its
+     * SYN; the handle is there to close whatever failed.
+     */
+    int trc = uv_tcp_init_ex(r->loop, &pr->target, r->target.ss_family);
+    if (trc < 0)
+        uv_tcp_init(r->loop, &pr->target);
     dir_init(pr, &pr->up, &pr->client, &pr->target);
     dir_init(pr, &pr->down, &pr->target, &pr->client);
     pr->handles = 4;
-    int rc = uv_accept(server, (uv_stream_t *)&pr->client);
-    if (rc < 0) {
-        fprintf(stderr, "relay: accept: %s\n", uv_strerror(rc));
-        pair_close(pr, NULL, "accept failed");
+    if (rc < 0 || trc < 0) {
+        fprintf(stderr, "relay: %s: %s\n", rc < 0 ? "accept" : "socket",
+                uv_strerror(rc < 0 ? rc : trc));
+        pair_close(pr, NULL, rc < 0 ? "accept failed" : "no socket");
         return;
     }
     struct sockaddr_storage sa;
@@ -411,6 +440,10 @@ static void on_connection(uv_stream_t *server, int status)
     if (uv_tcp_getpeername(&pr->client, (struct sockaddr *)&sa, &len) == 0)
         addr_name((struct sockaddr *)&sa, pr->peer, sizeof(pr->peer));
     uv_tcp_nodelay(&pr->client, 1);
+    rc = small_buffers((uv_handle_t *)&pr->target);
+    if (rc < 0)
+        fprintf(stderr, "relay: connection %lu: target's buffers: %s\n", pr->id,
+                uv_strerror(rc));
     fprintf(stderr, "relay: connection %lu from %s opened\n", pr->id, pr->peer);
     pr->creq.data = pr;
     rc = uv_tcp_connect(&pr->creq, &pr->target,
@@ -466,6 +499,8 @@ int main(int argc, char **argv)
     uv_tcp_init(r.loop, &r.listener);
     r.listener.data = &r;
     int rc = uv_tcp_bind(&r.listener, (struct sockaddr *)&listen_at, 0);
+    if (rc == 0)
+        rc = small_buffers((uv_handle_t *)&r.listener);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&r.listener, 128, on_connection);
     if (rc < 0) {
