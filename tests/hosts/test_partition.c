@@ -55,7 +55,8 @@ struct run {
     pid_t pids[NTRAIN];
     struct h_trace *tr[NTRAIN];
     int ntr[NTRAIN];
-    int cut; /* the host whose cable goes */
+    int cut;     /* the host whose cable goes */
+    int streams; /* transport.streams, 0: the default */
     uint32_t cut_ranks[PER];
     double t_down, t_up;
 };
@@ -71,7 +72,11 @@ static void start(struct run *r, const char *policy, int heartbeat_ms,
     snprintf(nt, sizeof(nt), "scheduler.node_timeout_ms=%d", node_timeout_ms);
     const char *const sched[] = {pol, hb, nt, "scheduler.window_ms=5", NULL};
     /* A node judges the scheduler by the same keys of its own. */
-    const char *const node[] = {hb, nt, "node.connect_timeout_ms=1000", NULL};
+    char st[64];
+    snprintf(st, sizeof(st), "transport.streams=%d",
+             r->streams ? r->streams : 1);
+    const char *const node[] = {hb, nt, "node.connect_timeout_ms=1000", st,
+                                NULL};
     ck_assert_int_eq(hh_start(&h, sched, node), 0);
     for (int i = 0; i < NTRAIN; i++) {
         snprintf(r->names[i], sizeof(r->names[i]), "t%d", i);
@@ -173,13 +178,14 @@ static int documented(int rc)
  * back. Under dynamic they need not wait, and the host comes back stale
  * (its models healed by the others').
  */
-static void partition_long(const char *policy)
+static void partition_long(const char *policy, int streams)
 {
     const int timeout_ms = 1500;
     int all = strcmp(policy, "allreduce") == 0;
     struct run r;
     memset(&r, 0, sizeof(r));
     r.cut = CUT;
+    r.streams = streams;
     start(&r, policy, 250, timeout_ms, 16.0);
     cut(&r, 4.0);
     finish(&r);
@@ -258,6 +264,11 @@ static void partition_long(const char *policy)
         ck_assert_int_gt(after, 0);
     }
     ck_assert(h_log_contains(&h.c, "sched", ") lost: "));
+    if (streams > 1) {
+        char up[48];
+        snprintf(up, sizeof(up), "link up (tcp, %d streams)", streams);
+        ck_assert(h_log_contains(&h.c, "node3", up));
+    }
     char first[32] = "none";
     if (detect < 1e8)
         snprintf(first, sizeof(first), "%.2f s", detect);
@@ -270,13 +281,18 @@ static void partition_long(const char *policy)
 
 START_TEST(test_partition_long_allreduce)
 {
-    partition_long("allreduce");
+    partition_long("allreduce", 1);
 }
 END_TEST
 
+/*
+ * Under dynamic, with peer links of 2 TCP connections each
+ * (transport.streams): the cut host's links lose both silently, and
+ * come back with both.
+ */
 START_TEST(test_partition_long_dynamic)
 {
-    partition_long("dynamic");
+    partition_long("dynamic", 2);
 }
 END_TEST
 
