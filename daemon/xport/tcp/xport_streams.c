@@ -240,7 +240,7 @@ static size_t unacked(struct pr_conn *c)
  * flight than the least busy one: runs of consecutive chunks, not one
  * each in turn (see pr_tcp_streams_pick).
  */
-#define STREAM_RUN_BYTES (1u << 20)
+#define STREAM_RUN_BYTES (256u << 10)
 
 struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
 {
@@ -253,8 +253,8 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
      * flight when it lags (a full window, a loss to recover) are gaps in
      * what the peer has of a ring step, each a span it keeps
      * (engine_chunk.c): in runs, a lagging stream leaves a gap per run
-     * rather than per chunk (with 4 KiB chunks, 1 in 256), and it gets
-     * no more until it has caught up. Runs of about a megabyte still
+     * rather than per chunk (with 4 KiB chunks, 1 in 64), and it gets
+     * no more until it has caught up. Runs of a quarter megabyte still
      * spread a large all-reduce over all streams.
      */
     struct pr_conn *best = NULL, *last = NULL;
