@@ -45,14 +45,14 @@ int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
 /*
  * Spans of one step kept apart at most. A link of one TCP connection
  * delivers in order, so a step has one span; over several (the TCP
- * transport's streams) each chunk still in flight on a stream that lags
- * the others is a gap, as many as that stream holds (its sender stops
- * giving it chunks while it lags: xport_streams.c). Each insert moves
+ * transport's streams) each run of chunks still in flight on a stream
+ * that lags the others is a gap (its sender gives chunks in runs of 256
+ * KiB, and none to a stream that lags: xport_streams.c). Each insert moves
  * the spans after it: past this, the group fails instead of the loop
  * stalling on a peer that sends a segment one float at a time backwards
- * (at most about MAX_SPANS^2 x 8 bytes moved per step, 0.5 GB).
+ * (at most about MAX_SPANS^2 x 8 bytes moved per step, 32 MB).
  */
-#define MAX_SPANS 8192
+#define MAX_SPANS 2048
 
 /*
  * Records floats [lo, hi) of a step as received: 0, -EPROTO when some of

@@ -1049,6 +1049,56 @@ START_TEST(test_streams_join_without_the_key_refused)
 }
 END_TEST
 
+/*
+ * Connections that never say hello, 150 from one address, to a node of
+ * 16 streams with one listed peer: the listener keeps at most its usual
+ * 32 per source plus that peer's 15 further streams, not 32 x 16 (a flood
+ * would hold the daemon's descriptors).
+ */
+#define FLOOD 150
+static uv_tcp_t flood_tcp[FLOOD];
+static uv_connect_t flood_req[FLOOD];
+
+static void flood_connect_cb(uv_connect_t *req, int status)
+{
+    (void)req;
+    (void)status;
+}
+
+static int flood_step(struct world *w)
+{
+    return now_ms(w) - w->mark > 400;
+}
+
+START_TEST(test_streams_flood_held_to_the_listed_peers_room)
+{
+    struct world w;
+    world_init(&w, flood_step, 16, 16, 0);
+    uint16_t port = 0;
+    make_xport(&w, 0);
+    ck_assert_int_eq(pr_tcp_xport_listen(w.x[0], "127.0.0.1", 0, &port), 0);
+    struct pr_tcp_peer_info pi = {2, "127.0.0.1:1"};
+    ck_assert_int_eq(pr_tcp_xport_set_peers(w.x[0], &pi, 1), 0);
+    struct sockaddr_in sa;
+    uv_ip4_addr("127.0.0.1", port, &sa);
+    for (int i = 0; i < FLOOD; i++) {
+        uv_tcp_init(&w.loop, &flood_tcp[i]);
+        ck_assert_int_eq(uv_tcp_connect(&flood_req[i], &flood_tcp[i],
+                                        (struct sockaddr *)&sa,
+                                        flood_connect_cb),
+                         0);
+    }
+    w.mark = now_ms(&w);
+    uv_run(&w.loop, UV_RUN_DEFAULT);
+    unsigned held = w.x[0]->strangers.count;
+    ck_assert_uint_le(held, STRANGERS_PER_SOURCE + 15);
+    ck_assert_uint_ge(held, STRANGERS_PER_SOURCE);
+    for (int i = 0; i < FLOOD; i++)
+        uv_close((uv_handle_t *)&flood_tcp[i], NULL);
+    world_fini(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("xport_streams");
@@ -1073,6 +1123,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_streams_lagging_stream_leaves_few_gaps);
     tcase_add_test(tc, test_streams_lagging_stream_leaves_few_gaps_in_place);
     tcase_add_test(tc, test_streams_join_without_the_key_refused);
+    tcase_add_test(tc, test_streams_flood_held_to_the_listed_peers_room);
     suite_add_tcase(s, tc);
     return s;
 }

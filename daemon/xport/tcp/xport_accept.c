@@ -46,17 +46,26 @@ static int accept_rdma(struct pr_tcp_xport *x, struct tpeer *p,
 }
 
 /*
- * Bounds per listener and per source address, times the streams a link
- * may have: a peer opens that many connections at once, each a stranger
- * until its hello passes.
+ * Bounds per listener and per source address, with room for the extra
+ * streams of every peer the scheduler listed: each opens streams - 1
+ * connections more at once, strangers until their hello passes (several
+ * nodes may share an address: one machine's namespaces, or loopback).
+ * Not the bounds times the streams: a flood from a few addresses would
+ * then hold a thousand descriptors.
  */
 static struct pr_stranger_rules stranger_rules(const struct pr_tcp_xport *x)
 {
+    unsigned peers = 0;
+    for (const struct tpeer *p = x->peers; p; p = p->next)
+        peers += p->listed;
+    unsigned extra = peers * (x->streams - 1);
+    if (extra > STRANGERS_EXTRA_MAX)
+        extra = STRANGERS_EXTRA_MAX;
     return (struct pr_stranger_rules){
         .what = "peer listener",
         .awaits = "hello",
-        .max = STRANGERS_MAX * x->streams,
-        .per_source_max = STRANGERS_PER_SOURCE * x->streams,
+        .max = STRANGERS_MAX + extra,
+        .per_source_max = STRANGERS_PER_SOURCE + extra,
     };
 }
 

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <linux/sockios.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -257,18 +258,22 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
      * no more until it has caught up. Runs of a quarter megabyte still
      * spread a large all-reduce over all streams.
      */
-    struct pr_conn *best = NULL, *last = NULL;
-    size_t best_q = 0, last_q = 0;
+    struct pr_conn *last = stream_conn(p, p->tx_last);
+    size_t last_q = last && !last->closing ? unacked(last) : SIZE_MAX;
+    /* Under a run's worth in flight: it stays, whatever the others have. */
+    if (last_q < STREAM_RUN_BYTES)
+        return last;
+    last = NULL;
+    struct pr_conn *best = NULL;
+    size_t best_q = 0;
     uint32_t best_i = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct pr_conn *c = stream_conn(p, i);
         if (!c || c->closing)
             continue;
-        size_t q = unacked(c);
-        if (i == p->tx_last) {
+        size_t q = i == p->tx_last ? last_q : unacked(c);
+        if (i == p->tx_last)
             last = c;
-            last_q = q;
-        }
         /* Ties go to the stream after the last one: round robin. */
         uint32_t rank = (i + n - p->tx_last - 1) % n;
         uint32_t best_rank = (best_i + n - p->tx_last - 1) % n;

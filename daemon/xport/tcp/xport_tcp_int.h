@@ -22,10 +22,13 @@
 /*
  * Incoming connections before their hello: at most STRANGERS_MAX, and
  * STRANGERS_PER_SOURCE from one IP address (stranger.h), each for
- * connect_timeout_ms; both times transport.streams (xport_accept.c).
+ * connect_timeout_ms; both with room for the listed peers' further
+ * streams (xport_accept.c).
  */
 #define STRANGERS_MAX        64
 #define STRANGERS_PER_SOURCE 32
+/* Room for listed peers' further streams (x streams - 1), at most. */
+#define STRANGERS_EXTRA_MAX 256
 
 enum pstate {
     P_DOWN,
