@@ -116,14 +116,7 @@ static void cut(struct run *r, double down_s)
 /* Waits for the trainers (each checked every result) and reads traces. */
 static void finish(struct run *r)
 {
-    int failed = 0;
-    for (int i = 0; i < NTRAIN; i++) {
-        int st = h_wait(r->pids[i], 60000);
-        if (st != 0) {
-            fprintf(stderr, "trainer %s: status %d\n", r->names[i], st);
-            failed = 1;
-        }
-    }
+    int failed = h_wait_trainers(r->pids, r->names, NTRAIN, 60000);
     if (failed) {
         h_log_dump(&h.c, "sched");
         h_log_dump(&h.c, "node3");

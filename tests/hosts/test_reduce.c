@@ -87,14 +87,7 @@ static void run(int join_k, double run_s, int nsteps, long *steps, long *maxk,
         pids[i] = h_trainer_spawn(&h.c, &o);
         ck_assert_int_gt(pids[i], 0);
     }
-    int failed = 0;
-    for (int i = 0; i < NTRAIN; i++) {
-        int st = h_wait(pids[i], 60000);
-        if (st != 0) {
-            fprintf(stderr, "trainer %s: status %d\n", names[i], st);
-            failed = 1;
-        }
-    }
+    int failed = h_wait_trainers(pids, names, NTRAIN, 60000);
     if (failed)
         h_log_dump(&h.c, "sched");
     ck_assert_int_eq(failed, 0);

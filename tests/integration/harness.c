@@ -380,6 +380,19 @@ int h_wait(pid_t pid, int timeout_ms)
     }
 }
 
+int h_wait_trainers(const pid_t *pids, char (*names)[16], int n, int timeout_ms)
+{
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        int st = h_wait(pids[i], timeout_ms);
+        if (st != 0) {
+            fprintf(stderr, "trainer %s: status %d\n", names[i], st);
+            failed++;
+        }
+    }
+    return failed;
+}
+
 /* 0 when the daemon exited 0 on SIGTERM (sanitizers find nothing). */
 static int stop_pid(const struct h_cluster *c, const char *who, pid_t pid)
 {

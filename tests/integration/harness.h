@@ -142,6 +142,12 @@ pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);
 /* Waits for pid up to timeout_ms; its exit status, or -ETIMEDOUT (killed). */
 int h_wait(pid_t pid, int timeout_ms);
+/*
+ * Waits for n trainers (each up to timeout_ms) and prints the name and
+ * status of each that did not exit 0: how many did not.
+ */
+int h_wait_trainers(const pid_t *pids, char (*names)[16], int n,
+                    int timeout_ms);
 /* Waits up to timeout_ms for a trainer's warm-up to end: 0 or -ETIMEDOUT. */
 int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms);
 /*

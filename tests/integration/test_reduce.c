@@ -44,14 +44,7 @@ static void run_trainers_on(const char *const *sched_sets,
                                    .join_k = in_place ? 3 : 0};
         pids[i] = h_trainer_spawn(&c, &o);
     }
-    int failed = 0;
-    for (int i = 0; i < nt; i++) {
-        int st = h_wait(pids[i], 120000);
-        if (st != 0) {
-            fprintf(stderr, "trainer %s exited %d\n", names[i], st);
-            failed = 1;
-        }
-    }
+    int failed = h_wait_trainers(pids, names, nt, 120000);
     for (int i = 0; i < nt && !failed; i++) {
         long s, e;
         double secs;

@@ -87,21 +87,16 @@ static int dial_welcome(struct tstream *s, struct pr_conn *c,
                         const Pr__V1__Welcome *w)
 {
     struct tpeer *p = s->p;
-    if (w->version != PR_PROTO_VERSION || w->id != p->base.node_id ||
-        w->streams != p->nstreams || w->rdma) {
-        pr_warn("peer node %u stream %u: welcome from node %u version %u "
-                "for %u streams, expected node %u version %u, %u streams: "
-                "closing",
-                p->base.node_id, s->index, w->id, w->version, w->streams,
-                p->base.node_id, PR_PROTO_VERSION, p->nstreams);
+    int rc =
+        pr_tcp_check_welcome(p, w, s->our_nonce, s->peer_challenge, s->index);
+    if (rc < 0)
+        return rc;
+    if (w->streams != p->nstreams || w->rdma) {
+        pr_warn("peer node %u stream %u: welcome for %u streams%s, expected "
+                "%u: closing",
+                p->base.node_id, s->index, w->streams,
+                w->rdma ? " with RDMA" : "", p->nstreams);
         return -EPROTO;
-    }
-    const char *why;
-    if (pr_auth_check_welcome(p->x->key, s->our_nonce, s->peer_challenge,
-                              &w->auth, &why) < 0) {
-        pr_err("peer node %u (%s) stream %u: %s: closing", p->base.node_id,
-               p->addr, s->index, why);
-        return -EACCES;
     }
     stream_up(s, c);
     return 0;
@@ -289,11 +284,11 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
     return best;
 }
 
-uint32_t pr_tcp_streams_busy(const struct tpeer *p, const struct pr_conn *self)
+uint32_t pr_tcp_streams_busy(struct tpeer *p, const struct pr_conn *self)
 {
     uint32_t busy = 1;
     for (uint32_t i = 0; i < p->nstreams; i++) {
-        const struct pr_conn *c = stream_conn((struct tpeer *)p, i);
+        const struct pr_conn *c = stream_conn(p, i);
         if (c && c != self &&
             (c->land.active || pr_frame_reader_pending(&c->rd) > 0))
             busy++;

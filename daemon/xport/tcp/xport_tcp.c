@@ -324,22 +324,9 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     if (p->state == P_CHALLENGE && m->body_case == PR__V1__MSG__BODY_CHALLENGE)
         return on_challenge(p, c, m->challenge);
     if (p->state == P_HELLO && m->body_case == PR__V1__MSG__BODY_WELCOME) {
-        if (m->welcome->version != PR_PROTO_VERSION ||
-            m->welcome->id != p->base.node_id) {
-            pr_warn("peer %s: welcome from node %u version %u, expected node "
-                    "%u version %u: closing",
-                    p->addr, m->welcome->id, m->welcome->version,
-                    p->base.node_id, PR_PROTO_VERSION);
-            return -EPROTO;
-        }
-        const char *why;
-        if (pr_auth_check_welcome(p->x->key, p->our_nonce, p->peer_challenge,
-                                  &m->welcome->auth, &why) < 0) {
-            pr_err("peer node %u (%s): %s: closing", p->base.node_id, p->addr,
-                   why);
-            return -EACCES;
-        }
-        return welcomed(p, m->welcome);
+        int rc = pr_tcp_check_welcome(p, m->welcome, p->our_nonce,
+                                      p->peer_challenge, 0);
+        return rc < 0 ? rc : welcomed(p, m->welcome);
     }
     if (p->state == P_RDMA_WAIT &&
         m->body_case == PR__V1__MSG__BODY_RDMA_READY) {
@@ -528,6 +515,28 @@ int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
     hello.rdma = ri;
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     return pr_conn_send(c, &m);
+}
+
+int pr_tcp_check_welcome(const struct tpeer *p, const Pr__V1__Welcome *w,
+                         const uint8_t our_nonce[PR_AUTH_NONCE_LEN],
+                         const uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
+                         uint32_t stream)
+{
+    if (w->version != PR_PROTO_VERSION || w->id != p->base.node_id) {
+        pr_warn("peer %s stream %u: welcome from node %u version %u, "
+                "expected node %u version %u: closing",
+                p->addr, stream, w->id, w->version, p->base.node_id,
+                PR_PROTO_VERSION);
+        return -EPROTO;
+    }
+    const char *why;
+    if (pr_auth_check_welcome(p->x->key, our_nonce, peer_challenge, &w->auth,
+                              &why) < 0) {
+        pr_err("peer node %u (%s) stream %u: %s: closing", p->base.node_id,
+               p->addr, stream, why);
+        return -EACCES;
+    }
+    return 0;
 }
 
 static int on_challenge(struct tpeer *p, struct pr_conn *c,

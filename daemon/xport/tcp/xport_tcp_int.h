@@ -147,6 +147,16 @@ int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
                       uint8_t our_nonce[PR_AUTH_NONCE_LEN],
                       uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
                       uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri);
+/*
+ * The dialling side's check of a Welcome on one of p's connections
+ * (`stream`, for logs): our protocol version, the expected node, the
+ * key's proof against the nonces of that connection's hello. 0, or
+ * -EPROTO / -EACCES (logged).
+ */
+int pr_tcp_check_welcome(const struct tpeer *p, const Pr__V1__Welcome *w,
+                         const uint8_t our_nonce[PR_AUTH_NONCE_LEN],
+                         const uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
+                         uint32_t stream);
 /* The link is lost with all its connections, as if its first closed. */
 void pr_tcp_peer_lost(struct tpeer *p, int status);
 
@@ -171,7 +181,7 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p);
  * How many of p's connections share its bandwidth now: `self`, which
  * just took a whole chunk, and those inside a frame.
  */
-uint32_t pr_tcp_streams_busy(const struct tpeer *p, const struct pr_conn *self);
+uint32_t pr_tcp_streams_busy(struct tpeer *p, const struct pr_conn *self);
 /* The welcome on c: our id, the proof, our queue pair, the streams. */
 int pr_tcp_send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
                         const uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri,
