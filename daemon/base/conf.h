@@ -65,6 +65,7 @@ struct pr_conf {
     uint32_t node_max_tensors;         /* all trainers of this node */
     uint32_t node_reduce_timeout_ms;
     uint32_t node_reduce_threads; /* 0 = the CPUs it may use, at most 8 */
+    uint32_t node_busy_poll_us;   /* 0 = sleep in epoll_wait at once */
     uint32_t node_connect_timeout_ms;
 
     /* [scheduler] */

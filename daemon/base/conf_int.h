@@ -41,7 +41,7 @@ struct entry {
 };
 
 /* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
-#define PR_CONF_NKEYS 47
+#define PR_CONF_NKEYS 48
 extern const struct entry *const pr_conf_keys;
 
 /*

@@ -88,6 +88,10 @@ static const struct entry rows[] = {
      NULL, 0,
      "threads for sums, scaling and copies; 0 = the CPUs it may use, at "
      "most 8"},
+    {"node", "busy_poll_us", T_U32, OFF(node_busy_poll_us), "200", 0, 100000,
+     NULL, F_RELOAD,
+     "poll without sleeping this long after progress while a reduce is in "
+     "flight, us; 0 = off"},
     {"node", "connect_timeout_ms", T_U32, OFF(node_connect_timeout_ms), "5000",
      100, 600000, NULL, F_RELOAD,
      "give up connecting to scheduler or peer after, ms"},

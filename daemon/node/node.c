@@ -478,7 +478,9 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     uv_timer_init(loop, &n->tick);
     n->sched_retry.data = n;
     n->tick.data = n;
-    n->handles = 2;
+    uv_idle_init(loop, &n->spin);
+    n->spin.data = n;
+    n->handles = 3;
     n->max_map_count = read_max_map_count();
     warn_max_map_count(n);
     int rc = 0;
@@ -497,7 +499,7 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     }
     /* Early chunks wait for their group as long as a reduce may take. */
     pr_engine_set_stash_ms(n->engine, conf->node_reduce_timeout_ms);
-    struct pr_link_sink sink = pr_engine_sink(n->engine);
+    struct pr_link_sink sink = pr_node_spin_sink(n);
     pr_tcp_xport_set_sink(n->xport, &sink);
     pr_tcp_xport_set_key(n->xport, key);
     pr_tcp_xport_set_streams(n->xport, conf->xport_streams);
@@ -595,4 +597,5 @@ void pr_node_destroy(struct pr_node *n)
     }
     uv_close((uv_handle_t *)&n->sched_retry, node_closed_cb);
     uv_close((uv_handle_t *)&n->tick, node_closed_cb);
+    uv_close((uv_handle_t *)&n->spin, node_closed_cb);
 }

@@ -274,6 +274,7 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
 void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
 {
     uint32_t pos = ring_pos(gm, n->self);
+    pr_node_spin(n);
     struct node_group *g = group_alloc(n, gm);
     if (!g) {
         group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
@@ -305,7 +306,7 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
         return;
     }
     for (size_t i = 0; i < g->nlocal; i++) {
-        g->local[i].trainer->rstate = R_GROUPED;
+        pr_node_set_rstate(g->local[i].trainer, R_GROUPED);
         g->local[i].trainer->group_id = gm->id;
         g->local[i].trainer->group_rank = g->local[i].rank;
     }

@@ -140,6 +140,19 @@ struct pr_node {
      * count against max_clients; ngreeted does.
      */
     struct pr_strangers strangers;
+    /*
+     * Busy polling (node_spin.c): trainers whose reduce is in flight
+     * (rstate not R_NONE, kept by pr_node_set_rstate), and the poll's
+     * deadline and progress mark while it runs.
+     */
+    uint32_t nreducing;
+    uv_idle_t spin;
+    uint64_t spin_until_ns;
+    uint64_t spin_rx;       /* the peer links' read counters when last seen */
+    uint64_t spin_start_ns; /* when polling last started */
+    uint64_t spins;         /* times polling started */
+    uint64_t spin_ns;       /* time spent polling, stopped spells */
+    struct pr_link_sink engine_sink; /* what the node's sink passes on to */
 };
 
 /*
@@ -189,6 +202,20 @@ void pr_node_groups_fail(struct pr_node *n, int status);
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;
 int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
+
+/* node_spin.c */
+/*
+ * Progress on a reduce (a trainer's Reduce, the scheduler's Group): the
+ * loop polls for node.busy_poll_us more while a trainer waits.
+ */
+void pr_node_spin(struct pr_node *n);
+/* Moves a trainer's reduce to state s, counting those in flight. */
+void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s);
+/*
+ * The sink the transports deliver to: the engine's, with each chunk
+ * taken as progress (pr_node_spin). Call once the engine exists.
+ */
+struct pr_link_sink pr_node_spin_sink(struct pr_node *n);
 
 /* node_ipc.c */
 int pr_node_ipc_listen(struct pr_node *n);

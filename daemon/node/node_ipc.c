@@ -103,6 +103,7 @@ static void trainer_free(struct node_trainer *c)
     if (*pp)
         *pp = c->next;
     n->ntrainers--;
+    pr_node_set_rstate(c, R_NONE);
     if (c->greeted)
         n->ngreeted--;
     pr_stranger_remove(&c->st);
@@ -129,7 +130,7 @@ static void release_tensors(struct node_trainer *c)
     free(c->parts);
     c->parts = NULL;
     c->nparts = 0;
-    c->rstate = R_NONE;
+    pr_node_set_rstate(c, R_NONE);
 }
 
 void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d)
@@ -401,7 +402,8 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     rd.seq = r->seq;
     rd.heal = r->heal;
     Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
-    c->rstate = R_QUEUED;
+    pr_node_set_rstate(c, R_QUEUED);
+    pr_node_spin(n);
     int rc = pr_node_send(n, &m);
     if (rc < 0)
         pr_node_reduce_fail(c, rc);
@@ -445,7 +447,7 @@ static void send_cancel(struct node_trainer *c)
     k.rank = (uint32_t)c->rank;
     k.seq = c->seq;
     Pr__V1__Msg m = PR_MSG_OF(CANCEL, cancel, &k);
-    c->rstate = R_CANCELLING;
+    pr_node_set_rstate(c, R_CANCELLING);
     if (pr_node_send(c->node, &m) < 0)
         pr_node_reduce_fail(c, -ETIMEDOUT);
 }

@@ -74,6 +74,15 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
     /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
           n->ngreeted);
+    counter(b, "preduce_node_busy_polls_total",
+            "Times the loop began polling without sleeping while a reduce "
+            "was in flight (node.busy_poll_us).",
+            n->spins);
+    pr_metrics_header(b, "preduce_node_busy_poll_seconds_total", "counter",
+                      "Time the loop spent polling without sleeping (a CPU "
+                      "kept busy), spells that ended.");
+    pr_metrics_printf(b, "preduce_node_busy_poll_seconds_total %.6f\n",
+                      (double)n->spin_ns / 1e9);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);

@@ -8,7 +8,7 @@
 #include "daemon/base/conf.h"
 
 #define SHIPPED   "conf/preduced.conf"
-#define NKEYS     47
+#define NKEYS     48
 #define NCASES(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Writes text to a new file under /tmp; free it with rm_tmp(). */

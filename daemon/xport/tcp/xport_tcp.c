@@ -732,6 +732,19 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
         st->links_up += p->state == P_UP;
 }
 
+uint64_t pr_tcp_xport_bytes_in(const struct pr_tcp_xport *x)
+{
+    uint64_t sum = 0;
+    for (const struct tpeer *p = x->peers; p; p = p->next) {
+        if (p->conn)
+            sum += p->conn->bytes_in;
+        for (uint32_t i = 0; i + 1 < p->nstreams; i++)
+            if (p->more[i].conn)
+                sum += p->more[i].conn->bytes_in;
+    }
+    return sum;
+}
+
 size_t pr_tcp_xport_rates(const struct pr_tcp_xport *x, uint64_t now_ms,
                           struct pr_link_rate *out, size_t max)
 {

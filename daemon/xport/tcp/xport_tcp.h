@@ -88,5 +88,12 @@ struct pr_tcp_xport_stats {
 };
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
                         struct pr_tcp_xport_stats *st);
+/*
+ * Bytes read so far on the peer links' connections open now, frames in
+ * progress included: it changes with every read, so that a caller can
+ * tell that data is flowing (node_spin.c). Not a total: it drops when a
+ * connection closes.
+ */
+uint64_t pr_tcp_xport_bytes_in(const struct pr_tcp_xport *x);
 
 #endif
