@@ -19,6 +19,7 @@
 #define COPY_BYTES_PER_US 1000
 
 static void finish(struct group *g, int status);
+static void shadow_settle(struct group *g, int status);
 static void sweep_cb(uv_timer_t *t);
 static void kick_cb(uv_timer_t *t);
 
@@ -116,6 +117,7 @@ static void group_free(struct group *g)
     for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
         free(g->steps[i].spans);
     free(g->steps);
+    free(g->folded.spans);
     free(g);
 }
 
@@ -169,6 +171,7 @@ void pr_engine_destroy(struct pr_engine *e)
             int status = g->state == G_RUNNING ? -ECANCELED : g->status;
             g->reported = 1;
             g->state = G_DRAINING;
+            shadow_settle(g, status);
             if (g->done)
                 g->done(g->arg, g->id, status);
         }
@@ -332,7 +335,8 @@ static void fail_late(struct group *g)
  */
 static int write_back_fits(const struct group *g)
 {
-    uint64_t bytes = (uint64_t)g->total * sizeof(float) * g->nlocal;
+    uint64_t bytes =
+        (uint64_t)pr_engine_write_back_floats(g) * sizeof(float) * g->nlocal;
     return uv_hrtime() + bytes * 1000 / COPY_BYTES_PER_US <= g->deadline_ns;
 }
 
@@ -360,6 +364,7 @@ static void finish(struct group *g, int status)
     } else if (status == 0) {
         pr_engine_write_back(g);
         g->e->st.groups_ok++;
+        g->e->st.groups_shadow += g->shadow != 0;
     } else {
         g->e->st.groups_failed++;
         if (g->e->pool)
@@ -372,6 +377,19 @@ static void finish(struct group *g, int status)
 void pr_engine_finish(struct group *g, int status)
 {
     finish(g, status);
+}
+
+/*
+ * Just before a shadow group's done(), once nothing writes or reads its
+ * member's memory: a failed group, or one whose member left (it gets no
+ * results), puts back the floats it replaced.
+ */
+static void shadow_settle(struct group *g, int status)
+{
+    if (!g->shadow || (status == 0 && !g->local[0].detached))
+        return;
+    pr_engine_shadow_restore(g);
+    g->e->st.groups_restored++;
 }
 
 void pr_engine_kick(struct pr_engine *e)
@@ -393,8 +411,10 @@ static void kick_cb(uv_timer_t *t)
          * them, and sweep_cb resets a stalled one at the deadline).
          */
         if (g->state == G_DRAINING && !g->reported && g->jobs_out == 0 &&
+            g->rx_member == 0 &&
             (!g->reads_member || g->sends_done == g->sends_posted)) {
             g->reported = 1;
+            shadow_settle(g, g->status);
             if (g->done)
                 g->done(g->arg, g->id, g->status);
             /* done() may have started or aborted groups: rescan. */
@@ -474,22 +494,22 @@ static int claim_chunk(struct group *g, uint32_t from,
     return 0;
 }
 
-/* From the last reduce-scatter step on, a chunk's floats are final. */
-static int is_final(const struct group *g, const struct pr_chunk_hdr *h)
-{
-    return h->step >= g->m - 2;
-}
-
 /*
  * A claimed chunk into the group: summed in during the reduce-scatter
  * (the last step of it also scales), copied during the all-gather, or
  * written into the lone member's tensors in place; then counted.
  */
-static void absorb(struct group *g, const struct pr_chunk_hdr *h,
-                   const float *data)
+static int absorb(struct group *g, const struct pr_chunk_hdr *h,
+                  const float *data)
 {
     uint32_t m = g->m;
-    pr_engine_absorb(g, h, data, is_final(g, h));
+    /* Recorded first: floats folded into the member can always go back. */
+    if (g->shadow && h->step == m - 2 && h->nfloats > 0) {
+        int rc = pr_engine_step_claim(&g->folded, h->off, h->off + h->nfloats);
+        if (rc < 0)
+            return rc;
+    }
+    pr_engine_absorb(g, h, data);
 
     struct step *s = &g->steps[h->step];
     s->got += h->nfloats;
@@ -498,6 +518,7 @@ static void absorb(struct group *g, const struct pr_chunk_hdr *h,
     pr_ring_segment(g->total, m, h->seg, &start, &len);
     if (s->got == len)
         g->steps_left--;
+    return 0;
 }
 
 /*
@@ -510,7 +531,7 @@ static int forward(struct group *g, const struct pr_chunk_hdr *h)
     if (h->step + 1 >= 2 * (g->m - 1))
         return 0;
     struct fwd f = {h->step + 1, h->seg};
-    if (is_final(g, h) && g->in_place && h->nfloats > 0)
+    if (pr_engine_in_member(g, h) && h->nfloats > 0)
         return pr_engine_each_piece(g, h->off, h->nfloats, post_piece, NULL,
                                     &f);
     return post(g, h->step + 1, h->seg, h->off, h->nfloats);
@@ -520,8 +541,9 @@ static int forward(struct group *g, const struct pr_chunk_hdr *h)
 static void absorb_and_forward(struct group *g, const struct pr_chunk_hdr *h,
                                const float *data)
 {
-    absorb(g, h, data);
-    int rc = forward(g, h);
+    int rc = absorb(g, h, data);
+    if (rc == 0)
+        rc = forward(g, h);
     if (rc < 0)
         finish(g, rc);
     else if (g->steps_left == 0)
@@ -560,10 +582,21 @@ static int reserve(struct pr_engine *e, uint32_t from,
 {
     struct group *g = find(e, h->group_id);
     if (!g || g->state != G_RUNNING || h->nfloats == 0 || from != g->left ||
-        past_deadline(g) || claim_chunk(g, from, h) < 0)
+        past_deadline(g))
+        return 0;
+    /*
+     * The shadow's own segment lands in the member's memory (its originals
+     * are where it would land otherwise), unless the chunk spans two of
+     * its tensors: then it comes through on_chunk and is copied.
+     */
+    float *dst = pr_engine_member_dst(g, h);
+    if (!dst && g->shadow && h->step >= g->m - 1 && h->seg == g->pos)
+        return 0;
+    if (claim_chunk(g, from, h) < 0)
         return 0;
     g->rx_out++;
-    out->dst = g->scratch + h->off;
+    g->rx_member += dst != NULL;
+    out->dst = dst ? dst : g->scratch + h->off;
     out->token = g;
     out->land = land_cb;
     return 1;
@@ -573,23 +606,31 @@ static void land_cb(struct pr_landing *l, uint32_t from,
                     const struct pr_chunk_hdr *h, int status)
 {
     struct group *g = l->token;
+    struct pr_engine *e = g->e;
     (void)from;
     g->rx_out--;
+    int member = l->dst != g->scratch + h->off;
+    g->rx_member -= member;
     if (g->state == G_RUNNING && status < 0)
         finish(g, status); /* its floats are claimed and will not come */
     else if (g->state == G_RUNNING && past_deadline(g))
         fail_late(g);
     else if (g->state == G_RUNNING)
-        absorb_and_forward(g, h, g->scratch + h->off);
+        absorb_and_forward(g, h, l->dst);
     /*
      * A landing called off comes from a link's close, which the engine
      * itself may have caused while it walks its groups: the group is
      * freed from kick_cb then, not here.
      */
-    if (status == 0 || g->e->closing)
+    /* A group that ended waits for its member's landings to report. */
+    int wake = member && g->rx_member == 0 && g->state == G_DRAINING &&
+               !g->reported && !e->closing;
+    if (status == 0 || e->closing)
         maybe_free(g);
     else if (g->rx_out == 0)
-        pr_engine_kick(g->e);
+        pr_engine_kick(e);
+    if (wake)
+        pr_engine_kick(e);
 }
 
 static void stash_drop(struct pr_engine *e, struct stashed **pp)
@@ -653,6 +694,14 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     /* Forwarding from the member's memory needs direct sends. */
     g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
                   !spec->personal && e->direct;
+    /*
+     * The shadow (struct group) keeps the own segment's originals where
+     * the scratch vector is free: it is when that segment goes to the
+     * wire from the member's memory (pr_engine_direct_src).
+     */
+    g->shadow = m > 1 && spec->nlocal == 1 && !g->in_place && !spec->personal &&
+                e->direct && !spec->local[0].detached &&
+                (g->mean_scale != 0 || spec->local[0].weight == 1.0);
     g->done = spec->done;
     g->arg = spec->arg;
     g->nlocal = spec->nlocal;
@@ -684,10 +733,15 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
         finish(g, 0);
         return 0;
     }
-    /* 2. Our segment goes right; then what came early from the left. */
+    /*
+     * 2. Our segment goes right, and the shadow saves it while it travels;
+     * then what came early from the left.
+     */
     int rc = sum_and_post_own_segment(g);
     if (rc < 0)
         finish(g, rc);
+    else if (g->shadow)
+        pr_engine_shadow_save(g);
     /* Even a failed group takes its early chunks out of the stash. */
     replay(e, g);
     return 0;
@@ -823,6 +877,21 @@ static void sweep_cb(uv_timer_t *t)
             pr_warn("group %llu: %zu sends from a trainer's memory still out "
                     "at the deadline",
                     (unsigned long long)g->id, g->sends_posted - g->sends_done);
+            if (l && l->ops->reset)
+                l->ops->reset(l, -ETIMEDOUT);
+        }
+        /*
+         * Likewise a landing into a shadow member's memory that stalled:
+         * the left link goes, the landing fails, and the member's floats
+         * can be put back before its trainer's answer.
+         */
+        if (g->state == G_DRAINING && !g->reported && g->rx_member > 0 &&
+            !g->left_reset && late) {
+            struct pr_link *l = e->resolve(e->ctx, g->left);
+            g->left_reset = 1;
+            pr_warn("group %llu: a chunk landing in a trainer's memory "
+                    "stalled past the deadline",
+                    (unsigned long long)g->id);
             if (l && l->ops->reset)
                 l->ops->reset(l, -ETIMEDOUT);
         }

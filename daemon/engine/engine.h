@@ -98,6 +98,13 @@ struct pr_engine_stats {
     uint64_t groups_ok;
     uint64_t groups_failed;
     uint64_t groups_in_place; /* of groups_ok: results written in place */
+    /*
+     * Groups whose lone local member got final floats as they came, its
+     * originals kept aside (the default mode's shadow, engine_int.h), and
+     * those of them whose originals were put back (failed, or detached).
+     */
+    uint64_t groups_shadow;
+    uint64_t groups_restored;
     uint64_t chunks_stashed;
     uint64_t chunks_dropped;
     uint64_t bytes_reduced; /* floats * 4 written back to members */

@@ -56,6 +56,25 @@ struct group {
     /* Final values go straight into the lone local member's tensors. */
     int in_place;
     /*
+     * The default mode's shadow: a lone local member (not in place, its
+     * own segment sent from its memory) gets the final floats of the
+     * segment this daemon completes (step m - 2) and of its own segment
+     * (its all-gather, read straight into its memory over TCP) as they
+     * come, as in place, while what they replace is kept in the scratch
+     * vector, where nothing else is then: the own segment's floats are
+     * copied there at start (`saved`), the completed segment's written
+     * there by the same pass that sums each chunk, over the chunk read
+     * there (`folded` records which). A group that fails, or whose member
+     * left, puts them back before done() (shadow_settle in engine.c), once
+     * no landing or send uses the member's memory. Only the other m - 2
+     * segments are written back at the end: none between 2 daemons.
+     */
+    int shadow;
+    int saved;
+    struct step folded;
+    size_t rx_member; /* landings into the member's memory out */
+    int left_reset;   /* the left link was reset: such a landing stalled */
+    /*
      * Some send posted from the member's memory (a direct send, or any in
      * place): done() waits until every send completed, since the trainer
      * may change or free its tensors once it has its answer.
@@ -150,6 +169,8 @@ void pr_engine_cancel_jobs(struct group *g);
  * pool threads write is refused, as one that came after the write.
  */
 void pr_engine_write_back(struct group *g);
+/* The floats that write-back writes per member (the shadow's fewer). */
+size_t pr_engine_write_back_floats(const struct group *g);
 
 /*
  * engine.c, for engine_jobs.c: post a chunk from the scratch vector (0 or
@@ -190,15 +211,31 @@ int pr_engine_final_in_place(struct group *g, float *x, size_t at, size_t len,
 int pr_engine_copy_in_place(struct group *g, float *x, size_t at, size_t len,
                             const float *in, void *arg);
 /*
+ * Whether chunk h's floats go into the member's memory (in place, or the
+ * shadow's two segments) and are forwarded from there.
+ */
+int pr_engine_in_member(const struct group *g, const struct pr_chunk_hdr *h);
+/*
+ * Where a shadow group's all-gather chunk h lands in its member's memory:
+ * NULL when h is none, or spans two of its tensors.
+ */
+float *pr_engine_member_dst(const struct group *g,
+                            const struct pr_chunk_hdr *h);
+/* The shadow's own segment into the scratch vector (at start). */
+void pr_engine_shadow_save(struct group *g);
+/* The shadow's saved floats back into the member. */
+void pr_engine_shadow_restore(struct group *g);
+/*
  * A claimed chunk's floats into the group: summed in during the
  * reduce-scatter (the last step of it also scales), copied during the
- * all-gather, or written into the lone member's tensors in place (`final`:
- * from the last reduce-scatter step on). Large chunks are cut over the
- * pool's threads, the loop thread taking its share and waiting for the
- * rest, since `data` lives only during the call.
+ * all-gather, or written into the lone member's tensors
+ * (pr_engine_in_member: in place from the last reduce-scatter step on, or
+ * the shadow's two segments, their originals saved). Large chunks are cut
+ * over the pool's threads, the loop thread taking its share and waiting
+ * for the rest, since `data` lives only during the call.
  */
 void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
-                      const float *data, int final);
+                      const float *data);
 const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n);
 /*
  * Floats [lo, hi) of the results into every local member's tensors that

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "daemon/engine/pool.h"
+#include "daemon/engine/reduce.h"
 
 /*
  * Arithmetic a group hands to the pool: the sum of one chunk of its own
@@ -39,7 +40,7 @@ static void job_slice(void *arg, size_t lo, size_t hi)
     if (gj->kind == J_SUM)
         pr_engine_local_sum(gj->g, gj->off + lo, gj->off + hi, NULL, 0);
     else if (gj->kind == J_WRITE)
-        pr_engine_write_range(gj->g, lo, hi);
+        pr_engine_write_range(gj->g, gj->off + lo, gj->off + hi);
     else
         pr_engine_local_mean(gj->g, lo, hi);
 }
@@ -119,17 +120,50 @@ int pr_engine_set_threads(struct pr_engine *e, unsigned nthreads)
     return 0;
 }
 
+/* Results [off, off + n) into the members: on the pool, or inline. */
+static void write_span(struct group *g, enum jkind kind, size_t off, size_t n)
+{
+    if (pr_engine_offload(g, n) && pr_engine_submit(g, kind, off, n) == 0)
+        return;
+    if (kind == J_MEAN)
+        pr_engine_local_mean(g, off, off + n);
+    else
+        pr_engine_write_range(g, off, off + n);
+}
+
+/* Whether segment seg is one the shadow wrote into its member already. */
+static int shadow_seg(const struct group *g, uint32_t seg)
+{
+    return g->shadow && (seg == g->pos || seg == (g->pos + 1) % g->m);
+}
+
+size_t pr_engine_write_back_floats(const struct group *g)
+{
+    if (!g->shadow)
+        return g->total;
+    size_t n = 0;
+    for (uint32_t s = 0; s < g->m; s++) {
+        size_t start, len;
+        pr_ring_segment(g->total, g->m, s, &start, &len);
+        n += shadow_seg(g, s) ? 0 : len;
+    }
+    return n;
+}
+
 void pr_engine_write_back(struct group *g)
 {
     enum jkind kind = g->m == 1 ? J_MEAN : J_WRITE;
     for (size_t i = 0; i < g->nlocal; i++)
         if (!g->local[i].detached)
             g->e->st.bytes_reduced += g->total * sizeof(float);
-    if (pr_engine_offload(g, g->total) &&
-        pr_engine_submit(g, kind, 0, g->total) == 0)
+    if (!g->shadow) {
+        write_span(g, kind, 0, g->total);
         return;
-    if (kind == J_MEAN)
-        pr_engine_local_mean(g, 0, g->total);
-    else
-        pr_engine_write_range(g, 0, g->total);
+    }
+    for (uint32_t s = 0; s < g->m; s++) {
+        size_t start, len;
+        pr_ring_segment(g->total, g->m, s, &start, &len);
+        if (!shadow_seg(g, s) && len > 0)
+            write_span(g, kind, start, len);
+    }
 }

@@ -155,15 +155,109 @@ int pr_engine_copy_in_place(struct group *g, float *x, size_t at, size_t len,
     (void)g;
     (void)at;
     (void)arg;
-    memcpy(x, in, len * sizeof(float));
+    if (x != in) /* else it landed there */
+        memcpy(x, in, len * sizeof(float));
     return 0;
+}
+
+/*
+ * The shadow's last reduce-scatter step: x as final_in_place makes it,
+ * what it held saved at its place in the scratch vector (where the chunk
+ * from the left may have landed: in == save, read before written).
+ */
+static int fold_save(struct group *g, float *x, size_t at, size_t len,
+                     const float *in, void *arg)
+{
+    (void)arg;
+    float *save = g->scratch + at;
+    if (g->mean_scale != 0)
+        pr_reduce_fold_save_mean(x, in, save, g->mean_scale, len);
+    else if (g->local[0].weight == 0.0)
+        pr_reduce_fold_save_copy(x, in, save, len);
+    else
+        pr_reduce_fold_save_axpb(x, (float)g->local[0].weight, in, save, len);
+    return 0;
+}
+
+int pr_engine_in_member(const struct group *g, const struct pr_chunk_hdr *h)
+{
+    uint32_t m = g->m;
+    if (g->in_place)
+        return h->step >= m - 2;
+    return g->shadow &&
+           (h->step == m - 2 || (h->step >= m - 1 && h->seg == g->pos));
+}
+
+float *pr_engine_member_dst(const struct group *g, const struct pr_chunk_hdr *h)
+{
+    if (!g->shadow || h->step < g->m - 1 || h->seg != g->pos)
+        return NULL;
+    const struct pr_engine_member *mb = &g->local[0];
+    size_t base = 0;
+    for (size_t p = 0; p < mb->nparts; p++) {
+        size_t len = mb->parts[p].len;
+        if (h->off >= base && h->off + h->nfloats <= base + len)
+            return mb->parts[p].data + (h->off - base);
+        base += len;
+    }
+    return NULL;
+}
+
+static int save_piece(struct group *g, float *x, size_t at, size_t len,
+                      const float *in, void *arg)
+{
+    (void)in;
+    (void)arg;
+    memcpy(g->scratch + at, x, len * sizeof(float));
+    return 0;
+}
+
+static int restore_piece(struct group *g, float *x, size_t at, size_t len,
+                         const float *in, void *arg)
+{
+    (void)in;
+    (void)arg;
+    memcpy(x, g->scratch + at, len * sizeof(float));
+    return 0;
+}
+
+/* Floats [lo, hi) of the own segment (pr_pool_run's slices). */
+static void save_slice(void *arg, size_t lo, size_t hi)
+{
+    struct group *g = arg;
+    size_t start, len;
+    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
+    pr_engine_each_piece(g, start + lo, hi - lo, save_piece, NULL, NULL);
+}
+
+void pr_engine_shadow_save(struct group *g)
+{
+    size_t start, len;
+    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
+    if (len > 0 && g->e->pool)
+        pr_pool_run(g->e->pool, save_slice, g, len);
+    else if (len > 0)
+        save_slice(g, 0, len);
+    g->saved = 1;
+}
+
+void pr_engine_shadow_restore(struct group *g)
+{
+    size_t start, len;
+    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
+    if (g->saved)
+        pr_engine_each_piece(g, start, len, restore_piece, NULL, NULL);
+    for (size_t i = 0; i < g->folded.nspans; i++) {
+        const struct span *sp = &g->folded.spans[i];
+        pr_engine_each_piece(g, sp->lo, sp->hi - sp->lo, restore_piece, NULL,
+                             NULL);
+    }
 }
 
 struct absorb_arg {
     struct group *g;
     const struct pr_chunk_hdr *h;
     const float *data;
-    int final;
 };
 
 /* Floats [lo, hi) of the chunk: on the loop thread or a pool thread. */
@@ -174,11 +268,12 @@ static void absorb_slice(void *arg, size_t lo, size_t hi)
     uint32_t m = g->m;
     size_t off = a->h->off + lo, n = hi - lo;
     const float *in = a->data + lo;
-    if (a->final && g->in_place)
+    if (pr_engine_in_member(g, a->h) && a->h->step == m - 2)
         pr_engine_each_piece(g, off, n,
-                             a->h->step == m - 2 ? pr_engine_final_in_place
-                                                 : pr_engine_copy_in_place,
+                             g->shadow ? fold_save : pr_engine_final_in_place,
                              in, NULL);
+    else if (pr_engine_in_member(g, a->h))
+        pr_engine_each_piece(g, off, n, pr_engine_copy_in_place, in, NULL);
     else if (a->h->step < m - 1)
         pr_engine_local_sum(g, off, off + n, in,
                             a->h->step == m - 2 ? g->mean_scale : 0);
@@ -187,9 +282,9 @@ static void absorb_slice(void *arg, size_t lo, size_t hi)
 }
 
 void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
-                      const float *data, int final)
+                      const float *data)
 {
-    struct absorb_arg a = {g, h, data, final};
+    struct absorb_arg a = {g, h, data};
     if (h->nfloats == 0)
         return;
     if (g->e->pool)

@@ -52,6 +52,40 @@ void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
         dst[i] = w * a[i] + b[i];
 }
 
+/*
+ * Each element is read (x[i], in[i]) before either write, so save may be
+ * in; GCC checks for any other overlap once and vectorizes either way.
+ */
+void pr_reduce_fold_save_mean(float *restrict x, const float *in, float *save,
+                              float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float a = x[i], b = in[i];
+        x[i] = (a + b) * s;
+        save[i] = a;
+    }
+}
+
+void pr_reduce_fold_save_axpb(float *restrict x, float w, const float *in,
+                              float *save, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float a = x[i], b = in[i];
+        x[i] = w * a + b;
+        save[i] = a;
+    }
+}
+
+void pr_reduce_fold_save_copy(float *restrict x, const float *in, float *save,
+                              size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float a = x[i], b = in[i];
+        x[i] = b;
+        save[i] = a;
+    }
+}
+
 void pr_reduce_personal(float *out, const float *own, const float *sum,
                         double e, uint32_t k, size_t n)
 {

@@ -26,6 +26,19 @@ void pr_reduce_axpb_inplace(float *dst, const float *a, float w,
 /* dst[i] = w * a[i] + b[i] */
 void pr_reduce_axpb(float *restrict dst, const float *restrict a, float w,
                     const float *restrict b, size_t n);
+/*
+ * The last reduce-scatter step straight into a member, keeping what it
+ * held: save[i] = x[i], then x[i] = (x[i] + in[i]) * s (the mean),
+ * w * x[i] + in[i] (weighted) or in[i] (weight 0), the same values as the
+ * functions above give. save may be in (the chunk read into the place its
+ * floats are saved to), never overlap it otherwise.
+ */
+void pr_reduce_fold_save_mean(float *restrict x, const float *in, float *save,
+                              float s, size_t n);
+void pr_reduce_fold_save_axpb(float *restrict x, float w, const float *in,
+                              float *save, size_t n);
+void pr_reduce_fold_save_copy(float *restrict x, const float *in, float *save,
+                              size_t n);
 /* dst[i] += src[i] */
 void pr_reduce_add(float *restrict dst, const float *restrict src, size_t n);
 

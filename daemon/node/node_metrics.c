@@ -111,6 +111,15 @@ static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
             "into the tensor of a trainer that asked for it "
             "(preduce_set_in_place).",
             es.groups_in_place);
+    counter(b, "preduce_node_groups_shadow_total",
+            "Of the groups that ended ok, those whose lone local trainer got "
+            "its final floats as they came, its inputs kept aside (the "
+            "default mode with one trainer on the node).",
+            es.groups_shadow);
+    counter(b, "preduce_node_groups_restored_total",
+            "Groups that put a trainer's kept inputs back into its tensors "
+            "(failed, or the trainer left).",
+            es.groups_restored);
     gauge(b, "preduce_node_groups_running", "Groups in the reduce engine now.",
           n->engine ? pr_engine_running(n->engine) : 0);
     counter2(b, "preduce_node_stash_chunks_total",

@@ -81,7 +81,11 @@ static int ml_send(struct pr_link *base, const struct pr_chunk_hdr *h,
     return 0;
 }
 
-/* As a real transport drops a stalled link: what is queued fails, now. */
+/*
+ * As a real transport drops a stalled link: what is queued fails, now,
+ * and what was landing from the peer over it (a TCP connection carries
+ * both ways) ends with the same status, half of it written.
+ */
 static void ml_reset(struct pr_link *base, int status)
 {
     struct memlink *l = container_of(base, struct memlink, base);
@@ -95,6 +99,7 @@ static void ml_reset(struct pr_link *base, int status)
         free(m);
     }
     l->tail = &l->head;
+    link_land_release(l->net, l->to, l->from, status);
 }
 
 static const struct pr_link_ops ml_ops = {.send = ml_send, .reset = ml_reset};
