@@ -17,6 +17,21 @@
  * started.
  */
 #define COPY_BYTES_PER_US 1000
+/*
+ * The shadow (engine_int.h) is used only where putting a failed group's
+ * floats back (at most its own and its completed segment) takes under a
+ * quarter of a second at COPY_BYTES_PER_US: a group that fails at its
+ * deadline restores before its trainer is answered, which the node does
+ * within PR_NODE_GRACE_MS and the library waits a second for. Larger
+ * models are written back at the end, as before.
+ */
+#define SHADOW_MAX_RESTORE_BYTES (256ull << 20)
+/*
+ * How long past the deadline a landing into a shadow member may take to
+ * end by itself before the link it comes over is reset (sweep_cb): a
+ * landing nearly done on a slow link is not worth the link.
+ */
+#define SHADOW_LAND_GRACE_NS (100ull * 1000000)
 
 static void finish(struct group *g, int status);
 static void shadow_settle(struct group *g, int status);
@@ -381,12 +396,11 @@ void pr_engine_finish(struct group *g, int status)
 
 /*
  * Just before a shadow group's done(), once nothing writes or reads its
- * member's memory: a failed group, or one whose member left (it gets no
- * results), puts back the floats it replaced.
+ * member's memory: a failed group puts back the floats it replaced.
  */
 static void shadow_settle(struct group *g, int status)
 {
-    if (!g->shadow || (status == 0 && !g->local[0].detached))
+    if (!g->shadow || status == 0)
         return;
     pr_engine_shadow_restore(g);
     g->e->st.groups_restored++;
@@ -659,6 +673,12 @@ static void replay(struct pr_engine *e, struct group *g)
     }
 }
 
+/* The most a shadow group of `total` floats over m daemons puts back. */
+static uint64_t shadow_restore_bytes(size_t total, uint32_t m)
+{
+    return ((uint64_t)total / m + 1) * 2 * sizeof(float);
+}
+
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 {
     if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
@@ -699,9 +719,11 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
      * the scratch vector is free: it is when that segment goes to the
      * wire from the member's memory (pr_engine_direct_src).
      */
-    g->shadow = m > 1 && spec->nlocal == 1 && !g->in_place && !spec->personal &&
-                e->direct && !spec->local[0].detached &&
-                (g->mean_scale != 0 || spec->local[0].weight == 1.0);
+    g->shadow =
+        m > 1 && spec->nlocal == 1 && !g->in_place && !spec->personal &&
+        e->direct && !spec->local[0].detached &&
+        (g->mean_scale != 0 || spec->local[0].weight == 1.0) &&
+        shadow_restore_bytes(spec->total, m) <= SHADOW_MAX_RESTORE_BYTES;
     g->done = spec->done;
     g->arg = spec->arg;
     g->nlocal = spec->nlocal;
@@ -847,9 +869,14 @@ int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank)
             /*
              * In place, final floats keep going into its tensors (they are
              * what is forwarded), within that contract: each float as it
-             * was or at its final value.
+             * was or at its final value. The shadow stops: what comes now
+             * goes into the scratch vector, and nothing is put back later
+             * (the trainer, told its connection broke, may be writing its
+             * tensors again by then); what it wrote, and landings under
+             * way, leave each float as it was or at its final value.
              */
             g->local[i].detached = 1;
+            g->shadow = 0;
             return 0;
         }
     }
@@ -886,7 +913,8 @@ static void sweep_cb(uv_timer_t *t)
          * can be put back before its trainer's answer.
          */
         if (g->state == G_DRAINING && !g->reported && g->rx_member > 0 &&
-            !g->left_reset && late) {
+            !g->left_reset &&
+            uv_hrtime() >= g->deadline_ns + SHADOW_LAND_GRACE_NS) {
             struct pr_link *l = e->resolve(e->ctx, g->left);
             g->left_reset = 1;
             pr_warn("group %llu: a chunk landing in a trainer's memory "

@@ -54,8 +54,10 @@ struct pr_engine_member {
     int in_place;
     /*
      * The member's trainer is gone (it was told its reduce failed): its
-     * floats still count, but its tensors get no write-back (in place,
-     * final floats still land, as that contract allows). Set at start by
+     * floats still count, but its tensors get no write-back (in place, or
+     * written in the default mode's shadow before it left, final floats
+     * already under way still land: each float as it was or at its final
+     * value). Set at start by
      * a caller whose trainer left before the group came, or later by
      * pr_engine_detach().
      */
@@ -185,8 +187,10 @@ int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
  * can no longer be delivered, and it was told the reduce failed): the
  * group goes on for the others, its floats still count, but its tensors
  * get no write-back, so a trainer that saw the failure finds them
- * unchanged (in place, its contract holds: each float as it was or at its
- * final value). -ENOENT when there is no such running group or member.
+ * unchanged, or (in place, or where the default mode's shadow had begun
+ * writing final floats into them) each float as it was or at its final
+ * value, nothing written after landings under way. -ENOENT when there is
+ * no such running group or member.
  */
 int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank);
 void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);

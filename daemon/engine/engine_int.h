@@ -64,10 +64,14 @@ struct group {
      * vector, where nothing else is then: the own segment's floats are
      * copied there at start (`saved`), the completed segment's written
      * there by the same pass that sums each chunk, over the chunk read
-     * there (`folded` records which). A group that fails, or whose member
-     * left, puts them back before done() (shadow_settle in engine.c), once
-     * no landing or send uses the member's memory. Only the other m - 2
-     * segments are written back at the end: none between 2 daemons.
+     * there (`folded` records which). A group that fails puts back what
+     * may have been written (the own segment's claimed chunks, the folded
+     * ones) before done() (shadow_settle in engine.c), once no landing or
+     * send uses the member's memory. A member that leaves ends the shadow:
+     * nothing more goes into it and nothing is put back. Only the other
+     * m - 2 segments are written back at the end: none between 2 daemons.
+     * Not for models so large that putting back would hold the answer
+     * past what the trainer waits (SHADOW_MAX_RESTORE_BYTES).
      */
     int shadow;
     int saved;

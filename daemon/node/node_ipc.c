@@ -32,7 +32,8 @@
  * A trainer that hangs up mid-reduce leaves its tensors mapped here until
  * its group (if one comes) has finished: the group never waits on it, and
  * (in the default mode) no longer writes its result into them, since the
- * trainer may still hold them and was never told the reduce succeeded.
+ * trainer may still hold them and was never told the reduce succeeded
+ * (final floats the engine had begun to write stay: pr_engine_detach).
  */
 #include <errno.h>
 #include <stddef.h>
