@@ -1121,6 +1121,16 @@ double h_metric(const char *text, const char *prefix)
     return NAN;
 }
 
+double h_metric_at(uint16_t port, const char *prefix)
+{
+    char *text = h_metrics_fetch(port);
+    if (!text)
+        return NAN;
+    double v = h_metric(text, prefix);
+    free(text);
+    return v;
+}
+
 int h_node_wait_transfer(uint16_t port, const char *transport, int gap_ms)
 {
     char rx[128];

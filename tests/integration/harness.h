@@ -223,6 +223,8 @@ char *h_metrics_fetch(uint16_t port);
  * starts with `prefix`, or NAN.
  */
 double h_metric(const char *text, const char *prefix);
+/* h_metric of what the endpoint on `port` serves now (NAN: no answer). */
+double h_metric_at(uint16_t port, const char *prefix);
 /*
  * Waits (up to 20 s) until the node whose metrics listen on `port` (polled
  * every gap_ms) has just finished a reduce and then started receiving the

@@ -26,15 +26,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static double metric_of(uint16_t port, const char *name)
-{
-    char *text = h_metrics_fetch(port);
-    ck_assert_ptr_nonnull(text);
-    double v = h_metric(text, name);
-    free(text);
-    return v;
-}
-
 START_TEST(test_shadow_peer_killed_inputs_back)
 {
     struct h_cluster c;
@@ -78,12 +69,12 @@ START_TEST(test_shadow_peer_killed_inputs_back)
     for (int tries = 0; tries < 20 && !caught; tries++) {
         ck_assert_int_eq(h_node_wait_transfer(mport, "tcp", 5), 0);
         double ok =
-            metric_of(mport, "preduce_node_reduces_total{status=\"ok\"} ");
+            h_metric_at(mport, "preduce_node_reduces_total{status=\"ok\"} ");
         ck_assert_int_eq(kill(c.node_pid[1], SIGSTOP), 0);
         sleep_ms(300);
-        caught = metric_of(mport, "preduce_node_groups_running ") == 1 &&
-                 metric_of(mport,
-                           "preduce_node_reduces_total{status=\"ok\"} ") == ok;
+        caught = h_metric_at(mport, "preduce_node_groups_running ") == 1 &&
+                 h_metric_at(
+                     mport, "preduce_node_reduces_total{status=\"ok\"} ") == ok;
         if (!caught)
             ck_assert_int_eq(kill(c.node_pid[1], SIGCONT), 0);
     }
@@ -92,8 +83,8 @@ START_TEST(test_shadow_peer_killed_inputs_back)
     c.node_pid[1] = 0;
     h_wait(pids[1], 30000);
     int st = h_wait(pids[0], 30000);
-    double shadow = metric_of(mport, "preduce_node_groups_shadow_total ");
-    double restored = metric_of(mport, "preduce_node_groups_restored_total ");
+    double shadow = h_metric_at(mport, "preduce_node_groups_shadow_total ");
+    double restored = h_metric_at(mport, "preduce_node_groups_restored_total ");
     fprintf(stderr, "node0: %.0f groups in the shadow, %.0f restored\n", shadow,
             restored);
     if (st != 0)

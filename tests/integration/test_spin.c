@@ -64,15 +64,6 @@ static void start(struct h_cluster *c, const unsigned us[2], uint16_t ports[2])
     ck_assert_int_eq(h_node_start(c, 1, sets1), 0);
 }
 
-static double metric_of(uint16_t port, const char *name)
-{
-    char *text = h_metrics_fetch(port);
-    ck_assert_ptr_nonnull(text);
-    double v = h_metric(text, name);
-    free(text);
-    return v;
-}
-
 START_TEST(test_spin_polls_exact)
 {
     struct h_cluster c;
@@ -92,10 +83,12 @@ START_TEST(test_spin_polls_exact)
         pids[i] = h_trainer_spawn(&c, &o);
     }
     int failed = h_wait_trainers(pids, names, 2, 60000);
-    double polls0 = metric_of(ports[0], "preduce_node_busy_polls_total ");
-    double secs0 = metric_of(ports[0], "preduce_node_busy_poll_seconds_total ");
-    double polls1 = metric_of(ports[1], "preduce_node_busy_polls_total ");
-    double secs1 = metric_of(ports[1], "preduce_node_busy_poll_seconds_total ");
+    double polls0 = h_metric_at(ports[0], "preduce_node_busy_polls_total ");
+    double secs0 =
+        h_metric_at(ports[0], "preduce_node_busy_poll_seconds_total ");
+    double polls1 = h_metric_at(ports[1], "preduce_node_busy_polls_total ");
+    double secs1 =
+        h_metric_at(ports[1], "preduce_node_busy_poll_seconds_total ");
     fprintf(stderr,
             "node0 (5000 us): %.0f polls, %.4f s; node1 (0): %.0f polls, "
             "%.4f s\n",
@@ -133,8 +126,9 @@ START_TEST(test_spin_bounded_while_waiting)
     double t0 = now_s(), cpu0 = cpu_s(c.node_pid[0]);
     int failed = h_wait_trainers(pids, names, 2, 60000);
     double wall = now_s() - t0, cpu = cpu_s(c.node_pid[0]) - cpu0;
-    double polls = metric_of(ports[0], "preduce_node_busy_polls_total ");
-    double secs = metric_of(ports[0], "preduce_node_busy_poll_seconds_total ");
+    double polls = h_metric_at(ports[0], "preduce_node_busy_polls_total ");
+    double secs =
+        h_metric_at(ports[0], "preduce_node_busy_poll_seconds_total ");
     fprintf(stderr,
             "node0 while its trainer waited for a straggler: %.3f s CPU, "
             "%.3f s polling in %.0f spells, over %.3f s\n",

@@ -218,6 +218,23 @@ START_TEST(test_shadow_stalled_landing_reset)
 END_TEST
 
 /*
+ * A ring of 2 with position 1's incoming link held, everything started and
+ * half of what waits for position 1 delivered: its member holds final
+ * floats now.
+ */
+static struct net *half_way(const struct scase *c, struct tgroup *tg)
+{
+    struct net *net = network(c, 1);
+    int me = tg_node(tg, 1), left = tg_node(tg, 0);
+    link_hold(net, left, me, 1);
+    tg_start_all(net, tg);
+    run_quiet(net);
+    size_t q = net->links[left][me].queued;
+    ck_assert_uint_eq(link_deliver(net, left, me, q / 2), q / 2);
+    return net;
+}
+
+/*
  * A member that leaves while its group runs (its trainer was told its
  * connection broke, and may write its tensors again): the shadow stops,
  * nothing more is written into them and nothing is put back later, so
@@ -228,13 +245,8 @@ START_TEST(test_shadow_detached_stops)
 {
     struct scase c = {.m = 2, .total = 600, .chunk = 16, .land = _i};
     struct tgroup *tg = group(&c, 970 + (uint64_t)_i);
-    struct net *net = network(&c, 1);
-    int me = tg_node(tg, 1), left = tg_node(tg, 0);
-    link_hold(net, left, me, 1);
-    tg_start_all(net, tg);
-    run_quiet(net);
-    size_t q = net->links[left][me].queued;
-    ck_assert_uint_eq(link_deliver(net, left, me, q / 2), q / 2);
+    struct net *net = half_way(&c, tg);
+    int me = tg_node(tg, 1);
     size_t at_detach = changed(tg, 1);
     ck_assert_uint_gt(at_detach, 0);
     ck_assert_int_eq(pr_engine_detach(E(net, me), tg->id, tg->spec[1][0].rank),
@@ -269,13 +281,8 @@ START_TEST(test_shadow_destroy_restores)
 {
     struct scase c = {.m = 2, .total = 600, .chunk = 16, .land = _i};
     struct tgroup *tg = group(&c, 980 + (uint64_t)_i);
-    struct net *net = network(&c, 1);
+    struct net *net = half_way(&c, tg);
     int me = tg_node(tg, 1), left = tg_node(tg, 0);
-    link_hold(net, left, me, 1);
-    tg_start_all(net, tg);
-    run_quiet(net);
-    size_t q = net->links[left][me].queued;
-    ck_assert_uint_eq(link_deliver(net, left, me, q / 2), q / 2);
     ck_assert_uint_gt(changed(tg, 1), 0);
     destroy_node(net, me);
     ck_assert_int_eq(tg->done[1].calls, 1);
