@@ -318,6 +318,9 @@ static int sum_and_post_own_segment(struct group *g)
         int rc;
         if (src) {
             rc = post_from(g, 0, g->pos, start + off, n, src);
+            /* Saved while the kernel's copy of it may still be in cache. */
+            if (rc == 0 && g->shadow)
+                pr_engine_shadow_save(g, start + off, n);
         } else if (pr_engine_offload(g, n)) {
             /* Posted when summed: this sum overlaps the previous send. */
             rc = pr_engine_submit(g, J_SUM, start + off, n);
@@ -762,8 +765,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     int rc = sum_and_post_own_segment(g);
     if (rc < 0)
         finish(g, rc);
-    else if (g->shadow)
-        pr_engine_shadow_save(g);
+    g->saved = g->shadow;
     /* Even a failed group takes its early chunks out of the stash. */
     replay(e, g);
     return 0;

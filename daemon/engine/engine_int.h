@@ -225,8 +225,8 @@ int pr_engine_in_member(const struct group *g, const struct pr_chunk_hdr *h);
  */
 float *pr_engine_member_dst(const struct group *g,
                             const struct pr_chunk_hdr *h);
-/* The shadow's own segment into the scratch vector (at start). */
-void pr_engine_shadow_save(struct group *g);
+/* Floats [off, off + n) of the own segment into the scratch vector. */
+void pr_engine_shadow_save(struct group *g, size_t off, size_t n);
 /* The shadow's saved floats back into the member. */
 void pr_engine_shadow_restore(struct group *g);
 /*

@@ -230,24 +230,25 @@ static int restore_piece(struct group *g, float *x, size_t at, size_t len,
     return 0;
 }
 
-/* Floats [lo, hi) of the own segment (pr_pool_run's slices). */
+struct save_arg {
+    struct group *g;
+    size_t off;
+};
+
+/* Floats [off + lo, off + hi) (pr_pool_run's slices). */
 static void save_slice(void *arg, size_t lo, size_t hi)
 {
-    struct group *g = arg;
-    size_t start, len;
-    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
-    pr_engine_each_piece(g, start + lo, hi - lo, save_piece, NULL, NULL);
+    const struct save_arg *a = arg;
+    pr_engine_each_piece(a->g, a->off + lo, hi - lo, save_piece, NULL, NULL);
 }
 
-void pr_engine_shadow_save(struct group *g)
+void pr_engine_shadow_save(struct group *g, size_t off, size_t n)
 {
-    size_t start, len;
-    pr_ring_segment(g->total, g->m, g->pos, &start, &len);
-    if (len > 0 && g->e->pool)
-        pr_pool_run(g->e->pool, save_slice, g, len);
-    else if (len > 0)
-        save_slice(g, 0, len);
-    g->saved = 1;
+    struct save_arg a = {g, off};
+    if (g->e->pool)
+        pr_pool_run(g->e->pool, save_slice, &a, n);
+    else
+        save_slice(&a, 0, n);
 }
 
 /* Floats [lo, hi) of every span in s back from the scratch vector. */
