@@ -151,10 +151,10 @@ PREDUCE_API int preduce_reduce(preduce_client_t *c,
 
 /*
  * on = 1: the daemon may write results into the tensors as they arrive
- * rather than all at the end: two passes less over the model per reduce
- * when this worker is the only member of its group on its node (otherwise
- * nothing changes). Success looks the same; on error each float holds
- * either its input or its final result, so the tensors are no longer
+ * and need not keep the inputs aside: a pass less over the model per
+ * reduce when this worker is the only member of its group on its node
+ * (otherwise nothing changes). Success looks the same; on error each float
+ * holds either its input or its final result, so the tensors are no longer
  * guaranteed unchanged. Takes effect from the next reduce. Default 0.
  * 0, or -EINVAL (on not 0 or 1).
  */
