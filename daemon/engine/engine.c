@@ -186,6 +186,12 @@ void pr_engine_destroy(struct pr_engine *e)
             int status = g->state == G_RUNNING ? -ECANCELED : g->status;
             g->reported = 1;
             g->state = G_DRAINING;
+            /*
+             * Put back without waiting for landings into the member or
+             * sends from it: the node destroys its transports first,
+             * which ends them all (a caller that did not would have them
+             * write or read the member after its done()).
+             */
             shadow_settle(g, status);
             if (g->done)
                 g->done(g->arg, g->id, status);
