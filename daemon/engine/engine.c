@@ -640,14 +640,14 @@ static void land_cb(struct pr_landing *l, uint32_t from,
         fail_late(g);
     else if (g->state == G_RUNNING)
         absorb_and_forward(g, h, l->dst);
+    /* A group that ended waits for its member's landings to report. */
+    int wake = member && g->rx_member == 0 && g->state == G_DRAINING &&
+               !g->reported && !e->closing;
     /*
      * A landing called off comes from a link's close, which the engine
      * itself may have caused while it walks its groups: the group is
      * freed from kick_cb then, not here.
      */
-    /* A group that ended waits for its member's landings to report. */
-    int wake = member && g->rx_member == 0 && g->state == G_DRAINING &&
-               !g->reported && !e->closing;
     if (status == 0 || e->closing)
         maybe_free(g);
     else if (g->rx_out == 0)
