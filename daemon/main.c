@@ -25,6 +25,7 @@
 
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
+#include "daemon/base/fdlimit.h"
 #include "daemon/base/log.h"
 #include "daemon/node/node.h"
 #include "daemon/sched/sched.h"
@@ -358,6 +359,31 @@ static void report_config(const struct daemon *d, enum action a)
 }
 
 /*
+ * Descriptors this daemon lets itself hold (fdlimit.h): the soft limit is
+ * raised to this, or to the hard limit where that is lower. Below
+ * FDS_ENOUGH a warning says where connections will run short.
+ */
+#define FDS_WANT   65536
+#define FDS_ENOUGH 4096
+
+static void raise_fd_limit(void)
+{
+    uint64_t before, after;
+    int rc = pr_fdlimit_raise(FDS_WANT, &before, &after);
+    if (rc < 0)
+        pr_warn("file descriptors: cannot raise the limit from %llu: %s",
+                (unsigned long long)before, strerror(-rc));
+    else if (after != before)
+        pr_info("file descriptors: limit raised from %llu to %llu",
+                (unsigned long long)before, (unsigned long long)after);
+    if (after < FDS_ENOUGH)
+        pr_warn("file descriptors: only %llu (RLIMIT_NOFILE's hard limit): "
+                "many trainers, peer streams or idle connections may be "
+                "refused; raise it (LimitNOFILE= in the unit, ulimit -Hn)",
+                (unsigned long long)after);
+}
+
+/*
  * The loop, its signal handlers and the configured role (node or
  * scheduler). On failure everything it opened is closed again: 0 or a
  * negative errno.
@@ -368,6 +394,7 @@ static int start_role(struct daemon *d)
     pr_log_set_ident(d->conf.role == PR_ROLE_SCHEDULER ? "preduced-sched"
                                                        : "preduced");
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
     uv_loop_init(&d->loop);
     static const int signums[3] = {SIGINT, SIGTERM, SIGHUP};
     for (int i = 0; i < 3; i++) {
