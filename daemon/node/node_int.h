@@ -151,7 +151,7 @@ struct pr_node {
     uint64_t spin_rx;       /* the peer links' read counters when last seen */
     uint64_t spin_start_ns; /* when polling last started */
     uint64_t spins;         /* times polling started */
-    uint64_t spin_ns;       /* time spent polling, stopped spells */
+    uint64_t spin_ns;       /* time spent polling, spells that ended */
     struct pr_link_sink engine_sink; /* what the node's sink passes on to */
 };
 
@@ -209,6 +209,8 @@ int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
  * loop polls for node.busy_poll_us more while a trainer waits.
  */
 void pr_node_spin(struct pr_node *n);
+/* Time spent polling so far, the spell under way included. */
+uint64_t pr_node_spin_ns(const struct pr_node *n);
 /* Moves a trainer's reduce to state s, counting those in flight. */
 void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s);
 /*

@@ -80,9 +80,9 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
             n->spins);
     pr_metrics_header(b, "preduce_node_busy_poll_seconds_total", "counter",
                       "Time the loop spent polling without sleeping (a CPU "
-                      "kept busy), spells that ended.");
+                      "kept busy).");
     pr_metrics_printf(b, "preduce_node_busy_poll_seconds_total %.6f\n",
-                      (double)n->spin_ns / 1e9);
+                      (double)pr_node_spin_ns(n) / 1e9);
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);

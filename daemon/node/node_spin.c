@@ -44,7 +44,8 @@ static void spin_cb(uv_idle_t *h)
 {
     struct pr_node *n = h->data;
     uint64_t now = uv_hrtime();
-    if (n->nreducing == 0) {
+    /* Nobody waits, or a reload turned polling off. */
+    if (n->nreducing == 0 || n->conf->node_busy_poll_us == 0) {
         spin_stop(n, now);
         return;
     }
@@ -70,6 +71,14 @@ void pr_node_spin(struct pr_node *n)
     n->spin_start_ns = now;
     n->spins++;
     uv_idle_start(&n->spin, spin_cb);
+}
+
+uint64_t pr_node_spin_ns(const struct pr_node *n)
+{
+    uint64_t ns = n->spin_ns;
+    if (uv_is_active((const uv_handle_t *)&n->spin))
+        ns += uv_hrtime() - n->spin_start_ns;
+    return ns;
 }
 
 void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s)
