@@ -377,7 +377,7 @@ static void raise_fd_limit(void)
         pr_info("file descriptors: limit raised from %llu to %llu",
                 (unsigned long long)before, (unsigned long long)after);
     if (after < FDS_ENOUGH)
-        pr_warn("file descriptors: only %llu (RLIMIT_NOFILE's hard limit): "
+        pr_warn("file descriptors: only %llu (RLIMIT_NOFILE): "
                 "many trainers, peer streams or idle connections may be "
                 "refused; raise it (LimitNOFILE= in the unit, ulimit -Hn)",
                 (unsigned long long)after);

@@ -6,6 +6,7 @@
 int pr_fdlimit_raise(uint64_t want, uint64_t *before, uint64_t *after)
 {
     struct rlimit rl;
+    *before = *after = 0;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return -errno;
     *before = *after = (uint64_t)rl.rlim_cur;

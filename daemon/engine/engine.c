@@ -19,11 +19,12 @@
 #define COPY_BYTES_PER_US 1000
 /*
  * The shadow (engine_int.h) is used only where putting a failed group's
- * floats back (at most its own and its completed segment) takes under a
+ * floats back (at most its own and its completed segment) takes about a
  * quarter of a second at COPY_BYTES_PER_US: a group that fails at its
- * deadline restores before its trainer is answered, which the node does
- * within PR_NODE_GRACE_MS and the library waits a second for. Larger
- * models are written back at the end, as before.
+ * deadline (the trainer's plus PR_NODE_GRACE_MS) restores before done(),
+ * and so before its trainer is answered, which the library waits a
+ * second past the trainer's deadline for. Larger models are written back
+ * at the end, as before.
  */
 #define SHADOW_MAX_RESTORE_BYTES (256ull << 20)
 /*
@@ -685,7 +686,7 @@ static void replay(struct pr_engine *e, struct group *g)
 /* The most a shadow group of `total` floats over m daemons puts back. */
 static uint64_t shadow_restore_bytes(size_t total, uint32_t m)
 {
-    return ((uint64_t)total / m + 1) * 2 * sizeof(float);
+    return ((uint64_t)total + m - 1) / m * 2 * sizeof(float);
 }
 
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
