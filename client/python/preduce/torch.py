@@ -26,6 +26,16 @@ What is averaged:
   step from the same model, as with DDP.
 
 Options, all off by default:
+- state: the optimizer's per-parameter state (Adam's and AdamW's moments,
+  SGD's momentum) moves into shared memory beside the parameters and is
+  averaged with them, in the same group and with the same weights. With
+  average="model" a group's members then leave with one model and one
+  optimizer state, not one model and diverging moments. With
+  average="gradients" the group averages the members' models and state
+  together with their gradients before the step, so its members take the
+  same step from the same point; under the allreduce policy that is
+  DistributedDataParallel's step. Supported for torch.optim.Adam, AdamW
+  (amsgrad too) and SGD (without dampening); the step counts stay local.
 - outer_lr (DiLoCo's outer optimizer): each worker keeps an anchor, the
   model as of its last average. After a group's average, the
   pseudo-gradient (anchor - average) goes to SGD with Nesterov momentum
@@ -69,13 +79,36 @@ def _members(module, buffers):
     return out
 
 
+def _state_names(optimizer):
+    """The names of the optimizer's per-parameter state tensors that are
+    averaged with the model (state=True); a TypeError or ValueError for
+    an optimizer whose state is not understood here."""
+    groups = optimizer.param_groups
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        names = ("exp_avg", "exp_avg_sq")
+        if any(g.get("amsgrad") for g in groups):
+            names += ("max_exp_avg_sq",)
+        return names
+    if isinstance(optimizer, torch.optim.SGD):
+        if any(g.get("dampening", 0) for g in groups):
+            raise ValueError("state=True: SGD with dampening starts its "
+                             "momentum differently; use dampening=0")
+        if not any(g.get("momentum", 0) for g in groups):
+            raise ValueError("state=True: this SGD has no momentum, so no "
+                             "state to average")
+        return ("momentum_buffer",)
+    raise TypeError(f"state=True: {type(optimizer).__name__}'s state is "
+                    "not known to preduce.torch (Adam, AdamW and SGD are)")
+
+
 class PartialReduce:
     """Partial-reduces a model through a preduce.Client after its
     optimizer's steps; use its step() in place of optimizer.step()."""
 
     def __init__(self, model, optimizer, client, *, period=1,
                  average="model", buffers=False, outer_lr=None,
-                 outer_momentum=0.9, overlap=False, timeout_ms=60000):
+                 outer_momentum=0.9, overlap=False, state=False,
+                 timeout_ms=60000):
         if average not in ("model", "gradients"):
             raise ValueError("average is 'model' or 'gradients'")
         if int(period) < 1:
@@ -88,6 +121,10 @@ class PartialReduce:
         if outer_lr is not None and overlap:
             raise ValueError("outer_lr and overlap together are not "
                              "supported: choose one")
+        if state and (overlap or outer_lr is not None):
+            raise ValueError("state averages the optimizer's state with "
+                             "the model; it does not combine with overlap "
+                             "or outer_lr")
         self.model, self.optimizer, self.client = model, optimizer, client
         self.period, self.average = int(period), average
         self.outer_lr, self.outer_momentum = outer_lr, float(outer_momentum)
@@ -120,7 +157,7 @@ class PartialReduce:
             self._views.append(self.flat[off:off + t.numel()].view(t.shape))
             off += t.numel()
         # Zero copy: the parameters live in the shared memory themselves.
-        self.zero_copy = (average == "model" and not self.overlap and
+        self.zero_copy = (not self.overlap and
                           all(t.device.type == "cpu" for t in self._tensors))
         with torch.no_grad():
             for t, v in zip(self._tensors, self._views):
@@ -130,6 +167,16 @@ class PartialReduce:
         self._anchor = self.flat.clone() if outer_lr is not None else None
         self._momentum = (torch.zeros_like(self.flat)
                           if outer_lr is not None else None)
+        # gradients: the gradients are copied into their own shared tensor.
+        self._grad = (torch.from_numpy(client.tensor(n))
+                      if average == "gradients" else None)
+        self._state_names = _state_names(optimizer) if state else ()
+        self._state = None      # state: k x n floats, k = len(names)
+        self._state_views = []  # state: per parameter, {name: view}
+        if state:
+            self._state = torch.from_numpy(
+                client.tensor(n * len(self._state_names)))
+            self._bind_state()
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
         self.closed = False
@@ -186,6 +233,13 @@ class PartialReduce:
         if self.zero_copy:
             for t in self._tensors:
                 t.data = t.data.clone()
+        for t, views in zip(self._tensors, self._state_views):
+            st = self.optimizer.state.get(t, {})
+            for name, view in views.items():
+                if st.get(name) is view:
+                    st[name] = view.clone()
+        self._state = self._grad = None
+        self._state_views = []
         self.flat = self.flat.clone()
         self._views = list(self._split(self.flat))
         self._shared_np = None
@@ -204,9 +258,10 @@ class PartialReduce:
             self.failed += 1
             return None
 
-    def _reduce(self):
-        """One blocking reduce of self.flat: True on success."""
-        r = self._attempt(self.client.reduce, [self.flat], self.timeout_ms)
+    def _reduce(self, parts):
+        """One blocking reduce of the shared tensors `parts` (one model):
+        True on success."""
+        r = self._attempt(self.client.reduce, parts, self.timeout_ms)
         if r is None:
             return False
         self._count(r)
@@ -224,11 +279,54 @@ class PartialReduce:
         return self.members / self.reduces if self.reduces else 0.0
 
     @torch.no_grad()
+    def _bind_state(self):
+        """Makes the optimizer's state tensors of each parameter views of
+        the shared state (copying in what the optimizer had, or zeros
+        where it had none yet: Adam's and SGD's first step then does what
+        it would have done from nothing). Runs before each reduce, so a
+        state the optimizer's load_state_dict() replaced is bound again."""
+        if not self._state_views:
+            n = self.flat.numel()
+            chunks = [self._state[k * n:(k + 1) * n]
+                      for k in range(len(self._state_names))]
+            self._state_views = [
+                dict(zip(self._state_names, views))
+                for views in zip(*(self._split(c) for c in chunks))]
+        owned = {id(p) for g in self.optimizer.param_groups
+                 for p in g["params"]}
+        for t, views in zip(self._tensors, self._state_views):
+            if id(t) not in owned:
+                continue  # not optimized: its state stays zero
+            st = self.optimizer.state[t]
+            for name, view in views.items():
+                cur = st.get(name)
+                if cur is view:
+                    continue
+                if isinstance(cur, torch.Tensor):
+                    view.copy_(cur)
+                else:
+                    view.zero_()
+                st[name] = view
+            if "exp_avg" in views and "step" not in st:
+                st["step"] = torch.tensor(0.0)
+
+    def _parts(self):
+        """The shared tensors one reduce averages, in order."""
+        parts = [self.flat]
+        if self._state is not None:
+            self._bind_state()
+            parts.append(self._state)
+        if self._grad is not None:
+            parts = parts + [self._grad] if self._state is not None \
+                else [self._grad]
+        return parts
+
+    @torch.no_grad()
     def _reduce_model(self):
         if not self.zero_copy:
             for t, v in zip(self._tensors, self._views):
                 v.copy_(t)
-        if not self._reduce():
+        if not self._reduce(self._parts()):
             return
         if self._anchor is not None and self._healed():
             # The group's model replaced ours: it is the new anchor, and
@@ -258,16 +356,24 @@ class PartialReduce:
 
     @torch.no_grad()
     def _reduce_gradients(self):
-        for t, v in zip(self._tensors, self._views):
+        grads = list(self._split(self._grad))
+        for t, g in zip(self._tensors, grads):
             if t.grad is None:
-                v.zero_()
+                g.zero_()
             else:
-                v.copy_(t.grad)
-        if not self._reduce():
+                g.copy_(t.grad)
+        copy = self._state is not None and not self.zero_copy
+        if copy:
+            for t, v in zip(self._tensors, self._views):
+                v.copy_(t)
+        if not self._reduce(self._parts()):
             return  # each replica steps on its own gradients this time
-        for t, v in zip(self._tensors, self._views):
+        for t, g in zip(self._tensors, grads):
             if t.grad is not None:
-                t.grad.copy_(v)
+                t.grad.copy_(g)
+        if copy:
+            for t, v in zip(self._tensors, self._views):
+                t.copy_(v)
 
     @torch.no_grad()
     def _start(self):

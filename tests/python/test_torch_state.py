@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: MIT
+"""preduce.torch.PartialReduce(state=True): the optimizer's moments live in
+shared memory and are averaged with the model, against real daemons."""
+
+import io
+
+import pytest
+import torch
+
+import preduce
+import preduce.torch
+from test_torch import run_all, small_net
+
+torch.set_num_threads(1)
+
+
+def adamw(net):
+    return torch.optim.AdamW(net.parameters(), lr=0.01, betas=(0.9, 0.99),
+                             weight_decay=0.1)
+
+
+def pair(cluster, make_opt, **kw):
+    """Two workers on two daemons, same start, each with its optimizer
+    and a PartialReduce."""
+    c = cluster(2)
+    clients = [preduce.Client(c.sock[i], f"w{i}") for i in range(2)]
+    nets = [small_net(seed=5) for _ in range(2)]
+    opts = [make_opt(n) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl, **kw)
+           for n, o, cl in zip(nets, opts, clients)]
+    return clients, nets, opts, prs
+
+
+def batches(steps, workers=2):
+    torch.manual_seed(11)
+    return [[torch.randn(8, 4) for _ in range(workers)]
+            for _ in range(steps)]
+
+
+def loss(net, x):
+    return (net(x) - x[:, :2]).pow(2).mean()
+
+
+def test_gradients_with_state_is_one_adamw_on_the_mean_gradient(cluster):
+    """average='gradients', state=True under allreduce: both replicas
+    stay bit-identical and follow one AdamW on the mean gradient (what
+    DistributedDataParallel computes), moments included."""
+    clients, nets, opts, prs = pair(cluster, adamw, average="gradients",
+                                    state=True)
+    ref = small_net(seed=5)
+    ref_opt = adamw(ref)
+    for xs in batches(5):
+        def step(i, xs=xs):
+            opts[i].zero_grad()
+            loss(nets[i], xs[i]).backward()
+            prs[i].step()
+        run_all([lambda i=i: step(i) for i in range(2)])
+        grads = []
+        for x in xs:
+            ref.zero_grad()
+            loss(ref, x).backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        for p, g0, g1 in zip(ref.parameters(), *grads):
+            p.grad = (g0 + g1) / 2
+        ref_opt.step()
+    for p0, p1, q in zip(nets[0].parameters(), nets[1].parameters(),
+                         ref.parameters()):
+        assert torch.equal(p0, p1)
+        assert torch.allclose(p0, q, atol=1e-6)
+        for name in ("exp_avg", "exp_avg_sq"):
+            s0, s1 = opts[0].state[p0][name], opts[1].state[p1][name]
+            assert torch.equal(s0, s1)
+            assert torch.allclose(s0, ref_opt.state[q][name], atol=1e-6)
+    assert [pr.reduces for pr in prs] == [5, 5]
+    for cl in clients:
+        cl.close()
+
+
+def test_model_with_state_averages_the_moments(cluster):
+    """average='model', state=True: after a step and a reduce both
+    workers hold the mean of the models and of the moments each worker's
+    own AdamW step produced."""
+    clients, nets, opts, prs = pair(cluster, adamw, state=True)
+    lone = [small_net(seed=5) for _ in range(2)]
+    lone_opts = [adamw(n) for n in lone]
+    xs = batches(1)[0]
+    for net, opt, x in zip(lone, lone_opts, xs):
+        loss(net, x).backward()
+        opt.step()
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    for k, (p0, p1) in enumerate(zip(nets[0].parameters(),
+                                     nets[1].parameters())):
+        q0, q1 = list(lone[0].parameters())[k], list(lone[1].parameters())[k]
+        assert torch.allclose(p0, (q0 + q1) / 2, atol=1e-7)
+        for name in ("exp_avg", "exp_avg_sq"):
+            want = (lone_opts[0].state[q0][name] +
+                    lone_opts[1].state[q1][name]) / 2
+            assert torch.allclose(opts[0].state[p0][name], want, atol=1e-9)
+            assert torch.equal(opts[0].state[p0][name],
+                               opts[1].state[p1][name])
+        assert opts[0].state[p0]["step"].item() == 1.0
+    for cl in clients:
+        cl.close()
+
+
+def test_state_is_shared_memory_and_survives_load_state_dict(cluster):
+    """The moments are views of the shared state tensor; an optimizer
+    load_state_dict() puts new tensors in, which the next step binds
+    again, with the loaded values."""
+    clients, nets, opts, prs = pair(cluster, adamw, state=True)
+
+    def inside(i):
+        lo = prs[i]._state.data_ptr()
+        hi = lo + prs[i]._state.numel() * 4
+        return all(lo <= s[name].data_ptr() < hi
+                   for s in opts[i].state.values()
+                   for name in ("exp_avg", "exp_avg_sq"))
+
+    assert inside(0) and inside(1)
+    xs = batches(2)
+
+    def step(i, k):
+        opts[i].zero_grad()
+        loss(nets[i], xs[k][i]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i, 0) for i in range(2)])
+    buf = io.BytesIO()
+    torch.save(opts[0].state_dict(), buf)
+    buf.seek(0)
+    saved = torch.load(buf)
+    opts[0].load_state_dict(saved)
+    assert not inside(0)
+    p0 = next(nets[0].parameters())
+    loaded = opts[0].state[p0]["exp_avg"].clone()
+    prs[0]._bind_state()
+    assert inside(0)
+    assert torch.equal(opts[0].state[p0]["exp_avg"], loaded)
+    run_all([lambda i=i: step(i, 1) for i in range(2)])
+    assert inside(0) and inside(1)
+    for cl in clients:
+        cl.close()
+
+
+def test_sgd_momentum_state(cluster):
+    """SGD's momentum buffer is averaged too; its first step from the
+    zeros it is given is the step it takes from nothing."""
+    def sgd(n):
+        return torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9)
+    clients, nets, opts, prs = pair(cluster, sgd, state=True)
+    lone = small_net(seed=5)
+    lone_opt = sgd(lone)
+    x = batches(1)[0][0]
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], x).backward()  # the same batch: the same step
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    loss(lone, x).backward()
+    lone_opt.step()
+    for p, q in zip(nets[0].parameters(), lone.parameters()):
+        assert torch.allclose(p, q, atol=1e-7)
+        assert torch.allclose(opts[0].state[p]["momentum_buffer"],
+                              lone_opt.state[q]["momentum_buffer"],
+                              atol=1e-7)
+    for cl in clients:
+        cl.close()
+
+
+def test_close_moves_the_state_out(cluster):
+    """close() gives the optimizer ordinary tensors with the same values;
+    training can go on without the client."""
+    c = cluster(1)
+    cl = preduce.Client(c.sock[0], "w")
+    net = small_net(seed=2)
+    opt = adamw(net)
+    pr = preduce.torch.PartialReduce(net, opt, cl, state=True)
+    loss(net, torch.randn(4, 4)).backward()
+    pr.step()
+    lo, hi = pr._state.data_ptr(), pr._state.data_ptr() + \
+        pr._state.numel() * 4
+    before = {id(p): s["exp_avg"].clone() for p, s in opt.state.items()}
+    cl.close()
+    for p, s in opt.state.items():
+        assert not lo <= s["exp_avg"].data_ptr() < hi
+        assert torch.equal(s["exp_avg"], before[id(p)])
+    loss(net, torch.randn(4, 4)).backward()
+    opt.step()  # no fault: nothing points into the unmapped memory
+
+
+@pytest.mark.parametrize("make_opt, kw, err, match", [
+    (lambda n: torch.optim.Adagrad(n.parameters()), {}, TypeError,
+     "Adagrad's state is not known"),
+    (lambda n: torch.optim.SGD(n.parameters(), lr=0.1), {}, ValueError,
+     "no momentum"),
+    (lambda n: torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9,
+                               dampening=0.1), {}, ValueError,
+     "dampening"),
+    (adamw, {"overlap": True}, ValueError, "does not combine"),
+    (adamw, {"outer_lr": 0.7}, ValueError, "does not combine"),
+])
+def test_state_refusals(cluster, make_opt, kw, err, match):
+    c = cluster(1)
+    cl = preduce.Client(c.sock[0], "w")
+    net = small_net()
+    with pytest.raises(err, match=match):
+        preduce.torch.PartialReduce(net, make_opt(net), cl, state=True,
+                                    **kw)
+    cl.close()
