@@ -1,23 +1,33 @@
 #!/usr/bin/python3
-"""make bench-torch: the same PyTorch job (client/examples/torch_train.py,
-an MLP on scikit-learn's digits, 4 workers, 2 node daemons x 2 trainers)
-under torch.distributed gloo and under preduce's policies, side by side,
-on the same data, model and heterogeneity profile.
+# SPDX-License-Identifier: MIT
+"""make bench-torch: the same PyTorch job, 4 workers (2 node daemons x 2
+trainers), under torch.distributed with gloo and under preduce's policies,
+side by side, on the same data, model and heterogeneity profile. Two
+workloads:
+- transformer (client/examples/torch_lm.py): a small decoder-only
+  character language model trained with AdamW on the licence texts of
+  base-files; the anchor is DistributedDataParallel over gloo; the target
+  is a validation loss;
+- mlp (client/examples/torch_train.py): an MLP on scikit-learn's digits
+  with SGD; the anchor averages the models with a gloo all-reduce after
+  every step; the target is a test accuracy.
 
-For each profile (one worker 3x slower; homogeneous) and repeat, every
-configuration runs once, in turn, for the same wall time. Printed and
-written to build/bench-torch/ (table.md, results.json, accuracy.png):
-- time until the median fast worker's replica reaches the target test
-  accuracy, and until every replica does;
-- test accuracy (median over the workers) at the end of the time budget;
+For each profile and repeat, every configuration runs once, in turn, for
+the same wall time. Printed and written to build/bench-torch/WORKLOAD/
+(table.md, results.json, curves.png):
+- time until the median worker's replica reaches the target, and until
+  every replica does; the steps the median worker took by then;
+- the metric (median over the workers) at the end of the time budget;
 - each as the median over the repeats with its range, and the ratio of
-  gloo's time to the configuration's (above 1: sooner than gloo).
+  the anchor's time to the configuration's (above 1: sooner).
 
-    bench_torch.py [--repeats 3] [--seconds 12] [--target 0.93] [--quick]
+    bench_torch.py [--workload transformer|mlp] [--repeats 3]
+                   [--seconds S] [--target T] [--quick]
 """
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -30,61 +40,98 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(TOP, "tests", "python"))
 from cluster import Cluster, free_port  # noqa: E402
 
-TRAIN = os.path.join(TOP, "client", "examples", "torch_train.py")
+EXAMPLES = os.path.join(TOP, "client", "examples")
 PYTHON = "/usr/bin/python3"
 WORLD = 4
-SLOW_RANK = 3
-
-# name, backend, scheduler settings, worker options
-CONFIGS = [
-    ("gloo", "gloo", (), ()),
-    ("preduce allreduce", "preduce",
-     ("scheduler.policy=allreduce", f"scheduler.min_workers={WORLD}"), ()),
-    ("constant P=2", "preduce",
-     ("scheduler.policy=constant", "scheduler.group_size=2"), ()),
-    ("dynamic", "preduce", ("scheduler.policy=dynamic",), ()),
-    ("dynamic (adaptive window only)", "preduce",
-     ("scheduler.policy=dynamic", "scheduler.window_wait=0"), ()),
-    ("dynamic staleness", "preduce",
-     ("scheduler.policy=dynamic", "scheduler.weighting=staleness"), ()),
-    ("dynamic + outer", "preduce", ("scheduler.policy=dynamic",),
-     ("--outer-lr", "0.7", "--outer-momentum", "0.5")),
-    ("dynamic + overlap", "preduce", ("scheduler.policy=dynamic",),
-     ("--overlap",)),
-]
-PROFILES = [
-    ("one worker 3x slower", ("--slow", f"{SLOW_RANK}:3")),
-    ("homogeneous", ()),
-]
 
 
-def run_once(cfg, profile, seconds, tmp):
+def pr(*options):
+    """PartialReduce keywords as torch_lm.py's --pr-option arguments."""
+    return tuple(a for o in options for a in ("--pr-option", o))
+
+
+DYNAMIC = ("scheduler.policy=dynamic",)
+ALLREDUCE = ("scheduler.policy=allreduce", f"scheduler.min_workers={WORLD}")
+
+# A workload: its trainer, the anchor's backend, the metric it prints,
+# whether lower is better, the default target and run length, its
+# configurations (name, backend, scheduler settings, trainer arguments)
+# and heterogeneity profiles (name, trainer arguments).
+WORKLOADS = {
+    "transformer": {
+        "train": os.path.join(EXAMPLES, "torch_lm.py"),
+        "metric": "loss", "lower": True, "target": 2.2, "seconds": 60.0,
+        "configs": [
+            ("ddp", "ddp", (), ()),
+            ("allreduce gradients", "preduce", ALLREDUCE,
+             pr("average='gradients'")),
+            ("allreduce gradients+state", "preduce", ALLREDUCE,
+             pr("average='gradients'", "state=True")),
+            ("dynamic", "preduce", DYNAMIC, ()),
+            ("dynamic+state", "preduce", DYNAMIC, pr("state=True")),
+            ("dynamic gradients+state", "preduce", DYNAMIC,
+             pr("average='gradients'", "state=True")),
+            ("dynamic+overlap", "preduce", DYNAMIC, pr("overlap=True")),
+        ],
+        "profiles": [
+            ("straggler", ("--slow", "3:3", "--slow", "2:1.5",
+                           "--stall", "0.01:0.5")),
+            ("homogeneous", ()),
+        ],
+    },
+    "mlp": {
+        "train": os.path.join(EXAMPLES, "torch_train.py"),
+        "metric": "acc", "lower": False, "target": 0.93, "seconds": 12.0,
+        "configs": [
+            ("gloo", "gloo", (), ()),
+            ("preduce allreduce", "preduce", ALLREDUCE, ()),
+            ("constant P=2", "preduce",
+             ("scheduler.policy=constant", "scheduler.group_size=2"), ()),
+            ("dynamic", "preduce", DYNAMIC, ()),
+            ("dynamic (adaptive window only)", "preduce",
+             ("scheduler.policy=dynamic", "scheduler.window_wait=0"), ()),
+            ("dynamic staleness", "preduce",
+             ("scheduler.policy=dynamic", "scheduler.weighting=staleness"),
+             ()),
+            ("dynamic + outer", "preduce", DYNAMIC,
+             ("--outer-lr", "0.7", "--outer-momentum", "0.5")),
+            ("dynamic + overlap", "preduce", DYNAMIC, ("--overlap",)),
+        ],
+        "profiles": [
+            ("one worker 3x slower", ("--slow", "3:3")),
+            ("homogeneous", ()),
+        ],
+    },
+}
+
+
+def run_once(w, cfg, profile, seconds, tmp):
     """One run: the workers' JSON lines, by worker."""
     name, backend, sched_sets, opts = cfg
     cluster = None
     if backend == "preduce":
         cluster = Cluster(tmp, 2, sched_sets)
     master = f"127.0.0.1:{free_port()}"
-    start_at = time.time() + 3.0  # setup (imports, joins) before it
+    start_at = time.time() + 5.0  # setup (imports, joins) before it
     env = dict(os.environ, PYTHONPATH=os.path.join(TOP, "client", "python"),
                PREDUCE_LIB=os.environ.get(
                    "PREDUCE_LIB", os.path.join(TOP, "build",
                                                "libpreduce.so.1")))
     procs = []
     for r in range(WORLD):
-        args = [PYTHON, TRAIN, "--backend", backend, "--world", str(WORLD),
-                "--rank", str(r), "--seconds", str(seconds),
+        args = [PYTHON, w["train"], "--backend", backend, "--world",
+                str(WORLD), "--rank", str(r), "--seconds", str(seconds),
                 "--start-at", str(start_at), *profile, *opts]
-        if backend == "gloo":
-            args += ["--master", master]
-        else:
+        if backend == "preduce":
             args += ["--socket", cluster.sock[r // 2]]
+        else:
+            args += ["--master", master]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     lines = {}
     try:
         for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=seconds + 60)
+            out, err = p.communicate(timeout=seconds + 90)
             if p.returncode != 0:
                 raise RuntimeError(f"{name}: worker {r} exited "
                                    f"{p.returncode}: {err[-2000:]}")
@@ -100,24 +147,29 @@ def run_once(cfg, profile, seconds, tmp):
     return lines
 
 
-def figures(lines, target):
-    """Per run: median fast worker's and every replica's time to target
-    (None if not reached), median final accuracy, the curves."""
-    reach, final = {}, []
+def figures(w, lines, target):
+    """Per run: the median worker's and every replica's time to target
+    (None if not reached), the median worker's steps by then, the median
+    final metric, each worker's mean group size, the curves."""
+    key, lower = w["metric"], w["lower"]
+    reach, steps, final = {}, {}, []
     for r, ls in lines.items():
         evals = [x for x in ls if "t" in x]
-        hit = [x["t"] for x in evals if x["acc"] >= target]
-        reach[r] = hit[0] if hit else None
-        final.append(ls[-1]["acc"])
-    fast = [reach[r] for r in reach if r != SLOW_RANK]
-    fast_t = (statistics.median(fast) if all(v is not None for v in fast)
-              else None)
-    every = (max(reach.values()) if all(v is not None
-                                        for v in reach.values()) else None)
+        hit = [x for x in evals
+               if (x[key] <= target if lower else x[key] >= target)]
+        reach[r] = hit[0]["t"] if hit else None
+        steps[r] = hit[0]["step"] if hit else None
+        final.append(ls[-1][key])
+    times = sorted(v if v is not None else math.inf for v in reach.values())
+    med = statistics.median(times)
+    every = times[-1]
+    done = sorted(v for v in steps.values() if v is not None)
     sizes = {r: ls[-1].get("group_size") for r, ls in lines.items()}
-    return {"fast": fast_t, "every": every,
+    return {"median": med if med < math.inf else None,
+            "every": every if every < math.inf else None,
+            "steps": statistics.median(done) if done else None,
             "final": statistics.median(final), "sizes": sizes,
-            "curves": {r: [(x["t"], x["acc"]) for x in ls if "t" in x]
+            "curves": {r: [(x["t"], x[key]) for x in ls if "t" in x]
                        for r, ls in lines.items()}}
 
 
@@ -133,9 +185,22 @@ def med_range(vals, fmt="{:.2f}"):
     return f"{fmt.format(m)} ({fmt.format(min(ok))}-{fmt.format(max(ok))})", m
 
 
+def ratio_range(base_runs, runs, key):
+    """The anchor's time over this one's, within each repeat (the two ran
+    minutes apart, so a repeat's pair shares the machine's state): the
+    median and range of those ratios."""
+    rs = [b[key] / r[key] for b, r in zip(base_runs, runs)
+          if b[key] and r[key]]
+    if not rs:
+        return "-"
+    if len(rs) == 1:
+        return f"{rs[0]:.2f}"
+    return f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})"
+
+
 def group_sizes(runs):
     """Each worker's mean group size, the median over the runs ("-" for
-    gloo, whose groups are always everyone)."""
+    the anchor, whose groups are always everyone)."""
     per = []
     for r in range(WORLD):
         v = [run["sizes"].get(r) for run in runs]
@@ -144,119 +209,128 @@ def group_sizes(runs):
     return "-" if all(x == "-" for x in per) else " / ".join(per)
 
 
-def table(results, target, seconds, repeats):
-    out = [f"Target test accuracy {target}, {seconds:g} s per run, "
-           f"{repeats} repeats, medians (range); x gloo: gloo's median "
-           "time over this one's (above 1 is sooner).", ""]
-    for prof, _ in PROFILES:
+def table(w, results, target, seconds, repeats):
+    anchor = w["configs"][0][0]
+    what = "validation loss" if w["metric"] == "loss" else "test accuracy"
+    out = [f"Target {what} {target}, {seconds:g} s per run, {repeats} "
+           f"repeats, medians (range); x {anchor}: {anchor}'s time over "
+           "this one's in the same repeat (above 1 is sooner).", ""]
+    for prof, _ in w["profiles"]:
         out += [f"**{prof}**", "",
-                "| configuration | median fast worker to target, s | x gloo "
-                "| every replica to target, s | x gloo | accuracy at "
-                f"{seconds:g} s | mean group size, w0-w{WORLD - 1} |",
-                "| --- | --- | --- | --- | --- | --- | --- |"]
-        base = {}
-        for name, *_ in CONFIGS:
+                "| configuration | median worker to target, s | "
+                f"x {anchor} | every replica to target, s | x {anchor} | "
+                f"steps to target | {w['metric']} at {seconds:g} s | "
+                f"mean group size, w0-w{WORLD - 1} |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        base = results[prof][anchor]
+        for name, *_ in w["configs"]:
             runs = results[prof][name]
-            f, fm = med_range([r["fast"] for r in runs])
-            e, em = med_range([r["every"] for r in runs])
+            f, _ = med_range([r["median"] for r in runs])
+            e, _ = med_range([r["every"] for r in runs])
+            st, _ = med_range([r["steps"] for r in runs], "{:.0f}")
             a, _ = med_range([r["final"] for r in runs], "{:.3f}")
-            if name == "gloo":
-                base = {"fast": fm, "every": em}
-            rf = (f"{base['fast'] / fm:.2f}" if fm and base.get("fast")
-                  else "-")
-            re_ = (f"{base['every'] / em:.2f}" if em and base.get("every")
-                   else "-")
-            out.append(f"| {name} | {f} | {rf} | {e} | {re_} | {a} "
-                       f"| {group_sizes(runs)} |")
+            out.append(f"| {name} | {f} | {ratio_range(base, runs, 'median')}"
+                       f" | {e} | {ratio_range(base, runs, 'every')} | {st} "
+                       f"| {a} | {group_sizes(runs)} |")
         out.append("")
     return "\n".join(out)
 
 
-def plot(results, path):
+def plot(w, results, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(PROFILES), figsize=(12, 4.5),
+    profiles = w["profiles"]
+    fig, axes = plt.subplots(1, len(profiles), figsize=(12, 4.5),
                              sharey=True, squeeze=False)
     axes = axes[0]
-    for ax, (prof, _) in zip(axes, PROFILES):
-        for name, *_ in CONFIGS:
+    for ax, (prof, _) in zip(axes, profiles):
+        for name, *_ in w["configs"]:
             run = results[prof][name][0]  # the first repeat
             pts = sorted(p for c in run["curves"].values() for p in c)
             if not pts:
                 continue
-            # The workers' mean accuracy, binned by half a second.
+            # The workers' mean, binned by a second.
             bins = {}
-            for t, acc in pts:
-                bins.setdefault(round(t * 2) / 2, []).append(acc)
+            for t, v in pts:
+                bins.setdefault(round(t), []).append(v)
             xs = sorted(bins)
             ax.plot(xs, [statistics.mean(bins[x]) for x in xs], label=name)
         ax.set_title(prof)
         ax.set_xlabel("wall time, s")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("test accuracy (mean of the 4 replicas)")
+    what = "validation loss" if w["metric"] == "loss" else "test accuracy"
+    axes[0].set_ylabel(f"{what} (mean of the {WORLD} replicas)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def pick(configs, profiles):
-    """Keeps the named configurations (and gloo) and profiles."""
+def pick(w, configs, profiles):
+    """Keeps the named configurations (and the anchor) and profiles."""
     if configs:
-        want = {"gloo", *configs.split(",")}
-        bad = want - {c[0] for c in CONFIGS}
+        anchor = w["configs"][0][0]
+        want = {anchor, *configs.split(",")}
+        bad = want - {c[0] for c in w["configs"]}
         if bad:
             sys.exit(f"bench_torch: no configuration {sorted(bad)}; "
-                     f"known: {[c[0] for c in CONFIGS]}")
-        CONFIGS[:] = [c for c in CONFIGS if c[0] in want]
+                     f"known: {[c[0] for c in w['configs']]}")
+        w["configs"] = [c for c in w["configs"] if c[0] in want]
     if profiles:
         want = set(profiles.split(","))
-        bad = want - {p[0] for p in PROFILES}
+        bad = want - {p[0] for p in w["profiles"]}
         if bad:
             sys.exit(f"bench_torch: no profile {sorted(bad)}; "
-                     f"known: {[p[0] for p in PROFILES]}")
-        PROFILES[:] = [p for p in PROFILES if p[0] in want]
+                     f"known: {[p[0] for p in w['profiles']]}")
+        w["profiles"] = [p for p in w["profiles"] if p[0] in want]
 
 
 def main(argv):
     p = argparse.ArgumentParser()
+    p.add_argument("--workload", choices=sorted(WORKLOADS),
+                   default="transformer")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=12.0)
-    p.add_argument("--target", type=float, default=0.93)
+    p.add_argument("--seconds", type=float, default=None)
+    p.add_argument("--target", type=float, default=None)
     p.add_argument("--quick", action="store_true",
-                   help="1 repeat of 4 s: a smoke test of the bench itself")
+                   help="1 repeat of 8 s: a smoke test of the bench itself")
     p.add_argument("--configs", default="",
                    help="comma-separated configuration names to run "
-                   "(default: all; gloo always runs, the anchor)")
+                   "(default: all; the anchor always runs)")
     p.add_argument("--profiles", default="",
                    help="comma-separated profile names (default: all)")
     p.add_argument("--out", default=os.path.join(TOP, "build",
                                                  "bench-torch"))
     a = p.parse_args(argv)
+    w = dict(WORKLOADS[a.workload])
+    seconds = a.seconds or w["seconds"]
+    target = a.target if a.target is not None else w["target"]
     if a.quick:
-        a.repeats, a.seconds = 1, 4.0
-    os.makedirs(a.out, exist_ok=True)
-    pick(a.configs, a.profiles)
-    results = {prof: {name: [] for name, *_ in CONFIGS}
-               for prof, _ in PROFILES}
+        a.repeats, seconds = 1, 8.0
+    out = os.path.join(a.out, a.workload)
+    os.makedirs(out, exist_ok=True)
+    pick(w, a.configs, a.profiles)
+    results = {prof: {name: [] for name, *_ in w["configs"]}
+               for prof, _ in w["profiles"]}
     for rep in range(a.repeats):
-        for prof, popts in PROFILES:
-            for cfg in CONFIGS:  # in turn: the machine's drift hits all
+        for prof, popts in w["profiles"]:
+            for cfg in w["configs"]:  # in turn: the machine's drift hits all
                 with tempfile.TemporaryDirectory(prefix="preduce-bt-") as d:
-                    f = figures(run_once(cfg, popts, a.seconds, d), a.target)
+                    f = figures(w, run_once(w, cfg, popts, seconds, d),
+                                target)
                 results[prof][cfg[0]].append(f)
                 print(f"repeat {rep + 1}/{a.repeats}, {prof}, {cfg[0]}: "
-                      f"fast {f['fast']}, every {f['every']}, final "
-                      f"{f['final']:.3f}, group sizes {f['sizes']}",
-                      flush=True)
-    md = table(results, a.target, a.seconds, a.repeats)
+                      f"median {f['median']}, every {f['every']}, steps "
+                      f"{f['steps']}, final {f['final']:.3f}, group sizes "
+                      f"{f['sizes']}", flush=True)
+    md = table(w, results, target, seconds, a.repeats)
     print(md)
-    with open(os.path.join(a.out, "table.md"), "w") as f:
+    with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md + "\n")
-    with open(os.path.join(a.out, "results.json"), "w") as f:
+    with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f)
-    plot(results, os.path.join(a.out, "accuracy.png"))
-    print(f"written: {a.out}/table.md, results.json, accuracy.png")
+    plot(w, results, os.path.join(out, "curves.png"))
+    print(f"written: {out}/table.md, results.json, curves.png")
     return 0
 
 
