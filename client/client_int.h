@@ -120,6 +120,7 @@ struct preduce_client {
     bool inflight;
     bool in_place;           /* preduce_set_in_place() */
     bool heal;               /* preduce_set_heal(): until a reduce succeeds */
+    uint32_t tag;            /* preduce_set_tag(): sent with each reduce */
     int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;

@@ -76,6 +76,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.timeout_ms = (uint32_t)timeout_ms;
     r.in_place = c->in_place;
     r.heal = c->heal;
+    r.tag = c->tag;
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
     Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);
@@ -107,6 +108,14 @@ int preduce_set_heal(preduce_client_t *c, int on)
     if (!c || (on != 0 && on != 1))
         return -EINVAL;
     c->heal = on;
+    return 0;
+}
+
+int preduce_set_tag(preduce_client_t *c, uint32_t tag)
+{
+    if (!c)
+        return -EINVAL;
+    c->tag = tag;
     return 0;
 }
 

@@ -172,6 +172,17 @@ PREDUCE_API int preduce_set_in_place(preduce_client_t *c, int on);
 PREDUCE_API int preduce_set_heal(preduce_client_t *c, int on);
 
 /*
+ * The reduces started after this call carry `tag` (0, the default: none).
+ * A group forms only of reduces with the same tag, so a trainer that
+ * reduces its model or gradients in several parts, one after another (the
+ * buckets of preduce.torch), never has part k averaged with a peer's
+ * part j, even after one of its reduces failed. Tags need the allreduce
+ * policy: under another policy a reduce with a tag other than 0 fails
+ * with -EINVAL, preduce_last_error() saying why. 0, or -EINVAL (c NULL).
+ */
+PREDUCE_API int preduce_set_tag(preduce_client_t *c, uint32_t tag);
+
+/*
  * The same in two halves: start sends the request and returns at once; the
  * tensors must not be touched until wait returned something other than
  * -EAGAIN. wait with timeout_ms 0 only polls (-EAGAIN: not yet, also when

@@ -402,6 +402,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     rd.nfloats = total;
     rd.seq = r->seq;
     rd.heal = r->heal;
+    rd.tag = r->tag;
     Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     pr_node_set_rstate(c, R_QUEUED);
     pr_node_spin(n);

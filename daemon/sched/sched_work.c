@@ -410,6 +410,14 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         reject(n, r->rank, r->seq, -EALREADY, "already queued");
         return;
     }
+    if (r->tag != 0 && s->conf->sched_policy != PR_POLICY_ALLREDUCE) {
+        /* Tags keep the parts of a bucketed reduce apart; other policies
+         * group whoever is ready, so a bucket could meet another bucket. */
+        reject(n, r->rank, r->seq, -EINVAL,
+               "tagged reduces (gradient buckets) need "
+               "scheduler.policy = allreduce");
+        return;
+    }
     if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
         0) {
         pr_warn("worker %u (%s): %s", r->rank, s->workers[r->rank].name, why);
@@ -420,8 +428,8 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         pr_info("worker %u (%s) heals: its next group's model, none of its "
                 "own",
                 r->rank, s->workers[r->rank].name);
-    int rc = pr_sched_core_ready(s->core, r->rank, r->version, r->seq,
-                                 pr_sched_now_us());
+    int rc = pr_sched_core_ready_tagged(s->core, r->rank, r->version, r->seq,
+                                        r->tag, pr_sched_now_us());
     if (rc < 0) {
         reject(n, r->rank, r->seq, rc, "ready refused");
         return;

@@ -322,6 +322,49 @@ START_TEST(test_sched_core_allreduce_waits_for_all)
 END_TEST
 
 /*
+ * Tags (buckets of one step reduced in turn): a group forms only when all
+ * live workers are READY with one tag. A worker that has gone on to the
+ * next bucket waits for the others, whose READY with the old tag is then
+ * withdrawn at its deadline (cancel) and sent again with the new one.
+ */
+START_TEST(test_sched_core_allreduce_one_tag)
+{
+    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
+    struct pr_sched_core *c = sf_make(&p, 3);
+    struct pr_sched_group g;
+
+    for (uint32_t r = 0; r < 3; r++) {
+        ck_assert_int_eq(pr_sched_core_ready_tagged(c, r, 1, 100 + r, 1, 0), 0);
+    }
+    sf_expect_group(c, 1, (const uint32_t[]){0, 1, 2}, 3, NULL);
+    /* Worker 2 timed out on tag 2 and is on tag 3; 0 and 1 are on tag 2. */
+    ck_assert_int_eq(pr_sched_core_ready_tagged(c, 0, 2, 200, 2, 10), 0);
+    ck_assert_int_eq(pr_sched_core_ready_tagged(c, 2, 2, 202, 3, 11), 0);
+    ck_assert_int_eq(pr_sched_core_ready_tagged(c, 1, 2, 201, 2, 12), 0);
+    sf_expect_none(c, 13);
+    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
+    /* 0 and 1 time out on tag 2 in turn and go on to tag 3. */
+    ck_assert_int_eq(pr_sched_core_cancel(c, 0, 200, 20), 0);
+    ck_assert_int_eq(pr_sched_core_ready_tagged(c, 0, 2, 300, 3, 21), 0);
+    sf_expect_none(c, 22);
+    ck_assert_int_eq(pr_sched_core_cancel(c, 1, 201, 23), 0);
+    ck_assert_int_eq(pr_sched_core_ready_tagged(c, 1, 2, 301, 3, 24), 0);
+    ck_assert_int_eq(pr_sched_core_next_group(c, 25, &g), 1);
+    ck_assert_uint_eq(g.n, 3);
+    ck_assert_uint_eq(g.members[0].seq, 202); /* FIFO: 2, 0, 1 */
+    ck_assert_uint_eq(g.members[1].seq, 300);
+    ck_assert_uint_eq(g.members[2].seq, 301);
+    pr_sched_group_fini(&g);
+    /* Untagged READYs (tag 0) group as before. */
+    for (uint32_t r = 0; r < 3; r++) {
+        sf_ready(c, r, 3, 30);
+    }
+    sf_expect_group(c, 31, (const uint32_t[]){0, 1, 2}, 3, NULL);
+    pr_sched_core_destroy(c);
+}
+END_TEST
+
+/*
  * min_workers: nothing forms (and no deadline is armed) until that many
  * workers joined; then the policy runs as usual, and a worker that leaves
  * afterwards is not waited for.
@@ -691,6 +734,7 @@ static Suite *sched_core_suite(void)
     tc = tcase_create("allreduce");
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_sched_core_allreduce_waits_for_all);
+    tcase_add_test(tc, test_sched_core_allreduce_one_tag);
     tcase_add_test(tc, test_sched_core_allreduce_after_remove);
     tcase_add_test(tc, test_sched_core_min_workers_allreduce);
     tcase_add_test(tc, test_sched_core_min_workers_constant_and_dynamic);

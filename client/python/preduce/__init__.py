@@ -65,6 +65,7 @@ def _load():
         "preduce_set_in_place": (ctypes.c_int, [ctypes.c_void_p,
                                                 ctypes.c_int]),
         "preduce_set_heal": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+        "preduce_set_tag": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32]),
         "preduce_last_result": (ctypes.c_void_p, [ctypes.c_void_p]),
         "preduce_result_group": (ctypes.c_uint64, [ctypes.c_void_p]),
         "preduce_result_size": (ctypes.c_size_t, [ctypes.c_void_p]),
@@ -262,6 +263,16 @@ class Client:
         each reduce); on error an element may then hold its result rather
         than its input (preduce_set_in_place)."""
         _check(_l().preduce_set_in_place(self._c, 1 if on else 0))
+
+    def set_tag(self, tag):
+        """The next reduces carry `tag` (0: none): groups form only of
+        reduces with the same tag, so parts of a model reduced one after
+        another are never averaged with a peer's other part. Needs the
+        allreduce policy; under another a tagged reduce raises EINVAL
+        (preduce_set_tag)."""
+        if not 0 <= int(tag) < 2 ** 32:
+            raise ValueError("a tag is a 32-bit unsigned integer")
+        _check(_l().preduce_set_tag(self._c, int(tag)))
 
     def set_heal(self, on=True):
         """The next reduces, until one succeeds, take the group's model and

@@ -59,9 +59,12 @@ the model as it was and training goes on; `failed` counts them. Other
 errors raise preduce.PreduceError.
 """
 
+import contextlib
+
 import torch
 
 import preduce
+from preduce._buckets import GradBuckets
 
 __all__ = ["PartialReduce"]
 
@@ -108,7 +111,7 @@ class PartialReduce:
     def __init__(self, model, optimizer, client, *, period=1,
                  average="model", buffers=False, outer_lr=None,
                  outer_momentum=0.9, overlap=False, state=False,
-                 timeout_ms=60000):
+                 bucket_cap_mb=25, timeout_ms=60000):
         if average not in ("model", "gradients"):
             raise ValueError("average is 'model' or 'gradients'")
         if int(period) < 1:
@@ -168,8 +171,18 @@ class PartialReduce:
         self._momentum = (torch.zeros_like(self.flat)
                           if outer_lr is not None else None)
         # gradients: the gradients are copied into their own shared tensor.
-        self._grad = (torch.from_numpy(client.tensor(n))
-                      if average == "gradients" else None)
+        # gradients with state: one reduce of models, state and gradients;
+        # without: DDP's buckets, averaged while backward runs.
+        self._grad = self._buckets = None
+        if average == "gradients" and state:
+            self._grad = torch.from_numpy(client.tensor(n))
+        elif average == "gradients":
+            if bucket_cap_mb is None or float(bucket_cap_mb) <= 0:
+                cap = n  # one bucket: one reduce after backward
+            else:
+                cap = int(float(bucket_cap_mb) * (1 << 20)) // 4
+            self._buckets = GradBuckets(client, self._tensors, cap,
+                                        self.timeout_ms, self._attempt)
         self._state_names = _state_names(optimizer) if state else ()
         self._state = None      # state: k x n floats, k = len(names)
         self._state_views = []  # state: per parameter, {name: view}
@@ -196,6 +209,13 @@ class PartialReduce:
             raise RuntimeError("PartialReduce: its client was closed "
                                "(the model is kept; make a new "
                                "PartialReduce with a new client)")
+        if self._buckets is not None:
+            r = self._buckets.finish()
+            if r is not None:
+                self._count(r)
+            loss = self.optimizer.step(closure)
+            self.steps += 1
+            return loss
         if self.average == "gradients":
             self._reduce_gradients()
             loss = self.optimizer.step(closure)
@@ -211,6 +231,20 @@ class PartialReduce:
             else:
                 self._reduce_model()
         return loss
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """As DistributedDataParallel.no_sync(): backward passes inside
+        only accumulate gradients; the next one outside (or step()) has
+        the sum averaged. For gradient accumulation over micro-batches."""
+        if self._buckets is None:
+            yield
+            return
+        self._buckets.sync = False
+        try:
+            yield
+        finally:
+            self._buckets.sync = True
 
     def finish(self):
         """Waits for a background average (overlap) and merges it."""
@@ -238,7 +272,9 @@ class PartialReduce:
             for name, view in views.items():
                 if st.get(name) is view:
                     st[name] = view.clone()
-        self._state = self._grad = None
+        if self._buckets is not None:
+            self._buckets.close()
+        self._state = self._grad = self._buckets = None
         self._state_views = []
         self.flat = self.flat.clone()
         self._views = list(self._split(self.flat))

@@ -314,6 +314,13 @@ static void pace(const struct pr_sched_core *c, struct pr_sched_wk *k,
 int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
                         uint64_t version, uint64_t seq, uint64_t now_us)
 {
+    return pr_sched_core_ready_tagged(c, rank, version, seq, 0, now_us);
+}
+
+int pr_sched_core_ready_tagged(struct pr_sched_core *c, uint32_t rank,
+                               uint64_t version, uint64_t seq, uint32_t tag,
+                               uint64_t now_us)
+{
     if (c == NULL) {
         return -EINVAL;
     }
@@ -333,6 +340,7 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
     k->state = PR_SCHED_READY;
     k->version = version;
     k->seq = seq;
+    k->tag = tag;
     /*
      * A fresh model joining a job that has gone past it. The job's version
      * is the largest any READY or group has shown: after a scheduler
@@ -480,6 +488,19 @@ static uint64_t window_close_us(const struct pr_sched_core *c, uint64_t t0)
     return close;
 }
 
+/* Every queued READY carries the same tag (allreduce's rule). */
+static int one_tag(const struct pr_sched_core *c)
+{
+    uint32_t first = c->head;
+
+    for (uint32_t r = first; r != PR_SCHED_NIL; r = c->w[r].next) {
+        if (c->w[r].tag != c->w[first].tag) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /*
  * Is a group due at now_us? If so, *n is how many queued workers it takes
  * and *cap the most it could ever hold (for the generator's hold rule).
@@ -493,7 +514,7 @@ static int due(const struct pr_sched_core *c, uint64_t now_us, uint32_t *n,
     switch (c->p.policy) {
     case PR_POLICY_ALLREDUCE:
         *n = *cap = c->live;
-        return c->queued == c->live;
+        return c->queued == c->live && one_tag(c);
     case PR_POLICY_CONSTANT:
         *n = *cap = min_u32(c->p.group_size, c->live);
         return c->queued >= *n;

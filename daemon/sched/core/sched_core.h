@@ -129,6 +129,15 @@ int pr_sched_core_remove_worker(struct pr_sched_core *c, uint32_t rank,
 int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
                         uint64_t version, uint64_t seq, uint64_t now_us);
 /*
+ * The same with a tag (preduce_set_tag()): under the allreduce policy a
+ * group forms only when every live worker is READY with one tag; workers
+ * READY with another wait for the others (or their deadline). Other
+ * policies take no tags (the daemon refuses them): the core ignores them.
+ */
+int pr_sched_core_ready_tagged(struct pr_sched_core *c, uint32_t rank,
+                               uint64_t version, uint64_t seq, uint32_t tag,
+                               uint64_t now_us);
+/*
  * Worker `rank`'s next group gives it the group's model and takes none of
  * its own (weight 0 in the mean; the others' weights over themselves; no
  * personal results in that group): for a trainer restarted with a stale

@@ -49,6 +49,7 @@ struct pr_sched_wk {
     uint32_t node;
     uint64_t version;  /* of the queued READY */
     uint64_t seq;      /* of the queued READY */
+    uint32_t tag;      /* of the queued READY (allreduce: groups one tag) */
     uint64_t ready_us; /* when its latest READY arrived */
     uint64_t left_us;  /* when it joined, or last left the queue */
     uint64_t ewma_us;  /* EWMA of its ready-to-ready interval (if timed) */

@@ -55,12 +55,12 @@ ALLREDUCE = ("scheduler.policy=allreduce", f"scheduler.min_workers={WORLD}")
 
 # A workload: its trainer, the anchor's backend, the metric it prints,
 # whether lower is better, the default target and run length, its
-# configurations (name, backend, scheduler settings, trainer arguments)
-# and heterogeneity profiles (name, trainer arguments).
+# configurations (name, backend, scheduler settings, trainer arguments[,
+# node settings]) and heterogeneity profiles (name, trainer arguments).
 WORKLOADS = {
     "transformer": {
         "train": os.path.join(EXAMPLES, "torch_lm.py"),
-        "metric": "loss", "lower": True, "target": 2.2, "seconds": 60.0,
+        "metric": "loss", "lower": True, "target": 2.3, "seconds": 80.0,
         "configs": [
             ("ddp", "ddp", (), ()),
             ("allreduce gradients", "preduce", ALLREDUCE,
@@ -71,6 +71,12 @@ WORKLOADS = {
             ("dynamic+state", "preduce", DYNAMIC, pr("state=True")),
             ("dynamic gradients+state", "preduce", DYNAMIC,
              pr("average='gradients'", "state=True")),
+            ("dynamic gradients+state staleness", "preduce",
+             DYNAMIC + ("scheduler.weighting=staleness",),
+             pr("average='gradients'", "state=True")),
+            ("dynamic gradients+state busy_poll_us=0", "preduce", DYNAMIC,
+             pr("average='gradients'", "state=True"),
+             ("node.busy_poll_us=0",)),
             ("dynamic+overlap", "preduce", DYNAMIC, pr("overlap=True")),
         ],
         "profiles": [
@@ -107,10 +113,11 @@ WORKLOADS = {
 
 def run_once(w, cfg, profile, seconds, tmp):
     """One run: the workers' JSON lines, by worker."""
-    name, backend, sched_sets, opts = cfg
+    name, backend, sched_sets, opts = cfg[:4]
+    node_sets = cfg[4] if len(cfg) > 4 else ()
     cluster = None
     if backend == "preduce":
-        cluster = Cluster(tmp, 2, sched_sets)
+        cluster = Cluster(tmp, 2, sched_sets, node_sets)
     master = f"127.0.0.1:{free_port()}"
     start_at = time.time() + 5.0  # setup (imports, joins) before it
     env = dict(os.environ, PYTHONPATH=os.path.join(TOP, "client", "python"),

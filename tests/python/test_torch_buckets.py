@@ -1,0 +1,174 @@
+# SPDX-License-Identifier: MIT
+"""preduce.torch.PartialReduce(average="gradients"): gradients averaged in
+tagged buckets while backward runs, against real daemons."""
+
+import errno
+import warnings
+
+import pytest
+import torch
+
+import preduce
+import preduce.torch
+from test_torch import run_all
+
+torch.set_num_threads(1)
+
+FLOATS_16 = 16 * 4 / (1 << 20)  # bucket_cap_mb for buckets of 16 floats
+
+
+def deep_net(seed=3):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 2))
+
+
+def loss(net, x):
+    return (net(x) - x[:, :2]).pow(2).mean()
+
+
+def workers(cluster, make_opt, n=2, sched_sets=None, **kw):
+    c = (cluster(n) if sched_sets is None
+         else cluster(n, sched_sets=sched_sets))
+    clients = [preduce.Client(c.sock[i % 2], f"w{i}") for i in range(n)]
+    nets = [deep_net() for _ in range(n)]
+    opts = [make_opt(m) for m in nets]
+    prs = [preduce.torch.PartialReduce(m, o, cl, average="gradients", **kw)
+           for m, o, cl in zip(nets, opts, clients)]
+    return c, clients, nets, opts, prs
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda n: torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9),
+    lambda n: torch.optim.AdamW(n.parameters(), lr=0.01),
+])
+def test_buckets_are_one_step_on_the_concatenated_batch(cluster, make_opt):
+    """Buckets of 16 floats (9 for 130 parameters) under allreduce: the replicas stay
+    bit-identical and match one optimizer on the mean gradient (the
+    concatenated batch), as DistributedDataParallel."""
+    _, clients, nets, opts, prs = workers(cluster, make_opt,
+                                          bucket_cap_mb=FLOATS_16)
+    assert len(prs[0]._buckets.buffers) == 9
+    ref = deep_net()
+    ref_opt = make_opt(ref)
+    torch.manual_seed(5)
+    for _ in range(4):
+        xs = [torch.randn(8, 4) for _ in range(2)]
+
+        def step(i, xs=xs):
+            opts[i].zero_grad()
+            loss(nets[i], xs[i]).backward()
+            prs[i].step()
+        run_all([lambda i=i: step(i) for i in range(2)])
+        ref_opt.zero_grad()
+        loss(ref, torch.cat(xs)).backward()
+        ref_opt.step()
+    for p0, p1, q in zip(nets[0].parameters(), nets[1].parameters(),
+                         ref.parameters()):
+        assert torch.equal(p0, p1)
+        assert torch.allclose(p0, q, atol=1e-6)
+    assert [pr.reduces for pr in prs] == [4, 4]
+    assert [pr.failed for pr in prs] == [0, 0]
+    for cl in clients:
+        cl.close()
+
+
+def test_buckets_start_while_backward_runs(cluster):
+    """The last layers' buckets are complete before the first layers'
+    gradients: their reduces start from the hooks, before backward
+    returns."""
+    _, clients, nets, opts, prs = workers(cluster, lambda n: torch.optim.SGD(
+        n.parameters(), lr=0.1), bucket_cap_mb=FLOATS_16)
+    started = []
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], torch.randn(8, 4)).backward()
+        started.append(prs[i]._buckets._next)
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    assert all(s >= 1 for s in started), started
+    for cl in clients:
+        cl.close()
+
+
+def test_no_sync_accumulates_then_averages(cluster):
+    """Two micro-batches, the first in no_sync(): the average is of the
+    summed gradients; a second backward without no_sync() raises at
+    step() and applies no average."""
+    _, clients, nets, opts, prs = workers(
+        cluster, lambda n: torch.optim.SGD(n.parameters(), lr=0.1),
+        bucket_cap_mb=FLOATS_16)
+    ref = deep_net()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    torch.manual_seed(9)
+    xs = [[torch.randn(4, 4) for _ in range(2)] for _ in range(2)]
+
+    def step(i):
+        opts[i].zero_grad()
+        with prs[i].no_sync():
+            loss(nets[i], xs[i][0]).backward()
+        loss(nets[i], xs[i][1]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    for x in (x for pair in xs for x in pair):
+        loss(ref, x).backward()
+    for p in ref.parameters():
+        p.grad /= 2  # the mean over workers of each worker's sum
+    ref_opt.step()
+    for p, q in zip(nets[0].parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+    def twice(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i][0]).backward()
+        loss(nets[i], xs[i][1]).backward()
+        with pytest.raises(RuntimeError, match="no_sync"):
+            prs[i].step()
+    run_all([lambda i=i: twice(i) for i in range(2)])
+    for cl in clients:
+        cl.close()
+
+
+def test_buckets_under_dynamic_fall_back_to_one_reduce(cluster):
+    """Tags need allreduce: under dynamic the first step warns and
+    averages all buckets in one reduce; later steps do so silently."""
+    _, clients, nets, opts, prs = workers(
+        cluster, lambda n: torch.optim.SGD(n.parameters(), lr=0.1),
+        sched_sets=("scheduler.policy=dynamic",), bucket_cap_mb=FLOATS_16)
+    caught = []
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], torch.randn(8, 4)).backward()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            prs[i].step()
+        caught.append([str(x.message) for x in w])
+    run_all([lambda i=i: step(i) for i in range(2)])
+    assert all(any("need scheduler.policy = allreduce" in m for m in ws)
+               for ws in caught), caught
+    caught.clear()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    assert caught == [[], []]
+    assert all(pr._buckets.single for pr in prs)
+    assert all(pr.reduces >= 1 for pr in prs)
+    for cl in clients:
+        cl.close()
+
+
+def test_tag_refused_under_dynamic(cluster):
+    c = cluster(1, sched_sets=("scheduler.policy=dynamic",))
+    cl = preduce.Client(c.sock[0], "w")
+    w = cl.tensor(8)
+    cl.set_tag(3)
+    with pytest.raises(preduce.PreduceError) as e:
+        cl.reduce([w], timeout_ms=5000)
+    assert e.value.errno == errno.EINVAL
+    assert "need scheduler.policy = allreduce" in str(e.value)
+    cl.set_tag(0)
+    assert len(cl.reduce([w], timeout_ms=5000).members) == 1
+    with pytest.raises(ValueError):
+        cl.set_tag(-1)
+    cl.close()
