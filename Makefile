@@ -367,16 +367,20 @@ bench: $(BENCH_BINS) $(BINS)
 	@echo "== tests/bench/convergence.sh"
 	tests/bench/convergence.sh $(BUILD)
 
-# PyTorch on preduce next to torch.distributed gloo (tests/bench/torch/):
-# 4 workers of client/examples/torch_train.py per configuration and
-# profile, 3 repeats in turn (about 15 minutes); build/bench-torch/ gets
-# the table, the figures and the plot.
+# PyTorch on preduce next to torch.distributed (tests/bench/torch/): 4
+# workers per configuration and profile, 3 repeats in turn. The
+# transformer with AdamW against DDP (about 45 minutes), then the MLP with
+# SGD (about 15); BENCH_TORCH_WORKLOADS picks. build/bench-torch/WORKLOAD/
+# gets the table, the figures and the plot.
+BENCH_TORCH_WORKLOADS ?= transformer mlp
 .PHONY: bench-torch
 bench-torch: $(BINS) $(LIB_SO)
 	tests/bench/peers/setup.sh python3-torch python3-sklearn \
 		python3-matplotlib
-	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) timeout 1500 \
-		$(PYTHON) tests/bench/torch/bench_torch.py --out $(BUILD)/bench-torch
+	set -e; for w in $(BENCH_TORCH_WORKLOADS); do \
+		$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) timeout 3600 \
+		$(PYTHON) tests/bench/torch/bench_torch.py --workload $$w \
+			--out $(BUILD)/bench-torch; done
 
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
 # and files feed the daemon. Each target runs FUZZ_SECONDS (default 60); a

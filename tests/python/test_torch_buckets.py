@@ -132,11 +132,13 @@ def test_no_sync_accumulates_then_averages(cluster):
 
 
 def test_buckets_under_dynamic_fall_back_to_one_reduce(cluster):
-    """Tags need allreduce: under dynamic the first step warns and
-    averages all buckets in one reduce; later steps do so silently."""
+    """state=False (gradients alone) and tags need allreduce: under
+    dynamic the first step warns and averages all buckets in one reduce;
+    later steps do so silently."""
     _, clients, nets, opts, prs = workers(
         cluster, lambda n: torch.optim.SGD(n.parameters(), lr=0.1),
-        sched_sets=("scheduler.policy=dynamic",), bucket_cap_mb=FLOATS_16)
+        sched_sets=("scheduler.policy=dynamic",), bucket_cap_mb=FLOATS_16,
+        state=False)
     caught = []
 
     def step(i):
@@ -172,3 +174,28 @@ def test_tag_refused_under_dynamic(cluster):
     with pytest.raises(ValueError):
         cl.set_tag(-1)
     cl.close()
+
+
+def test_default_starts_replicas_from_one_model(cluster):
+    """The default under allreduce is DDP's path (buckets, no consensus
+    reduces); replicas built from different seeds are one model after the
+    first step, as DDP's broadcast makes them, and stay bit-identical."""
+    c = cluster(2)
+    clients = [preduce.Client(c.sock[i], f"w{i}") for i in range(2)]
+    nets = [deep_net(seed=i) for i in range(2)]
+    opts = [torch.optim.AdamW(n.parameters(), lr=0.01) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl)
+           for n, o, cl in zip(nets, opts, clients)]
+    assert prs[0].average == "gradients" and prs[0]._buckets is not None
+    for _ in range(3):
+        def step(i):
+            opts[i].zero_grad()
+            loss(nets[i], torch.randn(8, 4)).backward()
+            prs[i].step()
+        run_all([lambda i=i: step(i) for i in range(2)])
+        for p0, p1 in zip(nets[0].parameters(), nets[1].parameters()):
+            assert torch.equal(p0, p1)
+    assert not any(pr.consensus for pr in prs)
+    assert prs[0].sync_seconds > 0
+    for cl in clients:
+        cl.close()

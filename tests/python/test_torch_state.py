@@ -80,7 +80,8 @@ def test_model_with_state_averages_the_moments(cluster):
     """average='model', state=True: after a step and a reduce both
     workers hold the mean of the models and of the moments each worker's
     own AdamW step produced."""
-    clients, nets, opts, prs = pair(cluster, adamw, state=True)
+    clients, nets, opts, prs = pair(cluster, adamw, state=True,
+                                    average="model")
     lone = [small_net(seed=5) for _ in range(2)]
     lone_opts = [adamw(n) for n in lone]
     xs = batches(1)[0]
@@ -212,3 +213,38 @@ def test_state_refusals(cluster, make_opt, kw, err, match):
         preduce.torch.PartialReduce(net, make_opt(net), cl, state=True,
                                     **kw)
     cl.close()
+
+
+def test_default_under_dynamic_is_a_consensus_step(cluster):
+    """The default under a partial policy: the scheduler refuses the
+    buckets' tags, and the first step becomes (with no warning) a
+    consensus step, one reduce of models, moments and gradients: a
+    group's members leave it with one model and one optimizer state."""
+    import warnings
+    c = cluster(2, sched_sets=("scheduler.policy=dynamic",
+                               "scheduler.group_max=2",
+                               "scheduler.window_ms=2000",
+                               "scheduler.window_max_ms=2000"))
+    clients = [preduce.Client(c.sock[i], f"w{i}") for i in range(2)]
+    nets = [small_net(seed=i) for i in range(2)]
+    opts = [adamw(n) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl)
+           for n, o, cl in zip(nets, opts, clients)]
+    xs = batches(1)[0]
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i]).backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    assert all(pr.consensus for pr in prs)
+    assert [len(pr.last_result.members) for pr in prs] == [2, 2]
+    for p0, p1 in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p0, p1)
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opts[0].state[p0][name],
+                               opts[1].state[p1][name])
+    for cl in clients:
+        cl.close()

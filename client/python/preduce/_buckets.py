@@ -13,8 +13,10 @@ computes the first. A client has one reduce in flight, so the buckets go
 in order, one after another; each carries its index as its tag
 (preduce_set_tag), so the scheduler never averages one worker's bucket k
 with another's bucket j, even after a failed reduce. Tags need the
-allreduce policy: under another, the first refusal switches to one reduce
-of all buckets per step, with a warning.
+allreduce policy: under another, the first refusal raises TagsRefused
+(preduce.torch then averages the group's models and state with the
+gradients), or, with fallback, switches to one reduce of all buckets per
+step, with a warning.
 """
 
 import errno
@@ -25,12 +27,18 @@ import torch
 import preduce
 
 
+class TagsRefused(preduce.PreduceError):
+    """The scheduler refused a tagged reduce: its policy is not allreduce,
+    so the job's groups are partial."""
+
+
 class GradBuckets:
     """The gradient buckets of `tensors` (a PartialReduce's), reduced
     through `client`; `attempt(call, *args)` runs a call and returns None
     after a retryable failure (PartialReduce._attempt)."""
 
-    def __init__(self, client, tensors, cap_floats, timeout_ms, attempt):
+    def __init__(self, client, tensors, cap_floats, timeout_ms, attempt,
+                 fallback=True):
         self.client, self.timeout_ms, self._attempt = (client, timeout_ms,
                                                         attempt)
         self.tensors = tensors
@@ -52,7 +60,11 @@ class GradBuckets:
                 self._spans[i].append((k, pos, at, take))
                 self._members[k].append(i)
                 off, at, left = off + take, at + take, left - take
-        self.single = count == 1   # one reduce per step, untagged
+        # fallback: a lone bucket goes untagged (it cannot meet another),
+        # and a refusal makes one untagged reduce per step. Otherwise
+        # even a lone bucket is tagged: its refusal says the policy.
+        self.fallback = fallback
+        self.single = count == 1 and fallback  # one untagged reduce a step
         self.sync = True           # False: hooks do nothing (no_sync)
         self.twice = False         # a gradient accumulated twice this step
         self._accumulators = []    # kept alive: the hooks live on them
@@ -142,8 +154,12 @@ class GradBuckets:
         else:
             self._pump(block=True)
         err = self._error
-        if (err is not None and err.errno == errno.EINVAL and
-                "tagged" in str(err) and not self.single):
+        refused = (err is not None and err.errno == errno.EINVAL and
+                   "tagged" in str(err) and not self.single)
+        if refused and not self.fallback:
+            self._reset()
+            raise TagsRefused(err.errno, str(err))
+        if refused:
             # The job's policy groups whoever is ready: one reduce of
             # every bucket per step from now on (no overlap).
             warnings.warn("preduce.torch: gradient buckets need "
@@ -176,6 +192,38 @@ class GradBuckets:
                 "average was applied; wrap all but the last backward in "
                 "PartialReduce.no_sync()")
         return result if ok else None
+
+    @torch.no_grad()
+    def sync_params(self):
+        """Averages the parameters through the buckets (tagged, in order,
+        blocking): the replicas then start from one model, as DDP's
+        broadcast makes them. True on success."""
+        for i, t in enumerate(self.tensors):
+            flat = t.detach().reshape(-1)
+            for k, pos, at, take in self._spans[i]:
+                self.buffers[k][pos:pos + take].copy_(flat[at:at + take])
+        ok = []
+        if self.single:
+            self.client.set_tag(0)
+            r = self._attempt(self.client.reduce, self.buffers,
+                              self.timeout_ms)
+            ok = [r is not None] * len(self.buffers)
+        for k, buf in enumerate([] if self.single else self.buffers):
+            self.client.set_tag(k + 1)
+            try:
+                ok.append(self._attempt(self.client.reduce, [buf],
+                                        self.timeout_ms) is not None)
+            except preduce.PreduceError as e:
+                if (e.errno == errno.EINVAL and "tagged" in str(e) and
+                        not self.fallback):
+                    raise TagsRefused(e.errno, str(e)) from None
+                raise
+        for i, t in enumerate(self.tensors):
+            flat = t.detach().view(-1)
+            for k, pos, at, take in self._spans[i]:
+                if ok[k]:
+                    flat[at:at + take].copy_(self.buffers[k][pos:pos + take])
+        return all(ok)
 
     def close(self):
         """Before the client's memory goes: the hooks do nothing more."""

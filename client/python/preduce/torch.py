@@ -60,11 +60,12 @@ errors raise preduce.PreduceError.
 """
 
 import contextlib
+import time
 
 import torch
 
 import preduce
-from preduce._buckets import GradBuckets
+from preduce._buckets import GradBuckets, TagsRefused
 
 __all__ = ["PartialReduce"]
 
@@ -109,13 +110,18 @@ class PartialReduce:
     optimizer's steps; use its step() in place of optimizer.step()."""
 
     def __init__(self, model, optimizer, client, *, period=1,
-                 average="model", buffers=False, outer_lr=None,
-                 outer_momentum=0.9, overlap=False, state=False,
+                 average=None, buffers=False, outer_lr=None,
+                 outer_momentum=0.9, overlap=False, state=None,
                  bucket_cap_mb=25, timeout_ms=60000):
+        if average is None:  # local steps between averages need models
+            average = ("model" if int(period) > 1 or overlap or
+                       outer_lr is not None else "gradients")
         if average not in ("model", "gradients"):
             raise ValueError("average is 'model' or 'gradients'")
         if int(period) < 1:
             raise ValueError("period must be at least 1")
+        if state not in (None, True, False):
+            raise ValueError("state is None (automatic), True or False")
         if average == "gradients" and (outer_lr is not None or overlap):
             raise ValueError("outer_lr and overlap apply to average='model'")
         if average == "gradients" and int(period) != 1:
@@ -170,26 +176,40 @@ class PartialReduce:
         self._anchor = self.flat.clone() if outer_lr is not None else None
         self._momentum = (torch.zeros_like(self.flat)
                           if outer_lr is not None else None)
-        # gradients: the gradients are copied into their own shared tensor.
-        # gradients with state: one reduce of models, state and gradients;
-        # without: DDP's buckets, averaged while backward runs.
+        # The optimizer state averaged (state=True, or None in gradients
+        # mode once the groups turn out partial), k x n floats.
+        self._state_names = ()
+        if state or (state is None and average == "gradients"):
+            try:
+                self._state_names = _state_names(optimizer)
+            except (TypeError, ValueError):
+                if state:
+                    raise
+        self._state = None
+        self._state_views = []  # per parameter, {name: view}
+        # gradients: DDP's buckets, averaged while backward runs, as long
+        # as the groups are everyone (allreduce); a consensus step (one
+        # reduce of models, state and gradients) with state=True, or with
+        # state=None once the scheduler refused the buckets' tags.
+        self.state = state
+        self.consensus = False
         self._grad = self._buckets = None
+        self._synced = False    # buckets: the first step averaged models
         if average == "gradients" and state:
-            self._grad = torch.from_numpy(client.tensor(n))
+            self._start_consensus()
         elif average == "gradients":
             if bucket_cap_mb is None or float(bucket_cap_mb) <= 0:
                 cap = n  # one bucket: one reduce after backward
             else:
                 cap = int(float(bucket_cap_mb) * (1 << 20)) // 4
             self._buckets = GradBuckets(client, self._tensors, cap,
-                                        self.timeout_ms, self._attempt)
-        self._state_names = _state_names(optimizer) if state else ()
-        self._state = None      # state: k x n floats, k = len(names)
-        self._state_views = []  # state: per parameter, {name: view}
-        if state:
+                                        self.timeout_ms, self._attempt,
+                                        fallback=state is False)
+        elif state:
             self._state = torch.from_numpy(
                 client.tensor(n * len(self._state_names)))
             self._bind_state()
+        self.sync_seconds = 0.0  # time step() spent averaging
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
         self.closed = False
@@ -209,15 +229,10 @@ class PartialReduce:
             raise RuntimeError("PartialReduce: its client was closed "
                                "(the model is kept; make a new "
                                "PartialReduce with a new client)")
-        if self._buckets is not None:
-            r = self._buckets.finish()
-            if r is not None:
-                self._count(r)
-            loss = self.optimizer.step(closure)
-            self.steps += 1
-            return loss
         if self.average == "gradients":
-            self._reduce_gradients()
+            t0 = time.monotonic()
+            self._average_gradients()
+            self.sync_seconds += time.monotonic() - t0
             loss = self.optimizer.step(closure)
             self.steps += 1
             return loss
@@ -226,11 +241,43 @@ class PartialReduce:
         if self.overlap and self._pending is not None:
             self._merge()
         if self.steps % self.period == 0:
+            t0 = time.monotonic()
             if self.overlap:
                 self._start()
             else:
                 self._reduce_model()
+            self.sync_seconds += time.monotonic() - t0
         return loss
+
+    def _average_gradients(self):
+        """Gradients mode, before the optimizer's step."""
+        if self._buckets is not None:
+            try:
+                r = self._buckets.finish()
+                if r is not None:
+                    self._count(r)
+                if not self._synced:
+                    # Like DDP's broadcast: every replica from one model.
+                    self._synced = self._buckets.sync_params()
+                return
+            except TagsRefused:
+                # The job's groups are partial: the members' models and
+                # state must meet too, or the replicas drift apart.
+                self._buckets.close()
+                self._buckets = None
+                self._start_consensus()
+        self._reduce_gradients()
+
+    @torch.no_grad()
+    def _start_consensus(self):
+        n = self.flat.numel()
+        self.consensus = True
+        self.client.set_tag(0)
+        self._grad = torch.from_numpy(self.client.tensor(n))
+        if self._state_names:
+            self._state = torch.from_numpy(
+                self.client.tensor(n * len(self._state_names)))
+            self._bind_state()
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -353,8 +400,7 @@ class PartialReduce:
             self._bind_state()
             parts.append(self._state)
         if self._grad is not None:
-            parts = parts + [self._grad] if self._state is not None \
-                else [self._grad]
+            parts.append(self._grad)
         return parts
 
     @torch.no_grad()
@@ -398,7 +444,7 @@ class PartialReduce:
                 g.zero_()
             else:
                 g.copy_(t.grad)
-        copy = self._state is not None and not self.zero_copy
+        copy = not self.zero_copy
         if copy:
             for t, v in zip(self._tensors, self._views):
                 v.copy_(t)

@@ -52,6 +52,12 @@ def pr(*options):
 
 DYNAMIC = ("scheduler.policy=dynamic",)
 ALLREDUCE = ("scheduler.policy=allreduce", f"scheduler.min_workers={WORLD}")
+STALENESS = ("scheduler.weighting=staleness",)
+# The configurations `make bench-torch` runs unless --configs names others.
+DEFAULT_CONFIGS = {
+    "transformer": ["ddp", "allreduce", "dynamic", "dynamic staleness",
+                    "dynamic model"],
+}
 
 # A workload: its trainer, the anchor's backend, the metric it prints,
 # whether lower is better, the default target and run length, its
@@ -63,21 +69,23 @@ WORKLOADS = {
         "metric": "loss", "lower": True, "target": 2.3, "seconds": 80.0,
         "configs": [
             ("ddp", "ddp", (), ()),
-            ("allreduce gradients", "preduce", ALLREDUCE,
-             pr("average='gradients'")),
-            ("allreduce gradients+state", "preduce", ALLREDUCE,
-             pr("average='gradients'", "state=True")),
+            # PartialReduce's defaults: under allreduce DDP's path
+            # (gradient buckets while backward runs); under dynamic a
+            # consensus step (models, AdamW's moments and gradients).
+            ("allreduce", "preduce", ALLREDUCE, ()),
             ("dynamic", "preduce", DYNAMIC, ()),
-            ("dynamic+state", "preduce", DYNAMIC, pr("state=True")),
-            ("dynamic gradients+state", "preduce", DYNAMIC,
-             pr("average='gradients'", "state=True")),
-            ("dynamic gradients+state staleness", "preduce",
-             DYNAMIC + ("scheduler.weighting=staleness",),
-             pr("average='gradients'", "state=True")),
-            ("dynamic gradients+state busy_poll_us=0", "preduce", DYNAMIC,
-             pr("average='gradients'", "state=True"),
-             ("node.busy_poll_us=0",)),
-            ("dynamic+overlap", "preduce", DYNAMIC, pr("overlap=True")),
+            ("dynamic staleness", "preduce", DYNAMIC + STALENESS, ()),
+            ("dynamic staleness busy_poll_us=0", "preduce",
+             DYNAMIC + STALENESS, (), ("node.busy_poll_us=0",)),
+            # The candidates measured against it (docs/algorithm.md 11).
+            ("allreduce consensus", "preduce", ALLREDUCE, pr("state=True")),
+            ("dynamic gradients only", "preduce", DYNAMIC,
+             pr("state=False")),
+            ("dynamic model", "preduce", DYNAMIC, pr("average='model'")),
+            ("dynamic model+state", "preduce", DYNAMIC,
+             pr("average='model'", "state=True")),
+            ("dynamic model+overlap", "preduce", DYNAMIC,
+             pr("overlap=True")),
         ],
         "profiles": [
             ("straggler", ("--slow", "3:3", "--slow", "2:1.5",
@@ -275,7 +283,7 @@ def plot(w, results, path):
 
 def pick(w, configs, profiles):
     """Keeps the named configurations (and the anchor) and profiles."""
-    if configs:
+    if configs and configs != "all":
         anchor = w["configs"][0][0]
         want = {anchor, *configs.split(",")}
         bad = want - {c[0] for c in w["configs"]}
@@ -303,7 +311,8 @@ def main(argv):
                    help="1 repeat of 8 s: a smoke test of the bench itself")
     p.add_argument("--configs", default="",
                    help="comma-separated configuration names to run "
-                   "(default: all; the anchor always runs)")
+                   "(default: the workload's main ones; 'all' for every "
+                   "one; the anchor always runs)")
     p.add_argument("--profiles", default="",
                    help="comma-separated profile names (default: all)")
     p.add_argument("--out", default=os.path.join(TOP, "build",
@@ -316,7 +325,8 @@ def main(argv):
         a.repeats, seconds = 1, 8.0
     out = os.path.join(a.out, a.workload)
     os.makedirs(out, exist_ok=True)
-    pick(w, a.configs, a.profiles)
+    pick(w, a.configs or ",".join(DEFAULT_CONFIGS.get(a.workload, [])),
+         a.profiles)
     results = {prof: {name: [] for name, *_ in w["configs"]}
                for prof, _ in w["profiles"]}
     for rep in range(a.repeats):
