@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """One data-parallel worker of a small PyTorch job, synchronised by preduce
-or by torch.distributed with gloo, for comparing the two on one data set.
+or by PyTorch's DistributedDataParallel over gloo, for comparing the two on
+one data set.
 
 The model is an MLP on scikit-learn's digits (8x8 images, 10 classes; the
 data set ships with python3-sklearn, nothing is downloaded). Each of the
@@ -11,14 +12,15 @@ JSON line per evaluation: {"t": seconds since the common start, "step",
 
     torch_train.py --backend preduce --socket /run/preduce/preduced.sock \\
         --world 4 --rank 0 [--policy-options ...]
-    torch_train.py --backend gloo --master 127.0.0.1:29500 --world 4 --rank 0
+    torch_train.py --backend ddp --master 127.0.0.1:29500 --world 4 --rank 0
 
 Heterogeneity (a step's compute is ~1 ms here, so a step also sleeps):
 --step-ms (every worker), --slow RANK:FACTOR (that worker's steps take
 FACTOR times as long; repeatable), --stall P:SECONDS (with probability P a
-step sleeps SECONDS more). With gloo the workers average their models with
-an all-reduce after every step (what a PyTorch user does today); with
-preduce, preduce.torch.PartialReduce does after every --period steps.
+step sleeps SECONDS more). With gloo the model is wrapped in
+DistributedDataParallel (gradients averaged during backward, what a
+PyTorch user runs today); with preduce, preduce.torch.PartialReduce
+averages (its default, or --average/--period/--outer-lr/--overlap).
 """
 
 import argparse
@@ -58,7 +60,7 @@ def accuracy(model, x, y):
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=("preduce", "gloo"),
+    p.add_argument("--backend", choices=("preduce", "ddp"),
                    default="preduce")
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--rank", type=int, required=True)
@@ -79,7 +81,8 @@ def parse(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--period", type=int, default=1)
     p.add_argument("--average", choices=("model", "gradients"),
-                   default="model")
+                   default=None, help="PartialReduce's average (default: "
+                   "its own choice)")
     p.add_argument("--outer-lr", type=float, default=None)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--overlap", action="store_true")
@@ -101,23 +104,21 @@ def main(argv):
         if a.stall else (0.0, 0.0)
     rng = random.Random(a.seed * 1000 + a.rank)
 
-    if a.backend == "gloo":
+    if a.backend == "ddp":
         import torch.distributed as dist
         host, port = a.master.rsplit(":", 1)
         dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}",
                                 rank=a.rank, world_size=a.world)
-        params = list(model.parameters())
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        flag = torch.zeros(1)
 
         def sync(done):
-            # One all-reduce per step carries the models and whether any
-            # worker's time is up: all stop at the same step (a worker
-            # that left alone would leave the others waiting in theirs).
-            flat = torch.cat([torch.nn.utils.parameters_to_vector(params),
-                              torch.tensor([1.0 if done else 0.0])])
-            dist.all_reduce(flat)
-            flat /= a.world
-            torch.nn.utils.vector_to_parameters(flat[:-1], params)
-            return flat[-1].item() > 0
+            # Every worker stops at the same step (one that left alone
+            # would leave the others waiting in theirs): a small
+            # all-reduce says whether any worker's time is up.
+            flag.fill_(1.0 if done else 0.0)
+            dist.all_reduce(flag)
+            return flag.item() > 0
         step_fn = opt.step
     else:
         import preduce
@@ -129,6 +130,7 @@ def main(argv):
             overlap=a.overlap, timeout_ms=10000)
         sync = None
         step_fn = pr.step
+        net = model
 
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
@@ -139,7 +141,7 @@ def main(argv):
     while not stop:
         i = torch.randint(0, len(xs), (a.batch,))
         opt.zero_grad()
-        loss_fn(model(xs[i]), ys[i]).backward()
+        loss_fn(net(xs[i]), ys[i]).backward()
         pause = a.step_ms * factor / 1000.0
         if stall_p and rng.random() < stall_p:
             pause += stall_s

@@ -9,8 +9,8 @@ workloads:
   base-files; the anchor is DistributedDataParallel over gloo; the target
   is a validation loss;
 - mlp (client/examples/torch_train.py): an MLP on scikit-learn's digits
-  with SGD; the anchor averages the models with a gloo all-reduce after
-  every step; the target is a test accuracy.
+  with SGD and momentum; the anchor is DistributedDataParallel over gloo;
+  the target is a test accuracy.
 
 For each profile and repeat, every configuration runs once, in turn, for
 the same wall time. Printed and written to build/bench-torch/WORKLOAD/
@@ -97,7 +97,7 @@ WORKLOADS = {
         "train": os.path.join(EXAMPLES, "torch_train.py"),
         "metric": "acc", "lower": False, "target": 0.93, "seconds": 12.0,
         "configs": [
-            ("gloo", "gloo", (), ()),
+            ("ddp", "ddp", (), ()),
             ("preduce allreduce", "preduce", ALLREDUCE, ()),
             ("constant P=2", "preduce",
              ("scheduler.policy=constant", "scheduler.group_size=2"), ()),
@@ -110,6 +110,7 @@ WORKLOADS = {
             ("dynamic + outer", "preduce", DYNAMIC,
              ("--outer-lr", "0.7", "--outer-momentum", "0.5")),
             ("dynamic + overlap", "preduce", DYNAMIC, ("--overlap",)),
+            ("dynamic model", "preduce", DYNAMIC, ("--average", "model")),
         ],
         "profiles": [
             ("one worker 3x slower", ("--slow", "3:3")),
