@@ -250,13 +250,16 @@ def main(argv):
         time.sleep(max(0.0, a.start_at - time.time()))
     t0 = time.monotonic()
     step, stop = 0, False
+    busy = 0.0  # forward, backward and the step, the averaging included
     while not stop:
+        c0 = time.monotonic()
         for g in opt.param_groups:
             g["lr"] = a.lr * min(1.0, (step + 1) / a.warmup)
         x, y = corpus.batch(gen, a.batch)
         opt.zero_grad()
         loss_of(net, x, y).backward()
         step_fn()
+        busy += time.monotonic() - c0
         pause = compute_s * (factor - 1.0)
         if stall_p and rng.random() < stall_p:
             pause += stall_s
@@ -270,11 +273,13 @@ def main(argv):
                               "step": step, "worker": a.rank,
                               "loss": round(evaluate(), 4)}), flush=True)
     last = {"worker": a.rank, "done": True, "steps": step,
-            "loss": evaluate()}
+            "loss": evaluate(), "busy_s": round(busy, 3)}
     if pr is not None:
         pr.finish()
         last.update(reduces=pr.reduces, failed=pr.failed,
-                    group_size=round(pr.mean_group_size, 3))
+                    group_size=round(pr.mean_group_size, 3),
+                    sync_s=round(pr.sync_seconds, 3),
+                    consensus=pr.consensus)
         client.close()
     else:
         dist.destroy_process_group()

@@ -181,10 +181,16 @@ def figures(w, lines, target):
     every = times[-1]
     done = sorted(v for v in steps.values() if v is not None)
     sizes = {r: ls[-1].get("group_size") for r, ls in lines.items()}
+    # A worker's own time per step: forward, backward, the optimizer and
+    # (preduce) the averaging; and the averaging's part of it.
+    per_step = {r: (ls[-1].get("busy_s", 0) / max(1, ls[-1]["steps"]),
+                    ls[-1].get("sync_s", 0) / max(1, ls[-1]["steps"]))
+                for r, ls in lines.items()}
     return {"median": med if med < math.inf else None,
             "every": every if every < math.inf else None,
             "steps": statistics.median(done) if done else None,
             "final": statistics.median(final), "sizes": sizes,
+            "per_step": per_step,
             "curves": {r: [(x["t"], x[key]) for x in ls if "t" in x]
                        for r, ls in lines.items()}}
 
@@ -340,7 +346,9 @@ def main(argv):
                 print(f"repeat {rep + 1}/{a.repeats}, {prof}, {cfg[0]}: "
                       f"median {f['median']}, every {f['every']}, steps "
                       f"{f['steps']}, final {f['final']:.3f}, group sizes "
-                      f"{f['sizes']}", flush=True)
+                      f"{f['sizes']}, ms per step (busy, averaging) "
+                      + ", ".join(f"{b * 1e3:.0f}/{s * 1e3:.0f}" for b, s
+                                  in f["per_step"].values()), flush=True)
     md = table(w, results, target, seconds, a.repeats)
     print(md)
     with open(os.path.join(out, "table.md"), "w") as f:
