@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define PREDUCE_VERSION_MAJOR 0
-#define PREDUCE_VERSION_MINOR 1
+#define PREDUCE_VERSION_MINOR 2
 
 /*
  * How long past its timeout_ms a reduce call takes at most. The daemon

@@ -30,8 +30,12 @@ fi
 
 export PKG_CONFIG_SYSROOT_DIR=$D
 export PKG_CONFIG_PATH=$D/usr/lib/pkgconfig
+# The version preduce.h declares.
+want=$(awk '/define PREDUCE_VERSION_MAJOR/ { a = $3 }
+    /define PREDUCE_VERSION_MINOR/ { b = $3 } END { print a "." b }' \
+    client/include/preduce.h)
 flags=$(pkg-config --cflags --libs preduce 2>&1)
-if [ $? -eq 0 ] && [ "$(pkg-config --modversion preduce)" = 0.1 ] &&
+if [ $? -eq 0 ] && [ "$(pkg-config --modversion preduce)" = "$want" ] &&
     grep -q -- "-I$D/usr/include" <<<"$flags" &&
     grep -q -- "-L$D/usr/lib -lpreduce" <<<"$flags"; then
     pass "pkg-config --cflags --libs preduce: $flags"
