@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # preduce: one Makefile for the whole tree (no recursive make into
 # subdirectories). Objects and generated protobuf-c code live under $(BUILD).
 #
@@ -331,6 +332,7 @@ check-format:
 		$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_SRCS) && \
 		echo "clang-format: clean"; \
 	else echo "clang-format not installed: format check skipped"; fi
+	@tests/check-license.sh
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_SRCS)

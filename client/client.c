@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libpreduce: the connection to the node daemon (socket, frames, dispatch).
  *

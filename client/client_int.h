@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libpreduce internals shared by client.c (connection, frames, and the
  * tensor list and results it fills and breaks), tensor.c (shared tensors)

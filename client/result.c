@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libpreduce: the reduce calls, their results, and error texts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduced: the preduce daemon. One binary, two roles (node, scheduler),
  * chosen by `role` in the config or --role.

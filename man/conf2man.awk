@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Writes preduced.conf(5) from the annotated config and a page template:
 #   awk -f man/conf2man.awk conf/preduced.conf man/preduced.conf.5.in
 # conf/preduced.conf is the one source of the keys' documentation (a unit

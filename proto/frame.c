@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "proto/frame.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Length-prefixed frames, shared by every preduce link.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "proto/status.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The codes a failed reduce ends with, as a trainer sees them: the one
  * table behind preduce.h's preduce_reduce() and README's "Failure

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make check-layout: the daemon's parts depend one way. Fails, naming the
 # file, line and rule, when
 #  - a private header (*_int.h) is included from outside its folder;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs the Debian 12 packages preduce builds and tests with. Runs as
 # root (or through sudo); does nothing for packages already installed.
 set -euo pipefail
@@ -8,7 +9,7 @@ PKGS=(
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
     check clang-format python3 python3-numpy
-    systemd systemd-container groff-base man-db
+    systemd systemd-container groff-base man-db procps
     python3-torch python3-pytest python3-yaml
     dpkg-dev debhelper dh-python fakeroot lintian
 )

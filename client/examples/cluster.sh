@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Shell functions to run a preduce job on this one machine: a scheduler and
 # node daemons on loopback ports, each with its own socket and log.
 # Sourced by demo.sh and tests/bench/convergence.sh.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The README's main job: partial-reduce training on this one machine.
 #
 # Starts a scheduler, two node daemons and four preduce-trainer processes

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """One data-parallel worker of a small PyTorch job, synchronised by preduce
 or by PyTorch's DistributedDataParallel over gloo, for comparing the two on
 one data set.

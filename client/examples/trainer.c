@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduce-trainer: an example P-Reduce worker that trains a real model.
  *

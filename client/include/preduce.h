@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libpreduce: the trainer's side of preduce.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/base/auth.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Cluster-key authentication of the TCP links between daemons and to the
  * scheduler: a mutual challenge-response with HMAC-SHA-256 (libsodium), so

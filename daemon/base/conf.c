@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduced configuration, table-driven (see conf.h).
  *

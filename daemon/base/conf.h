@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduced configuration: one INI file (conf/preduced.conf documents every
  * key), parsed with libinih through a single table of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The config table's row type, shared by conf.c (the parser, checks and
  * dump, all driven by the table), conf_reload.c (SIGHUP: a new file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * SIGHUP's reload (nginx's model): the new file, with the command line's
  * overrides, is parsed and checked whole into a fresh config; only then

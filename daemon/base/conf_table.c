@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Every configuration key, one row each (the row type is in conf_int.h).
  * A new key is a row here, a field in struct pr_conf, PR_CONF_NKEYS

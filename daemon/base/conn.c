@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/base/conn.h"
 
 #include <errno.h>

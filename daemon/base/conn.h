@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A framed stream connection on the daemon's loop (TCP to the scheduler and
  * between daemons, or a Unix socket to a trainer): reads frames

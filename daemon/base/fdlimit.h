@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The process's file descriptor limit (RLIMIT_NOFILE). Each trainer, peer
  * stream, scheduler link, metrics client and connection not yet past its

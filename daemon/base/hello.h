@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The checks every listener makes of a Hello, in one place: the protocol
  * version, and (on TCP links) the cluster key's proof. Each failure logs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Logging to stderr in a form journald keeps: each line starts with a
  * syslog priority prefix ("<3>") when stderr is the journal, and with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The metrics endpoint ([metrics] listen): a tiny HTTP/1.0 server on the
  * daemon's loop that answers GET /metrics with the Prometheus text

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Strangers: the connections a listener has accepted that have not yet
  * finished their hello (or, on the metrics port, sent their request).

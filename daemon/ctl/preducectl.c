@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preducectl: a person's view of running preduced daemons.
  *

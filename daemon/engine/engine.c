@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/engine/engine.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The reduce engine: runs one node daemon's part of every group in flight.
  *

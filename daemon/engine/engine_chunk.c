@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What a received chunk may be, and which floats of its ring step it
  * claims: plain functions over a group's state, no loop and no I/O.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What engine.c (a group's life: chunks in and out, deadlines, the stash),
  * engine_chunk.c (whether a chunk fits its group), engine_local.c (a

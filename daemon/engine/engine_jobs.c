@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A group's arithmetic on the engine's thread pool (pool.h): which work
  * goes to the pool, its jobs, and what the loop does when one is back.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A group's arithmetic over its local members' memory: the weighted local
  * sum folded into the chunks from the left, the in-place writes of final

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The engine's thread pool (pool.h). One mutex guards the queue of jobs
  * with slices left to claim, every job's counters and the list of jobs

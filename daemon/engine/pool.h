@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A pool of threads for the engine's arithmetic: a job is one operation over
  * n floats, cut into slices that the threads run side by side.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/engine/reduce.h"
 
 void pr_reduce_scale(float *dst, const float *src, float w, size_t n)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The reduction maths: plain functions over float32 buffers, no state, no
  * I/O, so tests call them directly. Accumulation is in float32 (what goes on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/engine/xport.h"
 
 static void put64(uint8_t *p, uint64_t v)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The transport interface between node daemons: what the reduce engine
  * (engine.c) needs from a link to one peer, and nothing more, so that TCP,

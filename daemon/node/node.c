@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The node role's control half: the link to the scheduler, and the node
  * itself (create, reload, destroy). See sched.h for the protocol on this

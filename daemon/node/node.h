@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The node role: one preduced per machine. Serves local trainers on a Unix
  * socket (node_ipc.c), keeps a control link to the scheduler (node.c), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The groups the scheduler sends, on this node: each Group's local members
  * are matched to their trainers' waiting reduces (node_ipc.c), the engine

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * State shared by the node role's files, each calling only those below it:
  * node.c (the node, the scheduler link) on top; node_group.c (the groups

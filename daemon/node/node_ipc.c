@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The trainers' side of a node daemon: a Unix socket where each trainer
  * (libpreduce) registers, creates shared tensors and asks for reduces.

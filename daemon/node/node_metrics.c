@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The node role's metrics (metrics.h): what the node, its reduce engine and
  * its transports counted since start, and each local trainer's version.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The trainers' socket file (node.socket): its parent directories, a stale
  * file left by a daemon that died (replaced) or a live daemon's (refused:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Busy polling while a reduce is in flight (node.busy_poll_us): the loop
  * polls without sleeping (an idle handle makes libuv's epoll_wait return

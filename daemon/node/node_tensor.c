@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Trainers' tensors on the node: shared memory (a sealed memfd, mapped here
  * and passed to the trainer on its TensorCreated frame), registered for

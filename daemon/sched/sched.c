@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/sched/sched.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler role: one per job. Node daemons connect over TCP; the
  * scheduler registers their workers, feeds READY events to the decision

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the scheduler's two halves share: sched.c (the server: node
  * connections, hellos, heartbeats, metrics, create and reload) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler's metrics (metrics.h): groups and their sizes, workers,
  * the group generator's counters, and per worker its version, staleness,

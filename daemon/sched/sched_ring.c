@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Ring order from measured link rates (sched_ring.h). The cost of a ring
  * is the sum over its links of 1/rate: the seconds per byte it spends on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The order of a group's ring (daemon/sched/sched_ring.c): a ring
  * all-reduce moves the same bytes over each of its m links, so the slow

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler's job: workers join (a rank each, kept across a scheduler
  * restart when free) and leave, READY and Cancel feed the decision core

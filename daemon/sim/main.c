@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduce-sim: choose a scheduling policy for a cluster before running it.
  * Drives the real scheduler core with a simulated clock and a heterogeneity

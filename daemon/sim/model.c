@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The convergence model (model.h): softmax regression trained by minibatch
  * SGD, on synthetic gaussian clusters. Replicas are float32 like the

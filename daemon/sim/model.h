@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The simulator's convergence model: softmax regression on a synthetic
  * data set of gaussian clusters, generated from a fixed seed. Every

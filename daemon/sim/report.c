@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Plain-text reports of simulation results (sim.h). Only formatting here:
  * every figure comes from struct pr_sim_result.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The simulator's random numbers: splitmix64, one 64-bit state per stream,
  * so every run is reproducible from --seed and streams (workers, the data

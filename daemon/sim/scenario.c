@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Preset runs (scenario.h): calibration, the side-by-side comparison, the
  * scale run and the acceptance scenarios. All figures come from

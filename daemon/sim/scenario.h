@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Preset runs built on pr_sim_run() (scenario.c): the target-loss
  * calibration, the side-by-side comparison of every policy and weighting,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The simulation engine (protocol sketch in sim.h): a binary heap of
  * events in simulated microseconds, the real scheduler core, and, with a

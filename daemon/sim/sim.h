@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduce-sim's engine: drives the real scheduler core (sched_core.h) with
  * a simulated clock, from a heterogeneity profile and without data, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Private to the simulator's files (sim.c, stats.c): the statistics kept
  * while a run forms groups. One run owns one pr_sim_stats.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the simulator measures about the groups the core forms: the size
  * histogram, groups mixing fast and slow workers, connectivity windows

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * All-reduce bandwidth of 2 node daemons, 1 trainer each, policy
  * allreduce, for a few tensor sizes. Prints per-node bus bandwidth (for 2

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_sched: how many ready events per second the scheduler core takes
  * at 1024 workers, for every policy, next to an anchor measured in the same

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Real-process convergence benchmark (issue: dynamic P-Reduce): 8 trainers
 # on 2 node daemons train softmax regression until the loss on their shard
 # reaches a target, under policy allreduce and policy dynamic, on a

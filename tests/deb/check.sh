@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Debian package as an administrator gets it (root only):
 #
 #  1. dpkg-buildpackage -us -uc -b, with debian/rules' make check-unit, in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: a config file and --set assignments (daemon/base/conf.c):
  * whatever the text, the parser either loads it or names the line and key

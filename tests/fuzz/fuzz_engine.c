@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: chunks from peers, as a transport hands them to the
  * reduce engine (pr_engine_on_chunk), against a running group and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: a byte stream as any control or data port reads it
  * (daemon/base/conn.c): the frame reader fed in pieces of the sizes the input

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what make bench-hosts measures preduce against, from Debian:
 # iperf3. Idempotent and quiet when present.
 set -euo pipefail

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * make bench-hosts: the all-reduce's bus bandwidth across 2 and 4 hosts
  * (network namespaces on a bridge, tests/hosts/hosts.h), every host's link

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "tests/hosts/hosts.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The multi-host fixture: H hosts, each a network namespace with its own
  * address on a bridge that the test makes (tests/hosts/net.sh), one node

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The network of the multi-host tests (tests/hosts/): hosts are network
 # namespaces on one bridge, which lives in a namespace of its own, so that
 # nothing of it (no address, no interface, no qdisc) is in the namespace

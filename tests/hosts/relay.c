@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A TCP relay that delays (tests/hosts/): this kernel has no netem, so a
  * long path is played in user space. Every byte is held DELAY_MS after it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make check-hosts: runs each multi-host suite (a Check binary, or any
 # program with its arguments as one word) given on the command line, with
 # PREDUCE_HOSTS_PREFIX naming its namespaces prh<this shell's pid>-<test's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Partitions: one host's cable out while its daemon and trainers live on,
  * across 4 hosts (tests/hosts/hosts.h) with 2 trainers each, mostly under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The three policies across 4 hosts (network namespaces on a bridge, see
  * tests/hosts/hosts.h) with 2 trainers each, over capped links: hosts 0-2

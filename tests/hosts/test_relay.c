@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The delay relay (tests/hosts/relay.c) that the streams suite and make
  * bench-hosts route a link through: checked on its own between two hosts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Several TCP streams per peer pair (transport.streams) over a long path:
  * 2 hosts with 2 trainers each, node 1's data link to node 0 through a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the preduced command-line suites (test_cli: -t, -T, options;
  * test_reload: SIGHUP) share: a directory per tcase and per test, running

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Shared by the preduced command-line suites (cli_fixture.c says what).
  * The tcase's directory cli_top is made and removed by the runner's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Test harness for integration tests: starts real preduced processes (a
  * scheduler and node daemons) on loopback, or each in a network namespace

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "tests/integration/idle.h"
 
 #include <arpa/inet.h>

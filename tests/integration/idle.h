@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Idle connections for the strangers tests and the load test: sockets that
  * connect to a daemon's listener and never send a byte, as a client that

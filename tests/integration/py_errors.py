@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A Python trainer for tests/integration/test_python.c, alone in a job
 that needs two workers: its reduce times out, and the binding says which
 errors are worth a retry (PreduceError.retryable, from the library's

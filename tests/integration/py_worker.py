@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A Python trainer for tests/integration/test_python.c: reduces `steps`
 times through the ctypes binding (client/python/preduce/) and checks each
 result against a double-precision reference of the members it reports.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Cluster-key authentication with real processes: with the same key the
  * job runs; a node with another key, or with none, is refused by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduced's command line and SIGHUP reload (daemon/main.c), run on the
  * real binary: -t and -T on good and broken files and --set overrides, -h,

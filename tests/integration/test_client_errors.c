@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libpreduce against a real node daemon when something is refused or runs
  * out: a tensor over the daemon's max_tensor_mb, a trainer with a small

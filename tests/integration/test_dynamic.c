@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Policy dynamic with real processes: 2 daemons, 6 trainers of different
  * speeds. Every result equals the reference combination of the members

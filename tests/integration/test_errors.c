@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What a failed reduce returns, and when (README "Failure behaviour"):
  * only the codes of that table, each with preduce_error_retryable()'s

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A dead trainer, a trainer that leaves, or a dead node daemon never hangs
  * the others: they keep reducing (the scheduler drops what died; groups in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The daemon's file descriptor limit (daemon/base/fdlimit.c, main.c): a
  * preduced started with a soft RLIMIT_NOFILE of 256 raises it to its hard

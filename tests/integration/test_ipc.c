@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The trainers' socket of a real node daemon (daemon/node/node_ipc.c), spoken
  * by hand: the branches a well-behaved libpreduce never takes. Tensors

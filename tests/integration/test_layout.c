@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The job's layout (floats per reduce) is negotiated: a trainer whose
  * layout differs from the one its live peers hold is refused alone, with

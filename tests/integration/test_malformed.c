@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Malformed input on every port a daemon listens on (the trainers' Unix
  * socket, the scheduler's TCP port, a node's peer TCP port) is rejected with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The metrics endpoints of real daemons and preducectl status: a scheduler
  * and node0 with [metrics] listen set, node1 without, trainers on both

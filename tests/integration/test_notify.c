@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preduced's messages to systemd (daemon/main.c), without systemd: the
  * test plays the service manager, a datagram socket named in NOTIFY_SOCKET,

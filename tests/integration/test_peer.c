@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The node daemons' peer data port (daemon/xport/tcp/xport_tcp.c) driven by
  * hand: the test speaks the peer protocol over a plain socket to real daemons.

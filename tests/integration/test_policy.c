@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Policies with real processes. Constant: results are the mean of exactly the
  * members each result reports, every trainer keeps making steps, and a 5x

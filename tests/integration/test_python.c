@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The Python binding (client/python/preduce/, ctypes over libpreduce.so)
  * with real daemons: three Python trainers on two daemons reduce numpy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The multi-daemon tests with transport = rdma: results against the
  * double-precision reference, proof from the daemons' own accounting that

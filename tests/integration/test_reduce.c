@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * End-to-end partial reduces with real processes on loopback: a scheduler,
  * node daemons and trainers (forked children using libpreduce), checking

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A node daemon that comes back to the scheduler while its previous
  * connection still looks alive there (its reset never arrived, or its close

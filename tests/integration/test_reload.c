@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * SIGHUP reloads of a running preduced (daemon/main.c, daemon/base/conf.c's
  * pr_conf_reload), on the real binary: a changed reloadable key that

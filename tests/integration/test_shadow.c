@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The default mode's shadow in real daemons (daemon/engine/engine_int.h,
  * struct group): with one trainer per node, results go into its tensors as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Busy polling (node.busy_poll_us, daemon/node/node_spin.c) in real
  * daemons: a node with it polls while its trainer's reduce is in flight

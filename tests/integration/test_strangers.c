@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Connections that never finish their hello, on each listener of real
  * daemons (daemon/base/stranger.h): they are bounded per source and closed at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Load test (make check-load, about 25 s, bounded at 60 s): idle
  * connections on every listener of a keyed cluster while its trainers

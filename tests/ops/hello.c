@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A trainer as a user of an installed libpreduce writes it, built by
  * tests/ops/pkgconfig.sh with `pkg-config --cflags --libs preduce` only:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # client/examples/kubernetes/preduce.yaml, as far as this machine can check
 # it (no Kubernetes tool runs here, so the manifests are untested against a
 # cluster): the file parses as YAML documents, holds the kinds the README

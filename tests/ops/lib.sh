@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Shared by the tests/ops/*.sh suites: cases counted as they run, and
 # Check's closing line at the end ("100%: Checks: N, Failures: F, Errors:
 # 0"), which CI reads. A case that cannot run here is skipped with its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The man pages as `make install` puts them in a DESTDIR: each of
 # preduced(8), preduced.conf(5), preducectl(1), preduce-sim(1),
 # preduce-trainer(1) and libpreduce(3) is there

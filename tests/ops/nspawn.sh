@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The installed units run under a real systemd (root only): this
 # machine's OS tree as an overlay (writes go to a tmpfs), booted with
 # systemd-nspawn to basic.target on a private network, with `make install

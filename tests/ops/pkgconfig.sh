@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # preduce.pc as a user of an installed libpreduce sees it: `make install
 # DESTDIR=... PREFIX=/usr`, then pkg-config with PKG_CONFIG_SYSROOT_DIR
 # (the DESTDIR) and PKG_CONFIG_PATH (its pkgconfig directory, ahead of the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # node.socket_group with two real users (root only: it adds them with
 # useradd and removes them at the end). A scheduler and a node daemon run
 # as root with the socket's group set to a new group; a trainer of a user

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The systemd units and the sysusers file as `make install` writes them:
 # an install into a scratch tree (every directory under it, so the units
 # name binaries that exist), then for each unit `systemd-analyze verify`

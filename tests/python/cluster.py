@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Real preduced daemons for Python tests and benchmarks: a scheduler and
 node daemons on 127.0.0.1, each with its own port and socket in a given
 directory. The binary comes from $PREDUCED or build/preduced."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """pytest fixtures for the Python package's tests: real preduced daemons
 (tests/python/cluster.py), stopped (their logs shown on failure) when the
 test ends. The library comes from $PREDUCE_LIB or build/."""

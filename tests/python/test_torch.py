@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Python package (client/python/preduce) with torch, against real
 daemons: zero-copy torch tensors, background reduces, errors, and
 preduce.torch.PartialReduce training a model. Trainers that must reduce

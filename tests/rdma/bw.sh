@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Inside the Soft-RoCE guest (tests/rdma/run-in-guest.sh; `make bench-rdma`):
 # the all-reduce bandwidth of 2 daemons over rxe0 next to ib_write_bw on the
 # same rxe0 in the same guest, as a ratio (target >= 0.8 at 1 MiB).

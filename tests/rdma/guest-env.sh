@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash disable=SC2034  # used by the scripts that source it
 # Sourced by the scripts that run inside the Soft-RoCE guest (check.sh,
 # bw.sh): refuses to run anywhere else, and sets what the tests and the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # /init of the Soft-RoCE test guest. tests/rdma/setup.sh copies this file
 # into the initramfs next to a static busybox and the kernel modules it lists
 # in /modules.list (dependencies first); tests/rdma/run-in-guest.sh boots it.

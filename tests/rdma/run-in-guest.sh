@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Usage: tests/rdma/run-in-guest.sh CMD [ARG...]
 #
 # Boots the Soft-RoCE test guest prepared by tests/rdma/setup.sh (QEMU, TCG,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Prepares the Soft-RoCE (rxe) test guest that tests/rdma/run-in-guest.sh
 # boots: installs QEMU, busybox, cpio and the RDMA userspace from Debian,
 # downloads a Debian 6.1 kernel package (vmlinuz + modules) into

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Soft-RoCE smoke test. Runs inside the guest:
 #   tests/rdma/run-in-guest.sh tests/rdma/smoke.sh
 # Lists the verbs devices, then runs an RC write bandwidth test and an RC

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # client/examples/slurm/preduce.sbatch on a Slurm made on this machine
 # (root only): Debian's slurmctld, slurmd and munge (installed when
 # missing), a private munged and slurm.conf under a scratch directory, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The client library tests' fixture (client_fixture.h): the scripted
  * server, its frame helpers and the small clocks and counters the tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The fixture of the client library's unit tests (test_client*.c), linked
  * into each of their binaries (and, unused, into every other unit binary:

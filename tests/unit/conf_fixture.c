@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the config unit tests (conf_fixture.h). */
 #include "tests/unit/conf_fixture.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Helpers shared by the config unit tests (test_conf.c, test_conf_apply.c):
  * configs written to temporary files, loaded and dumped.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The reduce engine tests' fixture (engine_fixture.h): in-memory links,
  * loop helpers, and groups spread over the network with their checks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The fixture of the reduce engine's unit tests (test_engine*.c), linked
  * into each of their binaries.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The engine fixture's landing links (engine_fixture.h, struct memlink's
  * land knobs): chunks delivered through the sink's reserve() and land(),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler core tests' fixture (sched_fixture.h): default parameters,
  * a core with workers, and checks on the groups it forms.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The fixture of the scheduler core's unit tests (test_sched_core*.c),
  * linked into each of their binaries (and, unused, into every other unit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The cluster-key handshake (daemon/base/auth.h): both proofs, what a wrong or
  * missing key gets, and the key file's checks.

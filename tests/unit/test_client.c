@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for libpreduce (suite "client"), without a daemon: argument
  * checks, connecting and the answers to a hello, error texts and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for libpreduce's tensors and reduces (suite "client_tensor"),
  * without a daemon: shared memory, answers out of order, waiting and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for daemon/base/conf.c, parsing: defaults, the shipped annotated
  * file, every parse error with its line and key, --set and the host:port

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for daemon/base/conf.c, applying a config: cross-key validation,
  * reload (only reloadable keys move, nothing moves on error) and the dump

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for data frames read straight into place by a conn
  * (daemon/base/conn.c: pr_conn_ops.on_data_begin/on_data_end): a pr_conn

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the reduce engine (daemon/engine/engine.c): correct results
  * over rings of every size, early chunks and their stash, several groups at

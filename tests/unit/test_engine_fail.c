@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the reduce engine (daemon/engine/engine.c) when things go
  * wrong: failed sends, lost links, deadlines, aborts, destroy() with groups in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for results written in place (daemon/engine/engine.c,
  * pr_engine_member.in_place): a group's only local member, with direct

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for chunks that land in place (daemon/engine/engine.c:
  * reserve() and land_cb(); struct pr_landing in xport.h): a transport

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the default mode's shadow (daemon/engine/engine_int.h,
  * struct group): a group's lone local member, with direct sends and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for proto/frame.c: at the scheduler's limits, a Group of
  * PR_SCHED_MAX members and the ReduceDone a trainer gets for it fit in

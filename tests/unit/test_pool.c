@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the engine's thread pool (daemon/engine/pool.c) and for
  * the engine on it: slices cover a range exactly, every job's done() runs

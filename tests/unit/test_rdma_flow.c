@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The RDMA transport's bookkeeping without a device: credits, the
  * immediate-data encoding and the cutting of chunks into slot-sized

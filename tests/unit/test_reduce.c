@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the reduction maths (daemon/engine/reduce.c) and the chunk
  * header codec (daemon/engine/xport.c): plain functions, no loop.

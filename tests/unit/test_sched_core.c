@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of the scheduler core (daemon/sched/core/sched_core.h): the
  * staleness weights, worker bookkeeping, and the three policies driven by a

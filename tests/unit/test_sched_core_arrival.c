@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The dynamic policy's arrival-aware window (window_wait > 0,
  * sched_core.c window_close_us(), docs/algorithm.md): whom a group waits

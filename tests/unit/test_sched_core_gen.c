@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of the scheduler core's group generator
  * (daemon/sched/core/sched_core.h): steering groups so that every window of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Healing joins in the scheduler core: a worker with a fresh model
  * (version 1) in a job that has gone past it, or one marked with

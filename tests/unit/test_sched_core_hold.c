@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of the group generator's adaptive hold
  * (daemon/sched/core/sched_core.h): how long the scheduler holds a group back

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Ring order from link rates (daemon/sched/sched_ring.c): two racks joined
  * by a slow link are crossed twice, not on every hop; nothing changes

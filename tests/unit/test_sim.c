@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of the simulator (daemon/sim): the real scheduler core under a
  * simulated clock. Connectivity windows with the group generator off and on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for daemon/base/stranger.c, the rules alone: no loop and no
  * sockets; the caller's clock is a number and a "close" records which

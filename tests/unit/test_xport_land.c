@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Chunks read straight into place by the TCP transport (xport_tcp.c
  * peer_on_data_begin/end, the sink's reserve and land), with two real

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Peer links of several TCP connections (transport.streams,
  * daemon/xport/tcp/xport_streams.c), with real sockets on loopback and a

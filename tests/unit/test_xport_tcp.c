@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The TCP transport's link set-up, with real sockets on loopback and a
  * private loop: transports of made-up node ids that connect to each other

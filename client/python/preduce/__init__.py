@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """preduce for Python trainers: a ctypes binding of libpreduce.
 
 The tensors are numpy arrays over the shared memory the daemon reads and

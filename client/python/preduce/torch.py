@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """PyTorch integration: a model's parameters in preduce's shared memory.
 
     import preduce, preduce.torch

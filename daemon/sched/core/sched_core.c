@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler's decision logic (see sched_core.h): worker states, the
  * ready queue and the three policies. The group generator lives in

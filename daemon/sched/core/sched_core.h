@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The scheduler's decision logic, with no I/O and no clock of its own: the
  * caller passes `now_us` (a monotonic time in microseconds) into every call,

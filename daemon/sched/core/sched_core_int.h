@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Private to the scheduler core (sched_core.c, sched_gen.c,
  * sched_weights.c): the core's state and its calls into the other two

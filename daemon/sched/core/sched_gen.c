@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The group generator: union-find over the live workers, connectivity
  * windows and steered member selection. Called only from sched_core.c, on

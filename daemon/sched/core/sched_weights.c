@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Staleness-aware weights (docs/algorithm.md, section 5).
  *

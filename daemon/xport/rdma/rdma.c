@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/xport/rdma/rdma.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The RDMA verbs data path between node daemons (libibverbs, RC queue
  * pairs), behind the transport interface of xport.h. The TCP link between

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/xport/rdma/rdma_flow.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The pure bookkeeping of the RDMA transport, apart from verbs so that
  * plain unit tests cover it: receive-slot credits and the cutting of an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the parts of the verbs transport share (rdma.c: the device, its
  * completion queue and close; rdma_mem.c: the registration cache;

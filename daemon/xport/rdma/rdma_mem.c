@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The registration cache: the engine's scratch vectors come from a pool
  * of buffers mmap'ed and registered once, and trainers' shared tensors are

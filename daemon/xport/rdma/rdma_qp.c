@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Queue pairs and the data path: one RC queue pair per peer, chunks
  * written into the peer's slots under credits, receives handed to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The accepting side of peer links: a connection is a stranger until its
  * hello names a peer that connects to this node and passes the cluster

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A peer link over several TCP connections (transport.streams). One
  * stream's throughput is bounded by its window over the path's round

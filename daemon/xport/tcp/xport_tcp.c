@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "daemon/xport/tcp/xport_tcp.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * TCP links between node daemons: one connection per peer pair, set up once
  * and reused by every group (the node with the higher id connects to the

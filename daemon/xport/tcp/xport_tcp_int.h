@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What xport_tcp.c (peer links: connecting, the hello exchange, chunks in
  * and out) and xport_accept.c (the listener: connections before their

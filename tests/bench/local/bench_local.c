@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * One node daemon and its trainers on this machine (`make bench-local`):
  * the daemon's all-reduce of k trainers' tensors next to Open MPI's

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """torch.distributed's all-reduce with Gloo, k processes on this host.
 
 The anchor bench_local runs next to one node daemon with k trainers: the

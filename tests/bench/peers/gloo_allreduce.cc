@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Gloo's pipelined ring all-reduce (AllreduceRingChunked, float32 sum,
  * then / size: the mean preduce computes) between 2 processes over its TCP

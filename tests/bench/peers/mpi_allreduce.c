@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * MPI_Allreduce (sum of float32, then / size: the same mean preduce
  * computes) between the ranks mpirun started, for a few tensor sizes: the

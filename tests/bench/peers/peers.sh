@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # preduce's all-reduce next to MPI's and Gloo's on this machine, over TCP on
 # 127.0.0.1 for all three (`make bench-peers`):
 #   - preduce: build/bench/bench_allreduce (2 node daemons, 1 trainer each,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what tests/bench/peers/ compares preduce with, from Debian:
 # Open MPI (mpicc, mpirun) and Gloo, or the Debian packages named as
 # arguments. Idempotent and quiet when present.
