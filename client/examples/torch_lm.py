@@ -211,6 +211,9 @@ def main(argv):
     gen = torch.Generator().manual_seed(a.seed * 1000 + a.rank)
     vgen = torch.Generator().manual_seed(12345)
     xv, yv = corpus.batch(vgen, a.eval_windows, corpus.val)
+    # Before DDP or PartialReduce hook the gradients: a backward pass
+    # that no step follows must not reach them.
+    compute_s = calibrate(model, corpus, gen, a.batch) if factor > 1 else 0
 
     if a.backend == "ddp":
         import torch.distributed as dist
@@ -245,7 +248,6 @@ def main(argv):
         model.train()
         return v
 
-    compute_s = calibrate(model, corpus, gen, a.batch) if factor > 1 else 0
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
     t0 = time.monotonic()

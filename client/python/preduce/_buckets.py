@@ -187,9 +187,10 @@ class GradBuckets:
         if twice:
             raise RuntimeError(
                 "preduce.torch: a gradient was accumulated twice before "
-                "step() (several backward passes per step): its bucket "
-                "may have been averaged before the second pass, so no "
-                "average was applied; wrap all but the last backward in "
+                "step() (several backward passes per step, or one that "
+                "no step followed): its bucket may have been averaged "
+                "before the second pass, so no average was applied; run "
+                "all but the step's last backward inside "
                 "PartialReduce.no_sync()")
         return result if ok else None
 
