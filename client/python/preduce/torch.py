@@ -4,39 +4,51 @@
     import preduce, preduce.torch
     client = preduce.Client("/run/preduce/preduced.sock", "worker-0")
     model = Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     pr = preduce.torch.PartialReduce(model, opt, client)
     for x, y in loader:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
-        pr.step()               # opt.step(), then the partial reduce
+        pr.step()               # the average, then opt.step()
 
 PartialReduce moves every float32 parameter (and, with buffers=True, every
 float32 buffer) into one flat tensor in the client's shared memory: each
-parameter's .data becomes a view of it, so the Parameter objects, the
-optimizer and its state stay as they were, and a reduce reads and writes
-the model where it lives, without a copy in either direction.
+parameter's .data becomes a view of it, so the Parameter objects and the
+optimizer stay as they were, and a reduce reads and writes the model
+where it lives, without a copy in either direction.
 
-What is averaged:
-- average="model" (the default, P-Reduce's rule): after every `period`-th
-  optimizer step the model is averaged with the group the scheduler forms
-  (period > 1 is local SGD: that many steps between averages).
-- average="gradients" (what DistributedDataParallel does): before each
-  optimizer step the gradients are averaged, then the step is taken; under
-  the allreduce policy with uniform weights every replica takes the same
-  step from the same model, as with DDP.
+What is averaged (docs/algorithm.md, section 11):
+- average="gradients" (the default): before each optimizer step.
+  - While the scheduler's policy is allreduce (every group is every
+    worker), the gradients alone, as DistributedDataParallel does: in
+    buckets of bucket_cap_mb, each started from autograd hooks as soon as
+    backward has produced it, so the averages overlap backward. The first
+    step also averages the models, so every replica starts from one
+    model. no_sync() accumulates over micro-batches as DDP's does; a
+    backward pass that no step() follows belongs inside it too.
+  - Under a policy of partial groups (dynamic, constant), a consensus
+    step: one reduce of the members' models, optimizer state and
+    gradients, so a group's members take one step from one point and
+    leave it as one replica. The default finds the policy out from the
+    scheduler's refusal of the buckets' tags, at the first step.
+  - state=False: the gradients alone under every policy (replicas of
+    partial groups drift apart); state=True: the consensus step under
+    every policy.
+- average="model" (P-Reduce's rule; the default when period > 1, overlap
+  or outer_lr is set): after every `period`-th optimizer step the model
+  is averaged with the group the scheduler forms (period > 1 is local
+  SGD). With state=True the optimizer's state is averaged with it.
 
-Options, all off by default:
-- state: the optimizer's per-parameter state (Adam's and AdamW's moments,
-  SGD's momentum) moves into shared memory beside the parameters and is
-  averaged with them, in the same group and with the same weights. With
-  average="model" a group's members then leave with one model and one
-  optimizer state, not one model and diverging moments. With
-  average="gradients" the group averages the members' models and state
-  together with their gradients before the step, so its members take the
-  same step from the same point; under the allreduce policy that is
-  DistributedDataParallel's step. Supported for torch.optim.Adam, AdamW
-  (amsgrad too) and SGD (without dampening); the step counts stay local.
+The state averaged is the optimizer's per-parameter state (Adam's and
+AdamW's moments, SGD's momentum): it moves into shared memory beside the
+parameters, as views the optimizer updates in place, bound again before
+each reduce (after an optimizer load_state_dict()), moved out on close().
+Supported for torch.optim.Adam, AdamW (amsgrad too) and SGD (with
+momentum, without dampening); the step counts stay local. With another
+optimizer state=True raises TypeError, and the consensus step averages
+models and gradients only.
+
+Options of average="model":
 - outer_lr (DiLoCo's outer optimizer): each worker keeps an anchor, the
   model as of its last average. After a group's average, the
   pseudo-gradient (anchor - average) goes to SGD with Nesterov momentum
@@ -107,8 +119,14 @@ def _state_names(optimizer):
 
 
 class PartialReduce:
-    """Partial-reduces a model through a preduce.Client after its
-    optimizer's steps; use its step() in place of optimizer.step()."""
+    """Averages a model's training with its group through a
+    preduce.Client; use its step() in place of optimizer.step(). The
+    module's docstring says what is averaged and when.
+
+    Attributes for a training loop's logs: steps, reduces (successful
+    averages), failed (averages that failed with a retryable code),
+    mean_group_size, sync_seconds (time step() spent averaging),
+    consensus (True once steps are consensus steps) and last_result."""
 
     def __init__(self, model, optimizer, client, *, period=1,
                  average=None, buffers=False, outer_lr=None,
