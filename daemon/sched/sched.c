@@ -510,8 +510,10 @@ int pr_sched_reload(struct pr_sched *s)
     struct pr_sched_params p;
     params_from_conf(s->conf, &p);
     int rc = pr_sched_core_set_params(s->core, &p);
-    if (rc == 0)
+    if (rc == 0) {
+        pr_sched_drop_tagged(s);
         pr_sched_schedule(s);
+    }
     return rc;
 }
 

@@ -120,6 +120,7 @@ void pr_sched_on_worker_leave(struct sched_node *n,
                               const Pr__V1__WorkerLeave *l);
 void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r);
 void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c);
+void pr_sched_drop_tagged(struct pr_sched *s);
 void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d);
 /*
  * Node `node` is gone: its workers leave, and each group in flight on it is

@@ -362,6 +362,10 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
     pr_sched_schedule(s);
 }
 
+/* preduce.torch recognises this refusal by its first words. */
+#define TAGS_NEED_ALLREDUCE                                                    \
+    "tagged reduces (gradient buckets) need scheduler.policy = allreduce"
+
 static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
                    int status, const char *reason)
 {
@@ -414,9 +418,7 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
     if (r->tag != 0 && s->conf->sched_policy != PR_POLICY_ALLREDUCE) {
         /* Tags keep the parts of a bucketed reduce apart; other policies
          * group whoever is ready, so a bucket could meet another bucket. */
-        reject(n, r->rank, r->seq, -EINVAL,
-               "tagged reduces (gradient buckets) need "
-               "scheduler.policy = allreduce");
+        reject(n, r->rank, r->seq, -EINVAL, TAGS_NEED_ALLREDUCE);
         return;
     }
     if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
@@ -438,6 +440,29 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
     pr_sched_wstats_ready(&s->workers[r->rank].st, r->version,
                           pr_sched_now_us());
     pr_sched_schedule(s);
+}
+
+/*
+ * After a reload that left allreduce: the queued tagged READYs are
+ * withdrawn and refused as a new one would be, since the new policy would
+ * group them across tags. Their trainers learn the policy from it.
+ */
+void pr_sched_drop_tagged(struct pr_sched *s)
+{
+    if (s->conf->sched_policy == PR_POLICY_ALLREDUCE)
+        return;
+    for (uint32_t rank = 0; rank < s->nworkers_cap; rank++) {
+        uint32_t tag;
+        uint64_t seq;
+        if (!s->workers[rank].live ||
+            pr_sched_core_queued_tag(s->core, rank, &tag, &seq) < 0 ||
+            tag == 0 ||
+            pr_sched_core_cancel(s->core, rank, seq, pr_sched_now_us()) < 0)
+            continue;
+        struct sched_node *n = node_by_id(s, s->workers[rank].node);
+        if (n)
+            reject(n, rank, seq, -EINVAL, TAGS_NEED_ALLREDUCE);
+    }
 }
 
 void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c)

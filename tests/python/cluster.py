@@ -38,12 +38,16 @@ def wait_for(check, timeout_s=10.0, what="condition"):
 
 
 class Cluster:
-    """A scheduler and `nodes` node daemons; sock[i] is node i's socket."""
+    """A scheduler and `nodes` node daemons; sock[i] is node i's socket.
+    With sched_conf (a file's path) the scheduler reads that file too, so
+    that a test can change it and reload (SIGHUP) the scheduler."""
 
-    def __init__(self, tmp, nodes, sched_sets=(), node_sets=()):
+    def __init__(self, tmp, nodes, sched_sets=(), node_sets=(),
+                 sched_conf=None):
         self.dir, self.procs, self.sock = str(tmp), [], []
         self.sched_port = free_port()
-        self._start("sched", ["--role", "scheduler", "--set",
+        conf = ["-c", sched_conf] if sched_conf else []
+        self._start("sched", [*conf, "--role", "scheduler", "--set",
                               f"scheduler.listen=127.0.0.1:{self.sched_port}",
                               *self._sets(sched_sets)])
         wait_for(lambda: self._connects(self.sched_port), what="scheduler")

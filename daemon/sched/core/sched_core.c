@@ -358,6 +358,17 @@ int pr_sched_core_ready_tagged(struct pr_sched_core *c, uint32_t rank,
     return 0;
 }
 
+int pr_sched_core_queued_tag(const struct pr_sched_core *c, uint32_t rank,
+                             uint32_t *tag, uint64_t *seq)
+{
+    if (c == NULL || !known(c, rank) || c->w[rank].state != PR_SCHED_READY) {
+        return -ENOENT;
+    }
+    *tag = c->w[rank].tag;
+    *seq = c->w[rank].seq;
+    return 0;
+}
+
 int pr_sched_core_heal(struct pr_sched_core *c, uint32_t rank)
 {
     if (c == NULL) {

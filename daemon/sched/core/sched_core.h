@@ -133,11 +133,20 @@ int pr_sched_core_ready(struct pr_sched_core *c, uint32_t rank,
  * The same with a tag (preduce_set_tag()): under the allreduce policy a
  * group forms only when every live worker is READY with one tag; workers
  * READY with another wait for the others (or their deadline). Other
- * policies take no tags (the daemon refuses them): the core ignores them.
+ * policies take no tags: the daemon refuses them, and withdraws those
+ * queued when a reload leaves allreduce (pr_sched_core_queued_tag()).
  */
 int pr_sched_core_ready_tagged(struct pr_sched_core *c, uint32_t rank,
                                uint64_t version, uint64_t seq, uint32_t tag,
                                uint64_t now_us);
+/*
+ * The tag and seq of worker `rank`'s queued READY: 0, or -ENOENT when it
+ * is not queued. A reload that leaves allreduce withdraws the tagged ones
+ * (other policies would group them across tags).
+ */
+int pr_sched_core_queued_tag(const struct pr_sched_core *c, uint32_t rank,
+                             uint32_t *tag, uint64_t *seq);
+
 /*
  * Worker `rank`'s next group gives it the group's model and takes none of
  * its own (weight 0 in the mean; the others' weights over themselves; no
