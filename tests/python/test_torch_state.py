@@ -3,6 +3,7 @@
 shared memory and are averaged with the model, against real daemons."""
 
 import io
+import warnings
 
 import pytest
 import torch
@@ -35,6 +36,12 @@ def batches(steps, workers=2):
     torch.manual_seed(11)
     return [[torch.randn(8, 4) for _ in range(workers)]
             for _ in range(steps)]
+
+
+def in_shared(pr, t):
+    """t lies in one of pr's shared state tensors."""
+    return any(s.data_ptr() <= t.data_ptr() < s.data_ptr() + s.numel() * 4
+               for s in pr._state)
 
 
 def loss(net, x):
@@ -116,9 +123,7 @@ def test_state_is_shared_memory_and_survives_load_state_dict(cluster):
     clients, nets, opts, prs = pair(cluster, adamw, state=True)
 
     def inside(i):
-        lo = prs[i]._state.data_ptr()
-        hi = lo + prs[i]._state.numel() * 4
-        return all(lo <= s[name].data_ptr() < hi
+        return all(in_shared(prs[i], s[name])
                    for s in opts[i].state.values()
                    for name in ("exp_avg", "exp_avg_sq"))
 
@@ -134,13 +139,14 @@ def test_state_is_shared_memory_and_survives_load_state_dict(cluster):
     torch.save(opts[0].state_dict(), buf)
     buf.seek(0)
     saved = torch.load(buf)
+    for st in saved["state"].values():
+        st["exp_avg"].fill_(7.0)  # recognisable
     opts[0].load_state_dict(saved)
     assert not inside(0)
     p0 = next(nets[0].parameters())
-    loaded = opts[0].state[p0]["exp_avg"].clone()
-    prs[0]._bind_state()
+    prs[0]._parts()  # what the next step's reduce does first
     assert inside(0)
-    assert torch.equal(opts[0].state[p0]["exp_avg"], loaded)
+    assert torch.all(opts[0].state[p0]["exp_avg"] == 7.0)
     run_all([lambda i=i: step(i, 1) for i in range(2)])
     assert inside(0) and inside(1)
     for cl in clients:
@@ -148,26 +154,33 @@ def test_state_is_shared_memory_and_survives_load_state_dict(cluster):
 
 
 def test_sgd_momentum_state(cluster):
-    """SGD's momentum buffer is averaged too; its first step from the
-    zeros it is given is the step it takes from nothing."""
+    """SGD's momentum buffer is averaged too (model mode: each worker's
+    own step, then the mean of models and buffers); its first step from
+    the zeros it is given is the step it takes from nothing."""
     def sgd(n):
         return torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9)
-    clients, nets, opts, prs = pair(cluster, sgd, state=True)
-    lone = small_net(seed=5)
-    lone_opt = sgd(lone)
-    x = batches(1)[0][0]
+    clients, nets, opts, prs = pair(cluster, sgd, state=True,
+                                    average="model")
+    lone = [small_net(seed=5) for _ in range(2)]
+    lone_opts = [sgd(n) for n in lone]
+    xs = batches(1)[0]
 
     def step(i):
         opts[i].zero_grad()
-        loss(nets[i], x).backward()  # the same batch: the same step
+        loss(nets[i], xs[i]).backward()
         prs[i].step()
     run_all([lambda i=i: step(i) for i in range(2)])
-    loss(lone, x).backward()
-    lone_opt.step()
-    for p, q in zip(nets[0].parameters(), lone.parameters()):
-        assert torch.allclose(p, q, atol=1e-7)
-        assert torch.allclose(opts[0].state[p]["momentum_buffer"],
-                              lone_opt.state[q]["momentum_buffer"],
+    for net, opt, x in zip(lone, lone_opts, xs):
+        loss(net, x).backward()
+        opt.step()
+    for p, q0, q1 in zip(nets[0].parameters(), lone[0].parameters(),
+                         lone[1].parameters()):
+        assert torch.allclose(p, (q0 + q1) / 2, atol=1e-7)
+        want = (lone_opts[0].state[q0]["momentum_buffer"] +
+                lone_opts[1].state[q1]["momentum_buffer"]) / 2
+        assert not torch.allclose(want, lone_opts[0].state[q0][
+            "momentum_buffer"])  # the two workers' buffers differ
+        assert torch.allclose(opts[0].state[p]["momentum_buffer"], want,
                               atol=1e-7)
     for cl in clients:
         cl.close()
@@ -183,12 +196,13 @@ def test_close_moves_the_state_out(cluster):
     pr = preduce.torch.PartialReduce(net, opt, cl, state=True)
     loss(net, torch.randn(4, 4)).backward()
     pr.step()
-    lo, hi = pr._state.data_ptr(), pr._state.data_ptr() + \
-        pr._state.numel() * 4
+    shared = list(pr._state)
     before = {id(p): s["exp_avg"].clone() for p, s in opt.state.items()}
+    assert all(in_shared(pr, s["exp_avg"]) for s in opt.state.values())
     cl.close()
     for p, s in opt.state.items():
-        assert not lo <= s["exp_avg"].data_ptr() < hi
+        assert not any(t.data_ptr() <= s["exp_avg"].data_ptr() <
+                       t.data_ptr() + t.numel() * 4 for t in shared)
         assert torch.equal(s["exp_avg"], before[id(p)])
     loss(net, torch.randn(4, 4)).backward()
     opt.step()  # no fault: nothing points into the unmapped memory
@@ -215,12 +229,40 @@ def test_state_refusals(cluster, make_opt, kw, err, match):
     cl.close()
 
 
+def test_amsgrad_and_frozen_parameters(cluster):
+    """AdamW with amsgrad averages its third moment too; a frozen
+    parameter (no gradient, not in the optimizer) keeps zero state and
+    the same value on both replicas."""
+    def ams(n):
+        n[0].bias.requires_grad_(False)
+        return torch.optim.AdamW([p for p in n.parameters()
+                                  if p.requires_grad], lr=0.01,
+                                 amsgrad=True)
+    clients, nets, opts, prs = pair(cluster, ams, state=True)
+    assert prs[0]._state_names == ("exp_avg", "exp_avg_sq",
+                                   "max_exp_avg_sq")
+    xs = batches(1)[0]
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    for p0, p1 in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p0, p1)
+        if p0.requires_grad:
+            assert torch.equal(opts[0].state[p0]["max_exp_avg_sq"],
+                               opts[1].state[p1]["max_exp_avg_sq"])
+    assert nets[0][0].bias not in opts[0].state
+    for cl in clients:
+        cl.close()
+
+
 def test_default_under_dynamic_is_a_consensus_step(cluster):
     """The default under a partial policy: the scheduler refuses the
     buckets' tags, and the first step becomes (with no warning) a
     consensus step, one reduce of models, moments and gradients: a
     group's members leave it with one model and one optimizer state."""
-    import warnings
     c = cluster(2, sched_sets=("scheduler.policy=dynamic",
                                "scheduler.group_max=2",
                                "scheduler.window_ms=2000",

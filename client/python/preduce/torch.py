@@ -22,10 +22,11 @@ What is averaged (docs/algorithm.md, section 11):
   - While the scheduler's policy is allreduce (every group is every
     worker), the gradients alone, as DistributedDataParallel does: in
     buckets of bucket_cap_mb, each started from autograd hooks as soon as
-    backward has produced it, so the averages overlap backward. The first
-    step also averages the models, so every replica starts from one
-    model. no_sync() accumulates over micro-batches as DDP's does; a
-    backward pass that no step() follows belongs inside it too.
+    backward has produced it, so the averages overlap backward; when
+    backward() returns the gradients are the average (gradient clipping
+    sees it). The first step also gives every replica rank 0's model, as
+    DDP's broadcast does. no_sync() accumulates over micro-batches as
+    DDP's does; without it each backward pass is averaged.
   - Under a policy of partial groups (dynamic, constant), a consensus
     step: one reduce of the members' models, optimizer state and
     gradients, so a group's members take one step from one point and
@@ -44,9 +45,11 @@ AdamW's moments, SGD's momentum): it moves into shared memory beside the
 parameters, as views the optimizer updates in place, bound again before
 each reduce (after an optimizer load_state_dict()), moved out on close().
 Supported for torch.optim.Adam, AdamW (amsgrad too) and SGD (with
-momentum, without dampening); the step counts stay local. With another
-optimizer state=True raises TypeError, and the consensus step averages
-models and gradients only.
+momentum, without dampening), with the parameters on the CPU; the step
+counts stay local. Otherwise state=True raises TypeError (another
+optimizer) or ValueError (SGD without momentum or with dampening,
+parameters elsewhere), and the consensus step averages models and
+gradients only.
 
 Options of average="model":
 - outer_lr (DiLoCo's outer optimizer): each worker keeps an anchor, the
@@ -73,6 +76,7 @@ errors raise preduce.PreduceError.
 """
 
 import contextlib
+import errno
 import time
 
 import torch
@@ -196,9 +200,15 @@ class PartialReduce:
         self._momentum = (torch.zeros_like(self.flat)
                           if outer_lr is not None else None)
         # The optimizer state averaged (state=True, or None in gradients
-        # mode once the groups turn out partial), k x n floats.
+        # mode once the groups turn out partial): one tensor per name. Its
+        # views replace the optimizer's own tensors, so they must be where
+        # the parameters are: on the CPU.
         self._state_names = ()
-        if state or (state is None and average == "gradients"):
+        on_cpu = all(t.device.type == "cpu" for t in self._tensors)
+        if state and not on_cpu:
+            raise ValueError("state=True needs the parameters on the CPU "
+                             "(the optimizer's state would move there)")
+        if state or (state is None and average == "gradients" and on_cpu):
             try:
                 self._state_names = _state_names(optimizer)
             except (TypeError, ValueError):
@@ -213,7 +223,7 @@ class PartialReduce:
         self.state = state
         self.consensus = False
         self._grad = self._buckets = None
-        self._synced = False    # buckets: the first step averaged models
+        self._switching = False  # a consensus step's new length pending
         if average == "gradients" and state:
             self._start_consensus()
         elif average == "gradients":
@@ -225,9 +235,7 @@ class PartialReduce:
                                         self.timeout_ms, self._attempt,
                                         fallback=state is False)
         elif state:
-            self._state = torch.from_numpy(
-                client.tensor(n * len(self._state_names)))
-            self._bind_state()
+            self._alloc_state()
         self.sync_seconds = 0.0  # time step() spent averaging
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
@@ -275,42 +283,42 @@ class PartialReduce:
                 r = self._buckets.finish()
                 if r is not None:
                     self._count(r)
-                if not self._synced:
-                    # Like DDP's broadcast: every replica from one model.
-                    self._synced = self._buckets.sync_params()
+                if self._buckets.need_sync:
+                    # Like DDP's broadcast: every replica from rank 0's
+                    # model, at the first step and after a failed bucket.
+                    self._buckets.sync_params()
                 return
             except TagsRefused:
                 # The job's groups are partial: the members' models and
                 # state must meet too, or the replicas drift apart.
+                self._start_consensus()
                 self._buckets.close()
                 self._buckets = None
-                self._start_consensus()
         self._reduce_gradients()
 
     @torch.no_grad()
     def _start_consensus(self):
-        n = self.flat.numel()
         self.consensus = True
-        self.client.set_tag(0)
+        self._switching = self._buckets is not None
+        n = self.flat.numel()
         self._grad = torch.from_numpy(self.client.tensor(n))
         if self._state_names:
-            self._state = torch.from_numpy(
-                self.client.tensor(n * len(self._state_names)))
-            self._bind_state()
+            self._alloc_state()
 
     @contextlib.contextmanager
     def no_sync(self):
         """As DistributedDataParallel.no_sync(): backward passes inside
         only accumulate gradients; the next one outside (or step()) has
         the sum averaged. For gradient accumulation over micro-batches."""
-        if self._buckets is None:
+        buckets = self._buckets
+        if buckets is None:
             yield
             return
-        self._buckets.sync = False
+        buckets.sync = False
         try:
             yield
         finally:
-            self._buckets.sync = True
+            buckets.sync = True  # closed buckets' hooks are off anyway
 
     def finish(self):
         """Waits for a background average (overlap) and merges it."""
@@ -363,7 +371,18 @@ class PartialReduce:
     def _reduce(self, parts):
         """One blocking reduce of the shared tensors `parts` (one model):
         True on success."""
-        r = self._attempt(self.client.reduce, parts, self.timeout_ms)
+        try:
+            r = self._attempt(self.client.reduce, parts, self.timeout_ms)
+        except preduce.PreduceError as e:
+            # Turning to consensus steps changes the reduce's length: the
+            # job takes the new one once no worker holds the old one
+            # (sched_work.c, check_layout), a step or so later.
+            if not (self._switching and e.errno == errno.EINVAL and
+                    "this job reduces" in str(e)):
+                raise
+            self.failed += 1
+            return False
+        self._switching = False
         if r is None:
             return False
         self._count(r)
@@ -380,6 +399,14 @@ class PartialReduce:
         the first): a worker whose groups stay small lags its peers."""
         return self.members / self.reduces if self.reduces else 0.0
 
+    def _alloc_state(self):
+        """One shared tensor per state name (each the model's size, so a
+        model that fits node.max_tensor_mb has state that fits too)."""
+        n = self.flat.numel()
+        self._state = [torch.from_numpy(self.client.tensor(n))
+                       for _ in self._state_names]
+        self._bind_state()
+
     @torch.no_grad()
     def _bind_state(self):
         """Makes the optimizer's state tensors of each parameter views of
@@ -389,8 +416,7 @@ class PartialReduce:
         state the optimizer's load_state_dict() replaced is bound again."""
         if not self._state_views:
             n = self.flat.numel()
-            chunks = [self._state[k * n:(k + 1) * n]
-                      for k in range(len(self._state_names))]
+            chunks = self._state
             self._state_views = [
                 dict(zip(self._state_names, views))
                 for views in zip(*(self._split(c) for c in chunks))]
@@ -417,7 +443,7 @@ class PartialReduce:
         parts = [self.flat]
         if self._state is not None:
             self._bind_state()
-            parts.append(self._state)
+            parts.extend(self._state)
         if self._grad is not None:
             parts.append(self._grad)
         return parts
