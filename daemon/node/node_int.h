@@ -153,6 +153,9 @@ struct pr_node {
     uint64_t spin_start_ns; /* when polling last started */
     uint64_t spins;         /* times polling started */
     uint64_t spin_ns;       /* time spent polling, spells that ended */
+    uint64_t spin_check_ns; /* when the spare CPU was last looked for */
+    uint64_t spins_skipped; /* spells not started: no spare CPU */
+    int spin_spare;         /* that look's answer */
     struct pr_link_sink engine_sink; /* what the node's sink passes on to */
 };
 

@@ -79,6 +79,10 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
             "Times the loop began polling without sleeping while a reduce "
             "was in flight (node.busy_poll_us).",
             n->spins);
+    counter(b, "preduce_node_busy_polls_skipped_total",
+            "Times polling did not begin: no CPU was spare (as many "
+            "runnable tasks as CPUs).",
+            n->spins_skipped);
     pr_metrics_header(b, "preduce_node_busy_poll_seconds_total", "counter",
                       "Time the loop spent polling without sleeping (a CPU "
                       "kept busy).");

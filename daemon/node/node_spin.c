@@ -19,9 +19,53 @@
  * costs at most that much CPU per wait. Progress is a trainer's Reduce,
  * the scheduler's Group (pr_node_spin) or bytes read on a peer link (the
  * transports' counters, read here). 0 turns it off.
+ *
+ * Only on a spare CPU: a spell starts only while fewer tasks are runnable
+ * than the machine has CPUs (/proc/loadavg, looked at once per
+ * SPARE_CHECK_NS). Trainers that compute on the CPU then keep every core:
+ * on 2 cores with 4 CPU-bound trainers, polling took a tenth of their
+ * step time (docs/benchmarks.md); trainers that wait for a GPU, or for
+ * their reduce, leave CPUs idle and polling goes on as before.
  */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "daemon/node/node_int.h"
 #include "daemon/xport/rdma/rdma.h"
+
+/* How long a look at the runnable tasks holds (a spell starts per reduce). */
+#define SPARE_CHECK_NS (5 * 1000 * 1000)
+
+/*
+ * 1 when a CPU is spare: the runnable tasks, this daemon among them, are
+ * at most the CPUs online. 1 too when /proc/loadavg cannot be read (the
+ * setting's word holds).
+ */
+static int spare_cpu(void)
+{
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return 1;
+    buf[len] = '\0';
+    /* "0.52 0.58 0.59 3/278 4000": the fourth field is running/total. */
+    char *p = buf;
+    for (int field = 0; field < 3 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    if (!p)
+        return 1;
+    long running = strtol(p, NULL, 10);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus <= 0 || running <= cpus;
+}
 
 /* Changes whenever a peer link reads anything. */
 static uint64_t rx_progress(const struct pr_node *n)
@@ -68,6 +112,14 @@ void pr_node_spin(struct pr_node *n)
     n->spin_until_ns = now + (uint64_t)us * 1000;
     if (uv_is_active((uv_handle_t *)&n->spin))
         return;
+    if (now - n->spin_check_ns >= SPARE_CHECK_NS || n->spin_check_ns == 0) {
+        n->spin_spare = spare_cpu();
+        n->spin_check_ns = now;
+    }
+    if (!n->spin_spare) {
+        n->spins_skipped++;
+        return;
+    }
     n->spin_rx = rx_progress(n);
     n->spin_start_ns = now;
     n->spins++;
