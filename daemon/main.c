@@ -30,6 +30,7 @@
 #include "daemon/base/log.h"
 #include "daemon/node/node.h"
 #include "daemon/sched/sched.h"
+#include "preduce.h" /* the release's version, shared with libpreduce */
 #include "proto/frame.h"
 
 #define DEFAULT_CONF "/etc/preduce/preduced.conf"
@@ -332,7 +333,8 @@ static enum action parse_options(struct daemon *d, int argc, char **argv)
             usage(stdout);
             return ACT_EXIT_OK;
         case 'V':
-            printf("preduced 0.1 (protocol %d)\n", PR_PROTO_VERSION);
+            printf("preduced %d.%d (protocol %d)\n", PREDUCE_VERSION_MAJOR,
+                   PREDUCE_VERSION_MINOR, PR_PROTO_VERSION);
             return ACT_EXIT_OK;
         default:
             usage(stderr);
