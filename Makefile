@@ -64,6 +64,7 @@ SIM_OBJS := $(SIM_SRCS:%.c=$(BUILD)/%.o)
 CLIENT_SRCS := $(wildcard client/*.c)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit test fixtures (tests/unit/*.c but test_*.c), linked into every unit
@@ -99,7 +100,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] tests/fuzz/*.[ch] \
 	tests/load/*.[ch] tests/ops/*.[ch] tests/hosts/*.[ch]))
 
-.PHONY: all test check check-unit check-integration check-format check-layout \
+.PHONY: all test check check-unit check-integration check-replay \
+	check-format check-layout \
 	check-python asan demo \
 	coverage check-load check-hosts \
 	install uninstall clean format bench
@@ -213,7 +215,7 @@ TEST_ENV = PREDUCE_BUILD=$(abspath $(BUILD)) \
 	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer)
 
 test check: check-format check-layout check-unit check-integration \
-	check-python
+	check-replay check-python
 
 # The parts depend one way (tests/check-layout.sh says the rules).
 check-layout:
@@ -230,6 +232,20 @@ check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
+
+# The fuzz targets' seeds and regression inputs (tests/fuzz/regress/),
+# replayed through each target without libFuzzer (tests/fuzz/replay.c):
+# part of make check and, under the sanitizers, of make asan.
+REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
+$(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o \
+		$(BUILD)/libpreduced.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+check-replay: $(REPLAY_BINS)
+	@set -e; for t in $(REPLAY_BINS); do n=$${t##*/replay_}; \
+		echo "== $$t"; $(TEST_ENV) ./$$t $$n tests/fuzz/seeds/$$n \
+		tests/fuzz/regress/$$n; done
 
 # The Python package with torch against real daemons (tests/python/,
 # pytest, Debian's /usr/bin/python3 with python3-torch): pytest's summary.
@@ -340,7 +356,7 @@ format:
 asan:
 	PREDUCE_ASAN_RUNTIME=$$($(CC) -print-file-name=libasan.so) \
 	$(MAKE) BUILD=build/asan SANITIZE=1 OPT="-O1 -g" check-unit \
-		check-integration
+		check-integration check-replay
 
 # Line coverage of the daemon and client library by make check's suites
 # (gcov, in build/cov): a file per line, least covered first, to find the
@@ -387,7 +403,6 @@ bench-torch: $(BINS) $(LIB_SO)
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
 # and files feed the daemon. Each target runs FUZZ_SECONDS (default 60); a
 # crash stops make, the input saved under build/fuzz/crashes/.
-FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libpreduced.a
@@ -408,9 +423,14 @@ fuzz-run: $(FUZZ_BINS)
 		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 			-artifact_prefix=$(BUILD)/crashes/$$n- $(BUILD)/corpus/$$n \
 			tests/fuzz/seeds/$$n >$(BUILD)/$$n.log 2>&1 || \
-			{ tail -n 60 $(BUILD)/$$n.log; exit 1; }; \
+			{ tail -n 60 $(BUILD)/$$n.log; \
+			for a in $(BUILD)/crashes/$$n-*; do [ -f "$$a" ] || continue; \
+			echo "reproducer $$a (base64; commit it under"; \
+			echo "tests/fuzz/regress/$$n/ once fixed):"; base64 "$$a"; \
+			done; exit 1; }; \
 		grep -E "Done [0-9]+ runs|stat::number_of_executed_units|cov: " \
-			$(BUILD)/$$n.log | tail -n 2; done
+			$(BUILD)/$$n.log | tail -n 2; \
+		echo "$$n: corpus $$(ls $(BUILD)/corpus/$$n | wc -l) inputs"; done
 
 # preduce next to Open MPI and Gloo, all over TCP on this machine
 # (tests/bench/peers/): installs both from Debian when missing, then prints

@@ -8,7 +8,7 @@ PKGS=(
     build-essential pkg-config
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
-    check clang-format python3 python3-numpy
+    check clang-format clang libclang-rt-14-dev python3 python3-numpy
     systemd systemd-container groff-base man-db procps
     python3-torch python3-pytest python3-yaml
     dpkg-dev debhelper dh-python fakeroot lintian
