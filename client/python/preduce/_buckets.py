@@ -28,6 +28,7 @@ untagged reduce of all buckets per step, with a warning.
 """
 
 import errno
+import time
 import warnings
 
 import torch
@@ -101,6 +102,7 @@ class GradBuckets:
                 self._handles.append(acc.register_hook(self._hook(i)))
                 self._accumulators.append(acc)
         self._done = None       # a finished round's (result, error)
+        self.wait_seconds = 0.0  # backward's end waiting for the buckets
         self._start_round()
 
     def _start_round(self):
@@ -198,11 +200,13 @@ class GradBuckets:
         for i in range(len(self.tensors)):
             if not self._fired[i]:  # unused in this pass: zeros
                 self._copy_in(i)
+        t0 = time.monotonic()
         if self._error is None:
             if self.single:
                 self._reduce_all()
             else:
                 self._pump(block=True)
+        self.wait_seconds += time.monotonic() - t0
         err = self._error
         if (err is not None and self.fallback and not self.single and
                 isinstance(err, preduce.PreduceError) and _refusal(err)):

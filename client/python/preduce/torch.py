@@ -236,11 +236,18 @@ class PartialReduce:
                                         fallback=state is False)
         elif state:
             self._alloc_state()
-        self.sync_seconds = 0.0  # time step() spent averaging
+        self._sync_s = 0.0  # time step() spent averaging
         self._snapshot = None   # overlap: what the running reduce sent
         self._pending = None    # overlap: its ReduceHandle
         self.closed = False
         client._before_close(self.detach)
+
+    @property
+    def sync_seconds(self):
+        """Time spent waiting for averages: in step(), and at the end of
+        backward for the gradient buckets (what compute did not hide)."""
+        b = self._buckets
+        return self._sync_s + (b.wait_seconds if b is not None else 0.0)
 
     # -- the training loop's side --
 
@@ -259,7 +266,7 @@ class PartialReduce:
         if self.average == "gradients":
             t0 = time.monotonic()
             self._average_gradients()
-            self.sync_seconds += time.monotonic() - t0
+            self._sync_s += time.monotonic() - t0
             loss = self.optimizer.step(closure)
             self.steps += 1
             return loss
@@ -273,7 +280,7 @@ class PartialReduce:
                 self._start()
             else:
                 self._reduce_model()
-            self.sync_seconds += time.monotonic() - t0
+            self._sync_s += time.monotonic() - t0
         return loss
 
     def _average_gradients(self):
@@ -292,6 +299,7 @@ class PartialReduce:
                 # The job's groups are partial: the members' models and
                 # state must meet too, or the replicas drift apart.
                 self._start_consensus()
+                self._sync_s += self._buckets.wait_seconds
                 self._buckets.close()
                 self._buckets = None
         self._reduce_gradients()
@@ -347,6 +355,7 @@ class PartialReduce:
                 if st.get(name) is view:
                     st[name] = view.clone()
         if self._buckets is not None:
+            self._sync_s += self._buckets.wait_seconds
             self._buckets.close()
         self._state = self._grad = self._buckets = None
         self._state_views = []
