@@ -17,7 +17,15 @@ UNITDIR ?= /lib/systemd/system
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 MANDIR ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+# Where the python3 of this install searches: Debian's searches
+# /usr/lib/python3/dist-packages and /usr/local/lib/python3.X/dist-packages.
+PYTHON ?= /usr/bin/python3
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifeq ($(PREFIX),/usr)
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
+else
+PYDIR ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
+endif
 
 BUILD ?= build
 CC ?= cc
@@ -111,7 +119,7 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 # one documentation) by man/conf2man.awk; the others are written by hand.
 MAN_GEN := $(BUILD)/man/preduced.conf.5
 MANS := man/preduced.8 man/preducectl.1 man/preduce-sim.1 \
-	man/preduce-trainer.1 man/libpreduce.3 $(MAN_GEN)
+	man/preduce-run.1 man/preduce-trainer.1 man/libpreduce.3 $(MAN_GEN)
 # man preduce_reduce and the rest: a page per function of libpreduce(3)'s
 # synopsis, each a .so link to it (LP and RP keep make from counting the
 # pattern's parentheses).
@@ -249,7 +257,6 @@ check-replay: $(REPLAY_BINS)
 
 # The Python package with torch against real daemons (tests/python/,
 # pytest, Debian's /usr/bin/python3 with python3-torch): pytest's summary.
-PYTHON ?= /usr/bin/python3
 check-python: $(BINS) $(LIB_SO)
 	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) \
 		PYTHONPATH=$(abspath client/python) \
@@ -477,7 +484,8 @@ bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
 UNITS := preduced.service preduced-scheduler.service
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
 	-e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
-	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@PYDIR@|$(PYDIR)|g' \
+	-e 's|@PYTHON@|$(PYTHON)|g'
 
 demo: all
 	./client/examples/demo.sh $(BUILD)
@@ -496,7 +504,10 @@ install: all
 	$(SUBST) client/preduce.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc
 	install -d $(DESTDIR)$(PYDIR)/preduce
-	install -m 644 client/python/preduce/*.py $(DESTDIR)$(PYDIR)/preduce/
+	install -m 644 client/python/preduce/*.py \
+		client/python/preduce/py.typed $(DESTDIR)$(PYDIR)/preduce/
+	$(SUBST) client/python/preduce-run.in >$(DESTDIR)$(BINDIR)/preduce-run
+	chmod 755 $(DESTDIR)$(BINDIR)/preduce-run
 	install -m 644 conf/preduced.conf $(DESTDIR)$(SYSCONFDIR)/preduce/
 	for u in $(UNITS); do \
 		$(SUBST) systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
@@ -509,6 +520,9 @@ install: all
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 644 systemd/preduce.sysusers \
 		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf
+	@# The loader's cache, so the new library is found by name (ctypes).
+	if [ -z "$(DESTDIR)" ]; then ldconfig || \
+		echo "make install: run ldconfig as root to use $(LIBDIR)"; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/preduced $(DESTDIR)$(BINDIR)/preduce-trainer \
@@ -517,7 +531,7 @@ uninstall:
 		$(DESTDIR)$(INCDIR)/preduce.h $(DESTDIR)$(PKGCONFIGDIR)/preduce.pc \
 		$(DESTDIR)$(SYSCONFDIR)/preduce/preduced.conf \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
-		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf \
+		$(DESTDIR)$(SYSUSERSDIR)/preduce.conf $(DESTDIR)$(BINDIR)/preduce-run \
 		$(foreach m,$(MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(MAN3_LINKS:%=$(DESTDIR)$(MANDIR)/man3/%.3)
 	rm -rf $(DESTDIR)$(PYDIR)/preduce

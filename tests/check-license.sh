@@ -23,6 +23,7 @@ while IFS= read -r f; do
     case "$f" in
     tests/fuzz/seeds/*) continue ;;
     *.c | *.h | *.cc | *.py | *.sh | *.awk | *.proto | *.sbatch | *.yaml | \
+        *.toml | *.cfg | \
         Makefile | debian/rules | .ci/run) ;;
     *) continue ;;
     esac

@@ -25,23 +25,63 @@ Errors raise PreduceError (an OSError: .errno is positive, the text the
 library's, with the daemon's reason when it gave one); its .retryable says
 whether the call may succeed if made again (a reduce that timed out or
 lost a peer: preduce_error_retryable() in preduce.h). Nothing here prints
-or exits. The library is found as $PREDUCE_LIB, else libpreduce.so.1 on
-the loader's path.
+or exits. The library is found as $PREDUCE_LIB, else the copy an install
+bundled beside this package, else libpreduce.so.1 on the loader's path;
+without one, importing preduce raises ImportError saying how to get it.
+
+``Client()`` with no arguments takes its socket and name from the
+environment preduce-run sets: PREDUCE_SOCKET (else the service's
+/run/preduce/preduced.sock) and PREDUCE_NAME (else "rank" + PREDUCE_RANK,
+else host and process id).
 """
 
 import ctypes
 import errno as _errno
 import os
+import socket as _socket
 import weakref
 
 import numpy as np
 
 __all__ = ["Client", "PreduceError", "ReduceHandle", "Result", "retryable"]
 
+# The release, as preduce.h's PREDUCE_VERSION_MAJOR.MINOR (check-ops
+# compares them).
+__version__ = "0.2"
+
+SOCKET = "/run/preduce/preduced.sock"  # node.socket's default
+_BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib",
+                        "libpreduce.so.1")
+
+
+def _open_library():
+    """The libpreduce to use: $PREDUCE_LIB, the bundled copy, the loader's."""
+    path = os.environ.get("PREDUCE_LIB")
+    if path:
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            raise ImportError(f"preduce: PREDUCE_LIB={path} cannot be "
+                              f"loaded ({e}); point it at a built "
+                              "libpreduce.so.1 or unset it") from e
+    errors = []
+    for path in (_BUNDLED, "libpreduce.so.1"):
+        if path == _BUNDLED and not os.path.exists(path):
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError(
+        "preduce: libpreduce.so.1 was not found (" + "; ".join(errors) +
+        "). Install it (apt install libpreduce1, or `make install` as root, "
+        "which runs ldconfig), install this package with `pip install .` "
+        "from a built tree (it bundles build/libpreduce.so.1), or set "
+        "PREDUCE_LIB to the library's path")
+
 
 def _load():
-    path = os.environ.get("PREDUCE_LIB", "libpreduce.so.1")
-    lib = ctypes.CDLL(path)
+    lib = _open_library()
     c_void_pp = ctypes.POINTER(ctypes.c_void_p)
     sigs = {
         "preduce_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
@@ -87,13 +127,10 @@ def _load():
     return lib
 
 
-_lib = None
+_lib = _load()
 
 
 def _l():
-    global _lib
-    if _lib is None:
-        _lib = _load()
     return _lib
 
 
@@ -126,6 +163,31 @@ def _check(rc, client=None):
         why = _l().preduce_last_error(client).decode() if client else ""
         raise PreduceError(-rc, f"{text}: {why}" if why else text)
     return rc
+
+
+def default_name():
+    """The worker name Client() uses when given none (see Client)."""
+    name = os.environ.get("PREDUCE_NAME")
+    if name:
+        return name
+    rank = os.environ.get("PREDUCE_RANK")
+    if rank:
+        return f"rank{rank}"
+    return f"{_socket.gethostname()}-{os.getpid()}"
+
+
+def _connect_text(rc, path):
+    """A failed connect's message: the library's text, the socket and,
+    for the usual causes, what to do."""
+    text = f"{_l().preduce_strerror(rc).decode()} (socket {path})"
+    if -rc in (_errno.ENOENT, _errno.ECONNREFUSED):
+        text += (": no node daemon listens there; start the service "
+                 "(systemctl start preduced), run under preduce-run, or "
+                 "set PREDUCE_SOCKET to node.socket")
+    elif -rc == _errno.EACCES:
+        text += (": no permission; join node.socket_group (the preduce "
+                 "group) or ask the administrator")
+    return text
 
 
 class Result:
@@ -199,13 +261,27 @@ class ReduceHandle:
 class Client:
     """A connection to the node daemon as one worker."""
 
-    def __init__(self, socket_path, name, timeout_ms=5000):
+    def __init__(self, socket_path=None, name=None, timeout_ms=5000):
+        """Connects to the node daemon at socket_path as worker `name`.
+
+        Either may be None: socket_path is then $PREDUCE_SOCKET or the
+        service's socket, name $PREDUCE_NAME, "rank" + $PREDUCE_RANK, or
+        host-pid. Raises PreduceError naming the socket when the daemon
+        cannot be reached."""
+        if socket_path is None:
+            socket_path = os.environ.get("PREDUCE_SOCKET") or SOCKET
+        if name is None:
+            name = default_name()
         self._c = ctypes.c_void_p()
         self._tensors = {}  # data address -> (handle, array)
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
-        _check(_l().preduce_connect(socket_path.encode(), name.encode(),
-                                    int(timeout_ms), ctypes.byref(self._c)))
+        self.socket_path, self.name = str(socket_path), str(name)
+        rc = _l().preduce_connect(self.socket_path.encode(),
+                                  self.name.encode(), int(timeout_ms),
+                                  ctypes.byref(self._c))
+        if rc < 0:
+            raise PreduceError(-rc, _connect_text(rc, self.socket_path))
 
     @property
     def rank(self):

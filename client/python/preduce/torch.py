@@ -2,10 +2,9 @@
 """PyTorch integration: a model's parameters in preduce's shared memory.
 
     import preduce, preduce.torch
-    client = preduce.Client("/run/preduce/preduced.sock", "worker-0")
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    pr = preduce.torch.PartialReduce(model, opt, client)
+    pr = preduce.torch.PartialReduce(model, opt)  # connects: Client()
     for x, y in loader:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -132,7 +131,7 @@ class PartialReduce:
     mean_group_size, sync_seconds (time step() spent averaging),
     consensus (True once steps are consensus steps) and last_result."""
 
-    def __init__(self, model, optimizer, client, *, period=1,
+    def __init__(self, model, optimizer, client=None, *, period=1,
                  average=None, buffers=False, outer_lr=None,
                  outer_momentum=0.9, overlap=False, state=None,
                  bucket_cap_mb=25, timeout_ms=60000):
@@ -157,6 +156,8 @@ class PartialReduce:
             raise ValueError("state averages the optimizer's state with "
                              "the model; it does not combine with overlap "
                              "or outer_lr")
+        if client is None:  # $PREDUCE_SOCKET and the rank preduce-run set
+            client = preduce.Client()
         self.model, self.optimizer, self.client = model, optimizer, client
         self.period, self.average = int(period), average
         self.outer_lr, self.outer_momentum = outer_lr, float(outer_momentum)
