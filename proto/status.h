@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The codes a failed reduce ends with, as a trainer sees them: the one
- * table behind preduce.h's preduce_reduce() and README's "Failure
- * behaviour". The node daemon answers every reduce through it, whatever
- * the engine, a transport, the scheduler or a peer produced; libpreduce
- * passes what a daemon sends through it too, so that an older daemon's
- * codes reach no trainer either.
+ * table behind preduce.h's preduce_reduce() and docs/operations.md's
+ * "Failure behaviour". The node daemon answers every reduce through it,
+ * whatever the engine, a transport, the scheduler or a peer produced;
+ * libpreduce passes what a daemon sends through it too, so that an older
+ * daemon's codes reach no trainer either.
  */
 #ifndef PR_STATUS_H
 #define PR_STATUS_H

@@ -129,8 +129,9 @@ PREDUCE_API int preduce_tensor_destroy(preduce_tensor_t *t);
  * each float its input or its result), unless the connection broke.
  * timeout_ms > 0 bounds the whole reduce; the node daemon's
  * node.reduce_timeout_ms caps it. The call returns 0 or one of these codes,
- * as do preduce_reduce_start and preduce_reduce_wait (README, "Failure
- * behaviour"); preduce_error_retryable() tells which are worth a retry:
+ * as do preduce_reduce_start and preduce_reduce_wait (docs/operations.md,
+ * "Failure behaviour"); preduce_error_retryable() tells which are worth
+ * a retry:
  *  -ETIMEDOUT   no group formed, or the group did not finish, in time:
  *               retry. If the daemon did not answer at all within
  *               timeout_ms + PREDUCE_REDUCE_SLACK_MS, the connection is

@@ -159,7 +159,8 @@ static int has_other(const struct run *r, const struct h_trace *t)
     return 0;
 }
 
-/* A failure's code is one README's table documents for a lost peer. */
+/* A failure's code is one that docs/operations.md's table gives for a
+ * lost peer. */
 static int documented(int rc)
 {
     return rc == -ECONNRESET || rc == -ETIMEDOUT;

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What a failed reduce returns, and when (README "Failure behaviour"):
- * only the codes of that table, each with preduce_error_retryable()'s
- * verdict, within the call's timeout plus PREDUCE_REDUCE_SLACK_MS, and no
- * later than node.reduce_timeout_ms (at start and after a reload) allows.
- * Real daemons on loopback.
+ * What a failed reduce returns, and when (docs/operations.md, "Failure
+ * behaviour"): only the codes of that table, each with
+ * preduce_error_retryable()'s verdict, within the call's timeout plus
+ * PREDUCE_REDUCE_SLACK_MS, and no later than node.reduce_timeout_ms (at start
+ * and after a reload) allows. Real daemons on loopback.
  */
 #include <check.h>
 #include <errno.h>

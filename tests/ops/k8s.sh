@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # client/examples/kubernetes/preduce.yaml, as far as this machine can check
 # it (no Kubernetes tool runs here, so the manifests are untested against a
-# cluster): the file parses as YAML documents, holds the kinds the README
-# names, and every --set the daemons get is one `preduced -t` accepts
+# cluster): the file parses as YAML documents, holds the kinds that
+# docs/operations.md names, and every --set the daemons get is one `preduced -t` accepts
 # (an unknown key or a bad value would stop the pod at start). Root is not
 # needed; python3-yaml is Debian's. Bounded: about 1 s.
 set -uo pipefail

@@ -19,7 +19,7 @@ set -euo pipefail
 # 0.65 to 0.93: the host's load moves it more). One round at 16 MiB tensors
 # (1 MiB RDMA writes, the target's size) keeps `make check-rdma` bounded when the host is slow (the guest ran 470 of its
 # 540 s once); `make bench-rdma` runs three rounds at 1 and 16 MiB (the
-# figures in the README come from there).
+# figures in docs/benchmarks.md come from there).
 # A failed bandwidth round still lets the integration tests run.
 bw=0
 PREDUCE_BW_ROUNDS=${PREDUCE_BW_ROUNDS:-1} "$(dirname "$0")/bw.sh" 16 || bw=$?

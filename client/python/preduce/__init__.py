@@ -143,7 +143,7 @@ def retryable(err):
 class PreduceError(OSError):
     """A libpreduce call failed: .errno is positive, the text the library's.
 
-    A reduce fails with one of a few codes (README, "Failure behaviour"):
+    A reduce fails with one of a few codes (docs/operations.md, "Failure behaviour"):
     ETIMEDOUT and ECONNRESET are worth a retry (.retryable is True);
     ENOTCONN asks for a new Client; EINVAL, EBUSY and ENOMEM are the
     caller's to fix.
