@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/base/conf.h"
+#include "daemon/base/http_req.h"
 #include "daemon/base/log.h"
 #include "daemon/base/stranger.h"
 
@@ -288,88 +289,19 @@ static void answer(struct mconn *c, int code, int head_only)
     }
 }
 
-/* Splits "METHOD SP TARGET [SP VERSION]"; 0, or -EINVAL if malformed. */
-static int parse_line(char *line, char **method, char **target, char **version)
-{
-    for (char *p = line; *p; p++)
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
-            return -EINVAL;
-    *method = line;
-    char *sp = strchr(line, ' ');
-    if (!sp || sp == line)
-        return -EINVAL;
-    *sp = '\0';
-    *target = sp + 1;
-    *version = NULL;
-    sp = strchr(*target, ' ');
-    if (sp) {
-        *sp = '\0';
-        *version = sp + 1;
-        if (strchr(*version, ' ') || strncmp(*version, "HTTP/1.", 7) != 0 ||
-            (*version)[7] < '0' || (*version)[7] > '9' || (*version)[8])
-            return -EINVAL;
-    }
-    for (char *p = *method; *p; p++)
-        if (*p < 'A' || *p > 'Z')
-            return -EINVAL;
-    if ((*target)[0] != '/')
-        return -EINVAL;
-    return 0;
-}
-
-/* Where the blank line ending the headers starts, or NULL. */
-static const char *headers_end(const char *p, const char *end)
-{
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl)
-            return NULL;
-        if (nl == p || (nl == p + 1 && *p == '\r'))
-            return p;
-        p = nl + 1;
-    }
-    return NULL;
-}
-
 /*
  * Answers once the request is complete (or must be refused); `eof`: the
  * client will send nothing more.
  */
 static void on_request_data(struct mconn *c, int eof)
 {
-    char *nl = memchr(c->req, '\n', c->len);
-    if (!nl) {
-        if (c->len == sizeof(c->req) || (eof && c->len > 0))
-            answer(c, 400, 0);
-        else if (eof)
-            conn_close(c);
-        return;
-    }
-    char line[PR_METRICS_MAX_REQUEST];
-    size_t n = (size_t)(nl - c->req);
-    memcpy(line, c->req, n);
-    line[n] = '\0';
-    if (n > 0 && line[n - 1] == '\r')
-        line[n - 1] = '\0';
-    char *method, *target, *version;
-    if (parse_line(line, &method, &target, &version) < 0) {
-        answer(c, 400, 0);
-        return;
-    }
-    /* With a version, headers follow: wait for the blank line. */
-    if (version && !headers_end(nl + 1, c->req + c->len) && !eof) {
-        if (c->len == sizeof(c->req))
-            answer(c, 400, 0);
-        return;
-    }
-    int head = !strcmp(method, "HEAD");
-    if (strcmp(method, "GET") != 0 && !head) {
-        answer(c, 405, 0);
-        return;
-    }
-    size_t plen = strcspn(target, "?");
-    int ok = plen == strlen("/metrics") && !strncmp(target, "/metrics", plen);
-    answer(c, ok ? 200 : 404, head);
+    int head;
+    int code =
+        pr_http_request_status(c->req, c->len, sizeof(c->req), eof, &head);
+    if (code == -ENODATA)
+        conn_close(c);
+    else if (code > 0)
+        answer(c, code, head);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

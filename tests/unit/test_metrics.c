@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "daemon/base/http_req.h"
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
 #include "daemon/base/stranger.h"
@@ -602,6 +603,62 @@ START_TEST(test_metrics_buf_and_escape)
 }
 END_TEST
 
+/* The request parser alone (http_req.c), one row per verdict. */
+static const struct {
+    const char *req;
+    int eof;
+    int code;
+    int head;
+} requests[] = {
+    {"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", 0, 200, 0},
+    {"GET /metrics?name=x HTTP/1.0\n\n", 0, 200, 0},
+    {"HEAD /metrics HTTP/1.0\r\n\r\n", 0, 200, 1},
+    {"GET /metrics\r\n", 0, 200, 0},        /* no version: no headers */
+    {"GET /metrics HTTP/1.1\r\n", 0, 0, 0}, /* headers to come */
+    {"GET /metrics HTTP/1.1\r\nA: b\r\n", 1, 200, 0}, /* they won't */
+    {"GET /metr", 0, 0, 0},
+    {"GET /metr", 1, 400, 0},
+    {"", 0, 0, 0},
+    {"", 1, -ENODATA, 0},
+    {"GET /other HTTP/1.0\r\n\r\n", 0, 404, 0},
+    {"GET /metricsx\r\n", 0, 404, 0},
+    {"POST /metrics HTTP/1.0\r\n\r\n", 0, 405, 0},
+    {"HEAD /x HTTP/1.0\r\n\r\n", 0, 404, 0},
+    {"GET /metrics HTTP/2.0\r\n\r\n", 0, 400, 0},
+    {"GET /metrics HTTP/1.x\r\n\r\n", 0, 400, 0},
+    {"GET /metrics HTTP/1.1 x\r\n\r\n", 0, 400, 0},
+    {"get /metrics\r\n", 0, 400, 0},
+    {"GET metrics\r\n", 0, 400, 0},
+    {" GET /metrics\r\n", 0, 400, 0},
+    {"GET\r\n", 0, 400, 0},
+    {"GET /m\x01etrics\r\n", 0, 400, 0},
+    {"GET /m\x7f\r\n", 0, 400, 0},
+};
+
+START_TEST(test_metrics_request_status)
+{
+    for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++) {
+        size_t len = strlen(requests[i].req);
+        int head = -1;
+        int code = pr_http_request_status(requests[i].req, len, 64,
+                                          requests[i].eof, &head);
+        ck_assert_msg(code == requests[i].code && head == requests[i].head,
+                      "row %zu \"%s\": %d head %d", i, requests[i].req, code,
+                      head);
+    }
+    /* A full buffer without its line end, or its headers' end, is 400. */
+    int head;
+    ck_assert_int_eq(pr_http_request_status("GET /metrics", 12, 12, 0, &head),
+                     400);
+    const char *h = "GET /metrics HTTP/1.1\r\nA: b\r\n";
+    ck_assert_int_eq(pr_http_request_status(h, strlen(h), strlen(h), 0, &head),
+                     400);
+    /* Only the given bytes are read: what follows them is not seen. */
+    ck_assert_int_eq(
+        pr_http_request_status("GET /metrics\r\n", 5, 64, 0, &head), 0);
+}
+END_TEST
+
 static Suite *metrics_suite(void)
 {
     Suite *s = suite_create("metrics");
@@ -632,6 +689,7 @@ static Suite *metrics_suite(void)
     tc = tcase_create("buffer");
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_metrics_buf_and_escape);
+    tcase_add_test(tc, test_metrics_request_status);
     suite_add_tcase(s, tc);
     return s;
 }
