@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Shell functions to run a preduce job on this one machine: a scheduler and
 # node daemons on loopback ports, each with its own socket and log.
 # Sourced by demo.sh and tests/bench/convergence.sh.
@@ -43,7 +44,7 @@ cluster_start() {
         "$PREDUCED" --role node --set node.name=node$n \
             --set node.scheduler=127.0.0.1:$sport \
             --set node.socket="$(cluster_socket "$dir" $n)" \
-            --set node.data_listen=127.0.0.1:$(cluster_free_port) \
+            --set node.data_listen="127.0.0.1:$(cluster_free_port)" \
             >"$dir/node$n.log" 2>&1 &
         CLUSTER_PIDS+=($!)
         cluster_wait "$(cluster_socket "$dir" $n)" || return 1

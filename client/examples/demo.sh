@@ -22,6 +22,7 @@ MAX_STEPS=${DEMO_MAX_STEPS:-2000} # a worker that never gets there stops
 STEP_MS=${DEMO_STEP_MS:-20}
 SLOW=${DEMO_SLOW:-3}
 WORK=$(mktemp -d /tmp/preduce-demo.XXXXXX)
+# shellcheck source=client/examples/cluster.sh
 . "$(dirname "$0")/cluster.sh"
 
 cleanup() {

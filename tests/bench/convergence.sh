@@ -18,6 +18,7 @@ STEP_MS=${BENCH_STEP_MS:-20}
 TARGET=${BENCH_TARGET_LOSS:-0.80}
 MAX_STEPS=${BENCH_MAX_STEPS:-2000}
 WORK=$(mktemp -d /tmp/preduce-bench.XXXXXX)
+# shellcheck source=client/examples/cluster.sh
 . "$(dirname "$0")/../../client/examples/cluster.sh"
 trap 'cluster_stop; rm -rf "$WORK"' EXIT
 

@@ -29,7 +29,7 @@
 # the container under timeout; about 1 min in all (make check-deb: 8 at
 # most).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -7,7 +7,7 @@
 # (an unknown key or a bad value would stop the pod at start). Root is not
 # needed; python3-yaml is Debian's. Bounded: about 1 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 BUILD=${BUILD:-build}

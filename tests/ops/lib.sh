@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Shared by the tests/ops/*.sh suites: cases counted as they run, and
 # Check's closing line at the end ("100%: Checks: N, Failures: F, Errors:
 # 0"), which CI reads. A case that cannot run here is skipped with its

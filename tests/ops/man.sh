@@ -11,7 +11,7 @@
 # synopsis and is a page of its own that man(1) finds (a .so link). Root is not
 # needed; groff comes with groff-base. Bounded: about 3 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 BUILD=${BUILD:-build}

@@ -15,7 +15,7 @@
 # (systemd-container). Bounded: boot within 60 s, every command under
 # timeout; about 30 s in all.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 BUILD=${BUILD:-build}

@@ -10,7 +10,7 @@
 # group of 2. Root is not needed. Bounded: every process under timeout,
 # about 3 s in all.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 . client/examples/cluster.sh
 
@@ -75,17 +75,18 @@ CLUSTER_PIDS+=($!)
 cluster_wait "$sport"
 timeout 60 "$PREDUCED" --role node --set node.scheduler=127.0.0.1:$sport \
     --set node.socket="$SOCK" \
-    --set node.data_listen=127.0.0.1:$(cluster_free_port) \
+    --set node.data_listen="127.0.0.1:$(cluster_free_port)" \
     >"$T/node.log" 2>&1 &
 CLUSTER_PIDS+=($!)
 wait_log "$T/node.log" "trainers connect to"
 
+declare -A pids
 timeout 30 "$T/hello" "$SOCK" w0 1 1.5 2 >"$T/w0.out" 2>&1 &
-w0=$!
+pids[w0]=$!
 timeout 30 "$T/hello" "$SOCK" w1 2 1.5 2 >"$T/w1.out" 2>&1 &
-w1=$!
+pids[w1]=$!
 for w in w0 w1; do
-    pid=${!w}
+    pid=${pids[$w]}
     if wait "$pid"; then
         pass "$(cat "$T/$w.out")"
     else

@@ -8,7 +8,7 @@
 # Without root every case is skipped, with the reason. Bounded: every
 # daemon and trainer runs under timeout, about 5 s in all.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 BUILD=${BUILD:-build}
@@ -60,7 +60,7 @@ CLUSTER_PIDS+=($!)
 cluster_wait "$sport"
 timeout 60 "$PREDUCED" --role node --set node.scheduler=127.0.0.1:$sport \
     --set node.socket="$SOCK" --set node.socket_group="$GROUP" \
-    --set node.data_listen=127.0.0.1:$(cluster_free_port) \
+    --set node.data_listen="127.0.0.1:$(cluster_free_port)" \
     >"$D/node.log" 2>&1 &
 CLUSTER_PIDS+=($!)
 wait_log "$D/node.log" "trainers connect to"

@@ -9,7 +9,7 @@
 # creates the service user in the scratch tree. Root is not needed. Needs
 # the systemd package (tests/install-deps.sh). Bounded: about 5 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 
 MAX_EXPOSURE=3.5

@@ -50,7 +50,6 @@ fail() {
 }
 
 id=
-timeout_s=
 for w in $(cat /proc/cmdline); do
     case "$w" in
     preduce.id=*) id=${w#preduce.id=} ;;
@@ -73,6 +72,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=$msize work /work ||
 envf=/work/runs/$id/guest.env
 [ -r "$envf" ] || fail "no $envf in the shared work directory"
 # Sets WORK_PATH, RUN_DIR, CMD_FILE, TIMEOUT (single-quoted by the host).
+# shellcheck source=/dev/null # written per run by tests/rdma/run-in-guest.sh
 . "$envf"
 [ -n "$WORK_PATH" ] && [ -n "$CMD_FILE" ] && [ -n "$TIMEOUT" ] ||
     fail "$envf lacks WORK_PATH, CMD_FILE or TIMEOUT"

@@ -20,8 +20,7 @@ port=18515
 # Waits until something listens on TCP port $1 (perftest and the pingpong
 # exchange queue pair numbers over TCP before the RDMA traffic).
 wait_listen() {
-    local i
-    for i in $(seq 100); do
+    for _ in $(seq 100); do
         ss -Hltn "sport = :$1" | grep -q . && return 0
         sleep 0.1
     done

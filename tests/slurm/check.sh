@@ -10,7 +10,7 @@
 # it ends no process of it may be left. Bounded: every wait has a
 # deadline, the job a 3-minute limit, the whole under a minute here.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
 . client/examples/cluster.sh
 
@@ -39,9 +39,9 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 0755 "$T"
-mkdir -p -m 0755 "$T/munge"
-mkdir -p -m 0700 "$T/state" "$T/spool"
-mkdir -p -m 0755 "$T/submit"
+mkdir -m 0755 "$T/munge"
+mkdir -m 0700 "$T/state" "$T/spool"
+mkdir -m 0755 "$T/submit"
 
 # munge: a key of our own, a socket of our own (not the system's munged).
 head -c 1024 /dev/urandom >"$T/munge/munge.key"

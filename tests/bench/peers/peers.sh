@@ -32,7 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # and each node daemon with its trainer on a CPU of its own (the harness's
 # PREDUCE_TEST_PIN_CPUS; the daemon's reduce threads follow its CPUs), so
 # neither side's processes or threads contend for the other's core.
-mpi=(mpirun -n 2 --oversubscribe --bind-to core --mca btl tcp,self
+mpi=(mpirun -n 2 --oversubscribe --bind-to core --mca btl "tcp,self"
     --mca btl_tcp_if_include lo)
 export PREDUCE_TEST_PIN_CPUS=1
 
