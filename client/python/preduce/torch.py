@@ -425,7 +425,6 @@ class PartialReduce:
         it would have done from nothing). Runs before each reduce, so a
         state the optimizer's load_state_dict() replaced is bound again."""
         if not self._state_views:
-            n = self.flat.numel()
             chunks = self._state
             self._state_views = [
                 dict(zip(self._state_names, views))
