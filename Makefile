@@ -350,12 +350,15 @@ check-hosts: $(HOSTS_BINS) $(HOSTS_RELAY) $(BINS) $(LIB_SO)
 	@$(TEST_ENV) PREDUCE_HOSTS_RELAY=$(abspath $(HOSTS_RELAY)) \
 		tests/hosts/run.sh $(HOSTS_BINS)
 
+# clang-format on the C, the SPDX lines (tests/check-license.sh), and
+# shellcheck and pyflakes on the scripts (tests/check-lint.sh).
 check-format:
 	@if command -v $(CLANG_FORMAT) >/dev/null; then \
 		$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_SRCS) && \
 		echo "clang-format: clean"; \
 	else echo "clang-format not installed: format check skipped"; fi
 	@tests/check-license.sh
+	@tests/check-lint.sh
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_SRCS)

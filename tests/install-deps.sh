@@ -9,6 +9,7 @@ PKGS=(
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
     check clang-format clang libclang-rt-14-dev python3 python3-numpy
+    shellcheck pyflakes3
     systemd systemd-container groff-base man-db procps
     python3-torch python3-pytest python3-yaml
     dpkg-dev debhelper dh-python fakeroot lintian
