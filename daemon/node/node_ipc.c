@@ -268,7 +268,7 @@ static int send_join(struct node_trainer *c)
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
     int rc = pr_node_send(n, &m);
     if (rc < 0) {
-        pr_conn_fail(c->conn, rc, "the scheduler is unreachable");
+        pr_conn_fail(c->conn, rc, "the node has no link to its scheduler");
         return 0;
     }
     c->state = C_JOINING;
@@ -367,7 +367,8 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
      * connection is gone.)
      */
     if (!pr_node_sched_up(n) || c->rank < 0) {
-        reduce_refuse(c, r->seq, -ECONNRESET, "the scheduler is unreachable");
+        reduce_refuse(c, r->seq, -ECONNRESET,
+                      "the node has no link to its scheduler");
         return 0;
     }
     struct pr_engine_part *parts = calloc(r->n_tensor_ids, sizeof(*parts));
@@ -640,7 +641,7 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
             c->state = C_HELLO;
             if (c->conn)
                 pr_conn_fail(c->conn, -ENOTCONN,
-                             "the scheduler is unreachable");
+                             "the node has no link to its scheduler");
         } else if (c->rstate == R_QUEUED && now_ns >= c->reduce_deadline_ns) {
             send_cancel(c);
         } else if (c->rstate == R_CANCELLING &&

@@ -90,6 +90,30 @@ def test_connect_errors_name_the_socket(tmp_path):
     assert "no node daemon listens there" in str(e.value)
 
 
+def test_a_node_without_its_scheduler_is_named(tmp_path):
+    """A node whose scheduler is not there: the connect fails saying so."""
+    import subprocess as sp
+
+    import preduce
+    from cluster import PREDUCED, free_port, wait_for
+    sock = str(tmp_path / "node.sock")
+    node = sp.Popen([PREDUCED, "--role", "node", "--set",
+                     f"node.socket={sock}", "--set",
+                     f"node.scheduler=127.0.0.1:{free_port()}", "--set",
+                     f"node.data_listen=127.0.0.1:{free_port()}", "--set",
+                     "node.connect_timeout_ms=300"],
+                    stdout=sp.DEVNULL, stderr=sp.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(sock), what="the node's socket")
+        with pytest.raises(preduce.PreduceError) as e:
+            preduce.Client(sock, "w0", timeout_ms=5000)
+        assert "no link to its scheduler" in str(e.value), str(e.value)
+        assert sock in str(e.value)
+    finally:
+        node.terminate()
+        node.wait(10)
+
+
 def test_client_defaults_come_from_the_environment(monkeypatch):
     import preduce
     monkeypatch.delenv("PREDUCE_NAME", raising=False)

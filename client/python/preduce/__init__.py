@@ -184,6 +184,11 @@ def _connect_text(rc, path):
         text += (": no node daemon listens there; start the service "
                  "(systemctl start preduced), run under preduce-run, or "
                  "set PREDUCE_SOCKET to node.socket")
+    elif -rc in (_errno.ENOTCONN, _errno.ETIMEDOUT):
+        text += (": the node daemon did not register this worker; the "
+                 "usual cause is that the node has no link to its "
+                 "scheduler (node.scheduler in its config; its log says "
+                 "why)")
     elif -rc == _errno.EACCES:
         text += (": no permission; join node.socket_group (the preduce "
                  "group) or ask the administrator")
