@@ -74,9 +74,12 @@ the model as it was and training goes on; `failed` counts them. Other
 errors raise preduce.PreduceError.
 """
 
+import collections
 import contextlib
 import errno
+import os
 import time
+import warnings
 
 import torch
 
@@ -84,6 +87,11 @@ import preduce
 from preduce._buckets import GradBuckets, TagsRefused
 
 __all__ = ["PartialReduce"]
+
+
+# Steps (or averages) in a row that make PartialReduce warn that a
+# worker's averages keep failing, or that it stays in groups of one.
+HEALTH_WINDOW = 20
 
 
 def _members(module, buffers):
@@ -129,7 +137,11 @@ class PartialReduce:
     Attributes for a training loop's logs: steps, reduces (successful
     averages), failed (averages that failed with a retryable code),
     mean_group_size, sync_seconds (time step() spent averaging),
-    consensus (True once steps are consensus steps) and last_result."""
+    consensus (True once steps are consensus steps) and last_result.
+    It warns once (RuntimeWarning) if the averages of HEALTH_WINDOW steps
+    in a row fail, and once if that many averages in a row are groups of
+    one (unless PREDUCE_WORLD_SIZE is 1): either way the worker is
+    training alone."""
 
     def __init__(self, model, optimizer, client=None, *, period=1,
                  average=None, buffers=False, outer_lr=None,
@@ -167,6 +179,11 @@ class PartialReduce:
         self.failed = 0     # averages that failed with a retryable code
         self.members = 0    # sum of the successful averages' group sizes
         self.last_result = None
+        # Health, for one warning each (_check_health): steps in a row
+        # whose averages failed, the last averages' group sizes.
+        self._fail_streak = 0
+        self._sizes = collections.deque(maxlen=HEALTH_WINDOW)
+        self._warned = set()
         seen, self._tensors = set(), []
         for mod, name, t in _members(model, buffers):
             if id(t) in seen:  # shared (tied) parameters move once
@@ -264,12 +281,14 @@ class PartialReduce:
             raise RuntimeError("PartialReduce: its client was closed "
                                "(the model is kept; make a new "
                                "PartialReduce with a new client)")
+        failed = self.failed
         if self.average == "gradients":
             t0 = time.monotonic()
             self._average_gradients()
             self._sync_s += time.monotonic() - t0
             loss = self.optimizer.step(closure)
             self.steps += 1
+            self._check_health(failed)
             return loss
         loss = self.optimizer.step(closure)
         self.steps += 1
@@ -282,7 +301,34 @@ class PartialReduce:
             else:
                 self._reduce_model()
             self._sync_s += time.monotonic() - t0
+        self._check_health(failed)
         return loss
+
+    def _check_health(self, failed_before):
+        """Warns once (RuntimeWarning) when this worker's averages keep
+        failing or it keeps averaging alone: in both cases it trains on
+        its own, which a loss curve shows only later."""
+        self._fail_streak = (self._fail_streak + 1
+                             if self.failed > failed_before else 0)
+        if self._fail_streak >= HEALTH_WINDOW and "failed" not in \
+                self._warned:
+            self._warned.add("failed")
+            warnings.warn(
+                f"preduce.torch: the averages of the last {HEALTH_WINDOW} "
+                f"steps failed ({self.failed} in all): this worker trains "
+                "alone meanwhile; see its node daemon's log or "
+                "`preducectl status`", RuntimeWarning, stacklevel=3)
+        alone = (len(self._sizes) == HEALTH_WINDOW and
+                 max(self._sizes) == 1 and
+                 os.environ.get("PREDUCE_WORLD_SIZE") != "1")
+        if alone and "alone" not in self._warned:
+            self._warned.add("alone")
+            warnings.warn(
+                f"preduce.torch: the last {HEALTH_WINDOW} averages were "
+                "groups of one: this worker trains alone (are the others "
+                "running, in this job, and at a similar pace? "
+                "scheduler.group_min and window_ms set how long a group "
+                "waits)", RuntimeWarning, stacklevel=3)
 
     def _average_gradients(self):
         """Gradients mode, before the optimizer's step."""
@@ -402,6 +448,7 @@ class PartialReduce:
         self.last_result = r
         self.reduces += 1
         self.members += len(r.members)
+        self._sizes.append(len(r.members))
 
     @property
     def mean_group_size(self):
