@@ -69,6 +69,10 @@ DAEMON_SRCS := $(foreach d,$(DAEMON_PARTS),$(wildcard $(d)/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 SIM_SRCS := $(filter-out daemon/sim/main.c,$(wildcard daemon/sim/*.c))
 SIM_OBJS := $(SIM_SRCS:%.c=$(BUILD)/%.o)
+# preducectl but its main, in libprctl.a: its Prometheus text parser and
+# JSON writer are also unit-tested and fuzzed.
+CTL_SRCS := $(filter-out daemon/ctl/main.c,$(wildcard daemon/ctl/*.c))
+CTL_OBJS := $(CTL_SRCS:%.c=$(BUILD)/%.o)
 CLIENT_SRCS := $(wildcard client/*.c)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 
@@ -172,7 +176,12 @@ $(BUILD)/preduced: $(BUILD)/daemon/main.o $(BUILD)/libpreduced.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The status tool: plain sockets, the config's host:port parser.
-$(BUILD)/preducectl: $(BUILD)/daemon/ctl/preducectl.o $(BUILD)/libpreduced.a
+$(BUILD)/libprctl.a: $(CTL_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/preducectl: $(BUILD)/daemon/ctl/main.o $(BUILD)/libprctl.a \
+		$(BUILD)/libpreduced.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The simulator: the real scheduler core under a simulated clock.
@@ -188,7 +197,8 @@ $(BUILD)/preduce-trainer: $(BUILD)/client/examples/trainer.o $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(UNIT_LIB_OBJS) \
-		$(BUILD)/libprsim.a $(BUILD)/libpreduced.a $(LIB_A)
+		$(BUILD)/libprsim.a $(BUILD)/libprctl.a $(BUILD)/libpreduced.a \
+		$(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
@@ -246,7 +256,7 @@ check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
 # part of make check and, under the sanitizers, of make asan.
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
 $(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o \
-		$(BUILD)/libpreduced.a
+		$(BUILD)/libprctl.a $(BUILD)/libpreduced.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -415,7 +425,8 @@ bench-torch: $(BINS) $(LIB_SO)
 # crash stops make, the input saved under build/fuzz/crashes/.
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
-$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libpreduced.a
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libprctl.a \
+		$(BUILD)/libpreduced.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 

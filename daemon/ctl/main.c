@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * preducectl: a person's view of running preduced daemons.
+ *
+ *   preducectl status [--metrics HOST:PORT]... [--timeout-ms MS]
+ *
+ * For each daemon, in order: fetch http://HOST:PORT/metrics (the daemon's
+ * [metrics] listen address; default 127.0.0.1:9464) with one plain HTTP/1.0
+ * request (fetch.c), parse the Prometheus text (promtext.c), read what is
+ * shown out of it (view.c) and print a table (table.c): for a node, its
+ * trainers, reduces and bytes by transport; for a scheduler, its workers,
+ * groups, group sizes, per-worker versions and rates, and stragglers.
+ *
+ * Each daemon's connect, request and answer together must finish within
+ * --timeout-ms (2000). Exit status: 0, 1 when a daemon could not be
+ * reached or answered badly (after printing the others), 2 for a usage
+ * error.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/ctl/cmd.h"
+
+#define DEFAULT_METRICS    "127.0.0.1:9464"
+#define DEFAULT_TIMEOUT_MS 2000
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: preducectl status [--metrics HOST:PORT]... "
+            "[--timeout-ms MS]\n"
+            "Shows the state of running preduced daemons, read from their\n"
+            "metrics endpoints ([metrics] listen in preduced.conf).\n"
+            "\n"
+            "  --metrics HOST:PORT  a daemon's metrics address; repeat for\n"
+            "                       several (default " DEFAULT_METRICS ").\n"
+            "                       HOST: an IP address or localhost\n"
+            "  --timeout-ms MS      limit per daemon for connect, request\n"
+            "                       and answer (%d)\n"
+            "  -h, --help           this text\n"
+            "Exit status: 0; 1 if a daemon could not be reached; 2 on a\n"
+            "usage error.\n",
+            DEFAULT_TIMEOUT_MS);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"metrics", required_argument, NULL, 'm'},
+        {"timeout-ms", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "status") != 0) {
+        fprintf(stderr, "preducectl: %s%s\n",
+                argc < 2 ? "a command is needed" : "unknown command ",
+                argc < 2 ? "" : argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    struct pr_ctl_args a = {.timeout_ms = DEFAULT_TIMEOUT_MS};
+    int c;
+    char *end;
+    long v;
+    while ((c = getopt_long(argc - 1, argv + 1, "m:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (a.naddrs == PR_CTL_MAX_DAEMONS) {
+                fprintf(stderr, "preducectl: more than %d --metrics\n",
+                        PR_CTL_MAX_DAEMONS);
+                return 2;
+            }
+            a.addrs[a.naddrs++] = optarg;
+            break;
+        case 't':
+            v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 600000) {
+                fprintf(stderr,
+                        "preducectl: --timeout-ms %s: must be 1..600000\n",
+                        optarg);
+                return 2;
+            }
+            a.timeout_ms = (int)v;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc - 1) {
+        fprintf(stderr, "preducectl: unexpected argument '%s'\n",
+                argv[optind + 1]);
+        return 2;
+    }
+    if (a.naddrs == 0)
+        a.addrs[a.naddrs++] = DEFAULT_METRICS;
+    return pr_ctl_status(&a);
+}

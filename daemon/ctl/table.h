@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* preducectl's tables, for people: a daemon's view as text. */
+#ifndef PR_CTL_TABLE_H
+#define PR_CTL_TABLE_H
+
+#include <stdio.h>
+
+#include "daemon/ctl/view.h"
+
+/* `preducectl status`: the daemon at addr, then its workers' table. */
+void pr_ctl_table_status(FILE *f, const struct pr_ctl_view *v,
+                         const char *addr);
+
+#endif

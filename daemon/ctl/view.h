@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What preducectl shows of one daemon, read out of its parsed metrics
+ * once: the tables (table.c) and the JSON (json_view.c) print the same
+ * fields from it. A figure the daemon did not export is NAN.
+ */
+#ifndef PR_CTL_VIEW_H
+#define PR_CTL_VIEW_H
+
+#include <stddef.h>
+
+#include "daemon/ctl/promtext.h"
+
+enum pr_ctl_role { PR_CTL_NODE, PR_CTL_SCHED };
+
+/* A scheduler's worker, or a node's trainer (which has only a version). */
+struct pr_ctl_worker {
+    char name[128];
+    double rank; /* a node's trainer not registered yet: -1 */
+    double node; /* the node id (scheduler) */
+    double version, staleness, steps;
+    double rate;      /* updates per second */
+    double step_s;    /* its own step time, seconds */
+    double straggler; /* 1 or 0 */
+};
+
+/* Groups of from..to members (to: INFINITY for the last bucket). */
+struct pr_ctl_sizes {
+    double from, to, groups;
+};
+
+enum { PR_CTL_TCP, PR_CTL_RDMA, PR_CTL_XPORTS };
+enum { PR_CTL_SENT, PR_CTL_RECEIVED };
+
+struct pr_ctl_view {
+    enum pr_ctl_role role;
+    char name[128], job[128];
+    double node_id;
+    /* A node's. */
+    double sched_up, trainers, reduces_ok, reduces_failed;
+    double reduce_sum_s, reduce_count;
+    double groups_ok, groups_failed, groups_running, links_up, rdma;
+    double bytes[PR_CTL_XPORTS][2]; /* 0 where not exported */
+    /* A scheduler's. */
+    double nodes, live, queued, groups, members;
+    struct pr_ctl_sizes *sizes; /* only the sizes seen; heap */
+    size_t nsizes;
+    /* Both: in rank order (then by name); heap. */
+    struct pr_ctl_worker *workers;
+    size_t nworkers;
+};
+
+/*
+ * Reads v out of m. 0; -ENOENT when m has no preduce_info of a node or a
+ * scheduler (not a preduced endpoint); -ENOMEM. v is for
+ * pr_ctl_view_free whatever this returns.
+ */
+int pr_ctl_view_build(const struct pr_promtext *m, struct pr_ctl_view *v);
+void pr_ctl_view_free(struct pr_ctl_view *v);
+
+#endif
