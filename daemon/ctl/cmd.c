@@ -2,7 +2,9 @@
 /*
  * The commands: each daemon in the order given is fetched, parsed, read
  * into a view and printed before the next is asked, so a slow one delays
- * only those after it.
+ * only those after it, and what was printed is flushed at once. With
+ * --json the document is an array, one element per daemon, which a
+ * daemon that could not be read also gets, so that its place is kept.
  */
 #include "daemon/ctl/cmd.h"
 
@@ -11,50 +13,84 @@
 #include <string.h>
 
 #include "daemon/ctl/fetch.h"
+#include "daemon/ctl/json_view.h"
 #include "daemon/ctl/promtext.h"
 #include "daemon/ctl/table.h"
 #include "daemon/ctl/view.h"
 
-/* Fetches and prints one daemon. 0, or 1 after a message on stderr. */
-static int status_one(const char *addr, int timeout_ms)
+/*
+ * Fetches one daemon and reads its view. 0, or a negative errno with
+ * why[] saying what failed, for a person.
+ */
+static int read_view(const char *addr, int timeout_ms, struct pr_promtext *m,
+                     struct pr_ctl_view *v, char *why, size_t whylen)
 {
     char *body = NULL;
     const char *what = "";
     int rc = pr_ctl_fetch(addr, timeout_ms, &body, &what);
     if (rc < 0) {
-        fprintf(stderr, "preducectl: %s: %s: %s\n", addr, what,
-                rc == -ETIMEDOUT ? "no answer in time"
-                : rc == -EPROTO  ? "bad answer"
-                                 : strerror(-rc));
-        return 1;
+        snprintf(why, whylen, "%s: %s", what,
+                 rc == -ETIMEDOUT ? "no answer in time"
+                 : rc == -EPROTO  ? "bad answer"
+                                  : strerror(-rc));
+        return rc;
     }
-    struct pr_promtext m;
-    struct pr_ctl_view v = {0};
-    rc = pr_promtext_parse(body, &m);
+    rc = pr_promtext_parse(body, m);
     if (rc == 0)
-        rc = pr_ctl_view_build(&m, &v);
-    if (rc == 0)
-        pr_ctl_table_status(stdout, &v, addr);
-    else if (rc == -ENOENT)
-        fprintf(stderr,
-                "preducectl: %s: no preduce_info metric: not a "
-                "preduced metrics endpoint\n",
-                addr);
-    else
-        fprintf(stderr, "preducectl: %s: out of memory\n", addr);
-    pr_ctl_view_free(&v);
-    pr_promtext_free(&m);
-    return rc < 0;
+        rc = pr_ctl_view_build(m, v);
+    if (rc == -ENOENT)
+        snprintf(why, whylen,
+                 "no preduce_info metric: not a preduced metrics endpoint");
+    else if (rc < 0)
+        snprintf(why, whylen, "%s", strerror(-rc));
+    return rc;
 }
 
-int pr_ctl_status(const struct pr_ctl_args *a)
+/* Flushes stdout: 0, or 1 after saying why it failed. */
+static int flush_out(void)
 {
-    int failed = 0;
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return 0;
+    fprintf(stderr, "preducectl: writing the output: %s\n",
+            strerror(errno ? errno : EIO));
+    return 1;
+}
+
+int pr_ctl_run(const struct pr_ctl_args *a)
+{
+    struct pr_json j;
+    pr_json_init(&j, stdout);
+    if (a->json)
+        pr_json_open_array(&j, NULL);
+    int failed = 0, shown = 0;
     for (int i = 0; i < a->naddrs; i++) {
-        if (i > 0)
-            printf("\n");
-        failed |= status_one(a->addrs[i], a->timeout_ms);
-        fflush(stdout);
+        const char *addr = a->addrs[i];
+        struct pr_promtext m = {0};
+        struct pr_ctl_view v = {0};
+        char why[256];
+        if (read_view(addr, a->timeout_ms, &m, &v, why, sizeof(why)) < 0) {
+            fprintf(stderr, "preducectl: %s: %s\n", addr, why);
+            if (a->json)
+                pr_ctl_json_error(&j, addr, why);
+            failed = 1;
+        } else if (a->json) {
+            (a->cmd == PR_CTL_STATUS ? pr_ctl_json_status
+                                     : pr_ctl_json_workers)(&j, &v, addr);
+        } else {
+            if (shown++)
+                printf("\n");
+            (a->cmd == PR_CTL_STATUS ? pr_ctl_table_status
+                                     : pr_ctl_table_workers)(stdout, &v, addr);
+        }
+        pr_ctl_view_free(&v);
+        pr_promtext_free(&m);
+        if (flush_out())
+            return 1;
     }
-    return failed;
+    if (a->json) {
+        pr_json_close_array(&j);
+        printf("\n");
+    }
+    return flush_out() || failed;
 }

@@ -5,16 +5,25 @@
 
 #define PR_CTL_MAX_DAEMONS 64
 
+enum pr_ctl_cmd {
+    PR_CTL_STATUS,  /* each daemon's figures and its workers */
+    PR_CTL_WORKERS, /* each daemon's workers (a node's trainers) */
+};
+
 struct pr_ctl_args {
+    enum pr_ctl_cmd cmd;
+    int json; /* one JSON document instead of the tables */
     const char *addrs[PR_CTL_MAX_DAEMONS]; /* HOST:PORT each */
     int naddrs;
     int timeout_ms; /* per daemon: connect, request and answer */
 };
 
 /*
- * `status`: fetches each daemon in order and prints it on stdout, a
- * failure on stderr. 0, or 1 when any daemon could not be read.
+ * Runs a command: fetches each daemon in order and prints it on stdout
+ * (with json, one array for all), each failure on stderr (and, with
+ * json, as that daemon's element). 0; 1 when a daemon could not be read
+ * or stdout could not be written.
  */
-int pr_ctl_status(const struct pr_ctl_args *a);
+int pr_ctl_run(const struct pr_ctl_args *a);
 
 #endif

@@ -2,14 +2,17 @@
 /*
  * preducectl: a person's view of running preduced daemons.
  *
- *   preducectl status [--metrics HOST:PORT]... [--timeout-ms MS]
+ *   preducectl status|workers [--json] [--metrics HOST:PORT]...
+ *                             [--timeout-ms MS]
  *
  * For each daemon, in order: fetch http://HOST:PORT/metrics (the daemon's
  * [metrics] listen address; default 127.0.0.1:9464) with one plain HTTP/1.0
  * request (fetch.c), parse the Prometheus text (promtext.c), read what is
- * shown out of it (view.c) and print a table (table.c): for a node, its
- * trainers, reduces and bytes by transport; for a scheduler, its workers,
- * groups, group sizes, per-worker versions and rates, and stragglers.
+ * shown out of it (view.c) and print it (cmd.c), as a table (table.c) or
+ * with --json as one JSON document for all (json_view.c). `status`: for a
+ * node, its trainers, reduces and bytes by transport; for a scheduler, its
+ * workers, groups, group sizes, per-worker versions and rates, and
+ * stragglers. `workers`: a scheduler's workers, a node's trainers.
  *
  * Each daemon's connect, request and answer together must finish within
  * --timeout-ms (2000). Exit status: 0, 1 when a daemon could not be
@@ -29,11 +32,17 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: preducectl status [--metrics HOST:PORT]... "
-            "[--timeout-ms MS]\n"
+            "usage: preducectl status|workers [--json] "
+            "[--metrics HOST:PORT]...\n"
+            "                  [--timeout-ms MS]\n"
             "Shows the state of running preduced daemons, read from their\n"
             "metrics endpoints ([metrics] listen in preduced.conf).\n"
             "\n"
+            "  status               each daemon's figures and workers\n"
+            "  workers              a scheduler's workers: rank, node,\n"
+            "                       version, staleness, steps, pace,\n"
+            "                       straggler; a node's trainers\n"
+            "  --json               one JSON array, an object per daemon\n"
             "  --metrics HOST:PORT  a daemon's metrics address; repeat for\n"
             "                       several (default " DEFAULT_METRICS ").\n"
             "                       HOST: an IP address or localhost\n"
@@ -50,6 +59,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"metrics", required_argument, NULL, 'm'},
         {"timeout-ms", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -57,14 +67,20 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc < 2 || strcmp(argv[1], "status") != 0) {
+    if (argc < 2 ||
+        (strcmp(argv[1], "status") != 0 && strcmp(argv[1], "workers") != 0)) {
         fprintf(stderr, "preducectl: %s%s\n",
                 argc < 2 ? "a command is needed" : "unknown command ",
                 argc < 2 ? "" : argv[1]);
         usage(stderr);
         return 2;
     }
-    struct pr_ctl_args a = {.timeout_ms = DEFAULT_TIMEOUT_MS};
+    struct pr_ctl_args a = {.cmd = !strcmp(argv[1], "status") ? PR_CTL_STATUS
+                                                              : PR_CTL_WORKERS,
+                            .timeout_ms = DEFAULT_TIMEOUT_MS};
+    /* getopt's messages name argv[0]: the program's, not the command's. */
+    static char prog[] = "preducectl";
+    argv[1] = prog;
     int c;
     char *end;
     long v;
@@ -88,6 +104,9 @@ int main(int argc, char **argv)
             }
             a.timeout_ms = (int)v;
             break;
+        case 'j':
+            a.json = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -103,5 +122,5 @@ int main(int argc, char **argv)
     }
     if (a.naddrs == 0)
         a.addrs[a.naddrs++] = DEFAULT_METRICS;
-    return pr_ctl_status(&a);
+    return pr_ctl_run(&a);
 }

@@ -19,6 +19,19 @@ static const char *num(double x, int decimals, double scale, char *out,
     return out;
 }
 
+/*
+ * s with each control character as '?', into buf[128] (names are at most
+ * 127 bytes, view.h): a daemon cannot send a terminal escape through.
+ */
+static const char *shown(const char *s, char *buf)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < 128; i++)
+        buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 /* A whole number into buf[32], or "-". */
 #define N(x, buf) num((x), 0, 1, (buf), sizeof(buf))
 
@@ -48,12 +61,14 @@ static int name_width(const struct pr_ctl_view *v, int min)
 static void trainers(FILE *f, const struct pr_ctl_view *v)
 {
     int w = name_width(v, 7);
-    char a[32], b[32];
-    if (v->nworkers > 0)
+    char a[32], b[32], s[128];
+    if (v->nworkers == 0)
+        fprintf(f, "  no trainers\n");
+    else
         fprintf(f, "  %-*s  %5s  %8s\n", w, "trainer", "rank", "version");
     for (size_t k = 0; k < v->nworkers; k++) {
         const struct pr_ctl_worker *t = &v->workers[k];
-        fprintf(f, "  %-*s  %5s  %8s\n", w, t->name,
+        fprintf(f, "  %-*s  %5s  %8s\n", w, shown(t->name, s),
                 num(t->rank, 0, 1, a, sizeof(a)),
                 num(t->version, 0, 1, b, sizeof(b)));
     }
@@ -63,15 +78,17 @@ static void trainers(FILE *f, const struct pr_ctl_view *v)
 static void workers(FILE *f, const struct pr_ctl_view *v)
 {
     int w = name_width(v, 6);
-    if (v->nworkers > 0)
+    if (v->nworkers == 0)
+        fprintf(f, "  no workers\n");
+    else
         fprintf(f, "  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s\n", w, "worker",
                 "rank", "node", "version", "stale", "steps", "updates/s",
                 "step ms");
     for (size_t k = 0; k < v->nworkers; k++) {
         const struct pr_ctl_worker *x = &v->workers[k];
-        char c[7][32];
-        fprintf(f, "  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s%s\n", w, x->name,
-                num(x->rank, 0, 1, c[0], sizeof(c[0])),
+        char c[7][32], s[128];
+        fprintf(f, "  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s%s\n", w,
+                shown(x->name, s), num(x->rank, 0, 1, c[0], sizeof(c[0])),
                 num(x->node, 0, 1, c[1], sizeof(c[1])),
                 num(x->version, 0, 1, c[2], sizeof(c[2])),
                 num(x->staleness, 0, 1, c[3], sizeof(c[3])),
@@ -82,11 +99,21 @@ static void workers(FILE *f, const struct pr_ctl_view *v)
     }
 }
 
-static void node(FILE *f, const struct pr_ctl_view *v, const char *addr)
+/* The daemon's first line: who it is. */
+static void title(FILE *f, const struct pr_ctl_view *v, const char *addr)
+{
+    char id[32], s[128], j[128];
+    if (v->role == PR_CTL_NODE)
+        fprintf(f, "node %s (job %s, node id %s) at %s\n", shown(v->name, s),
+                shown(v->job, j), isnan(v->node_id) ? "?" : N(v->node_id, id),
+                addr);
+    else
+        fprintf(f, "scheduler (job %s) at %s\n", shown(v->job, j), addr);
+}
+
+static void node(FILE *f, const struct pr_ctl_view *v)
 {
     char b[4][32];
-    fprintf(f, "node %s (job %s, node id %s) at %s\n", v->name, v->job,
-            isnan(v->node_id) ? "?" : N(v->node_id, b[0]), addr);
     fprintf(f, "  scheduler link   %s\n", v->sched_up == 1 ? "up" : "down");
     fprintf(f, "  trainers         %s\n", N(v->trainers, b[0]));
     fprintf(f, "  reduces          %s ok, %s failed", N(v->reduces_ok, b[0]),
@@ -123,10 +150,9 @@ static void sizes(FILE *f, const struct pr_ctl_view *v)
     fprintf(f, "%s\n", v->nsizes ? "" : " none yet");
 }
 
-static void sched(FILE *f, const struct pr_ctl_view *v, const char *addr)
+static void sched(FILE *f, const struct pr_ctl_view *v)
 {
-    fprintf(f, "scheduler (job %s) at %s\n", v->job, addr);
-    char b[2][32];
+    char b[2][32], s[128];
     fprintf(f, "  nodes            %s\n", N(v->nodes, b[0]));
     fprintf(f, "  workers          %s live, %s waiting for a group\n",
             N(v->live, b[0]), N(v->queued, b[1]));
@@ -139,7 +165,7 @@ static void sched(FILE *f, const struct pr_ctl_view *v, const char *addr)
     int any = 0;
     for (size_t k = 0; k < v->nworkers; k++) {
         if (v->workers[k].straggler == 1) {
-            fprintf(f, "%s%s", any ? ", " : " ", v->workers[k].name);
+            fprintf(f, "%s%s", any ? ", " : " ", shown(v->workers[k].name, s));
             any = 1;
         }
     }
@@ -149,8 +175,19 @@ static void sched(FILE *f, const struct pr_ctl_view *v, const char *addr)
 
 void pr_ctl_table_status(FILE *f, const struct pr_ctl_view *v, const char *addr)
 {
+    title(f, v, addr);
     if (v->role == PR_CTL_NODE)
-        node(f, v, addr);
+        node(f, v);
     else
-        sched(f, v, addr);
+        sched(f, v);
+}
+
+void pr_ctl_table_workers(FILE *f, const struct pr_ctl_view *v,
+                          const char *addr)
+{
+    title(f, v, addr);
+    if (v->role == PR_CTL_NODE)
+        trainers(f, v);
+    else
+        workers(f, v);
 }

@@ -11,4 +11,11 @@
 void pr_ctl_table_status(FILE *f, const struct pr_ctl_view *v,
                          const char *addr);
 
+/*
+ * `preducectl workers`: the daemon's first line, then a row per worker
+ * (a scheduler's) or trainer (a node's).
+ */
+void pr_ctl_table_workers(FILE *f, const struct pr_ctl_view *v,
+                          const char *addr);
+
 #endif

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The metrics endpoints of real daemons and preducectl status: a scheduler
- * and node0 with [metrics] listen set, node1 without, trainers on both
- * nodes; /metrics is fetched with a plain socket while the trainers run,
- * then preducectl reads both daemons.
+ * The metrics endpoints of real daemons and preducectl: a scheduler and
+ * node0 with [metrics] listen set, node1 without, trainers on both nodes
+ * (one with a quote and a backslash in its name); /metrics is fetched
+ * with a plain socket while the trainers run, then preducectl reads both
+ * daemons: status and workers, as tables and as JSON (checked by a strict
+ * parser, tests/integration/json_check.c). Then what preducectl says of
+ * daemons it cannot read, and of its own usage.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
+#include "tests/integration/json_check.h"
 
 static void sleep_ms(int ms)
 {
@@ -46,6 +50,161 @@ static const char *build_dir(void)
     return b ? b : "build";
 }
 
+/* Runs preducectl with args (a shell command line's tail): run()'s. */
+static int ctl(const char *args, char *out, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s/preducectl %s", build_dir(), args);
+    return run(cmd, out, cap);
+}
+
+/* The line of text that starts with prefix (after a newline), or "". */
+static const char *line_of(const char *text, const char *prefix, char *line,
+                           size_t cap)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s", prefix);
+    const char *at = strstr(text, key);
+    if (!at)
+        return strcpy(line, "");
+    snprintf(line, cap, "%.*s", (int)strcspn(at + 1, "\n"), at + 1);
+    return line;
+}
+
+/*
+ * The JSON object in text that starts with `start` ('{' and a first
+ * member): up to its closing brace, for objects without nested ones, or
+ * "".
+ */
+static const char *object_of(const char *text, const char *start, char *obj,
+                             size_t cap)
+{
+    const char *at = strstr(text, start);
+    if (!at)
+        return strcpy(obj, "");
+    snprintf(obj, cap, "%.*s", (int)(strchr(at, '}') - at + 1), at);
+    return obj;
+}
+
+/* Fails the test, showing where, unless text is one valid JSON value. */
+static void assert_json(const char *text)
+{
+    const char *where = NULL;
+    ck_assert_msg(h_json_check(text, &where) == 0, "not JSON at byte %td: %s",
+                  where - text, text);
+}
+
+/* The names of the cluster test's trainers, and the JSON of each. */
+static const char *const names[] = {"w0", "w\"1\\", "w2"};
+static const char *const json_names[] = {"w0", "w\\\"1\\\\", "w2"};
+
+/* `workers`: the scheduler's rows with their pace; node0's trainers. */
+static void check_workers(uint16_t sport, uint16_t nport)
+{
+    char args[256], line[256];
+    static char out[65536];
+    snprintf(args, sizeof(args), "workers --metrics 127.0.0.1:%u 2>&1", sport);
+    ck_assert_int_eq(ctl(args, out, sizeof(out)), 0);
+    fprintf(stderr, "%s", out);
+    ck_assert_msg(strstr(out, "scheduler (job ") == out, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "\n  worker  "));
+    ck_assert_ptr_null(strstr(out, "groups")); /* status's, not here */
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "  %s ", names[i]);
+        line_of(out, key, line, sizeof(line));
+        ck_assert_msg(line[0] && !strstr(line, " - "), "row of %s: %s",
+                      names[i], line);
+        ck_assert_msg((strstr(line, "  straggler") != NULL) == (i == 2),
+                      "row %s", line);
+    }
+    /* node0 has w0 and w2 (trainer i runs on node i == 1). */
+    snprintf(args, sizeof(args), "workers --metrics 127.0.0.1:%u 2>&1", nport);
+    ck_assert_int_eq(ctl(args, out, sizeof(out)), 0);
+    fprintf(stderr, "%s", out);
+    ck_assert_msg(strstr(out, "node node0 (job ") == out, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "\n  trainer   rank   version\n"));
+    ck_assert(line_of(out, "  w0 ", line, sizeof(line))[0]);
+    ck_assert(line_of(out, "  w2 ", line, sizeof(line))[0]);
+    ck_assert_ptr_null(strstr(out, "w\"1"));
+}
+
+/*
+ * --json for both commands: one valid document, an element per daemon in
+ * order (an unreachable third one too), the tables' fields with numbers
+ * as numbers and names escaped.
+ */
+static void check_json(uint16_t sport, uint16_t nport)
+{
+    char args[256], obj[1024], want[128];
+    static char out[65536];
+    uint16_t none = h_free_port();
+    snprintf(args, sizeof(args),
+             "status --json --metrics 127.0.0.1:%u --metrics 127.0.0.1:%u "
+             "--metrics 127.0.0.1:%u 2>/dev/null",
+             sport, nport, none);
+    ck_assert_int_eq(ctl(args, out, sizeof(out)), 1);
+    fprintf(stderr, "%s", out);
+    assert_json(out);
+    snprintf(want, sizeof(want), "[{\"address\":\"127.0.0.1:%u\",", sport);
+    ck_assert_msg(strstr(out, want) == out, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, ",\"role\":\"scheduler\","));
+    ck_assert_ptr_nonnull(strstr(out, ",\"workers_live\":3,"));
+    ck_assert_ptr_nonnull(strstr(out, ",\"nodes\":2,"));
+    ck_assert_ptr_nonnull(strstr(out, ",\"stragglers\":[\"w2\"],"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "\"group_sizes\":[{\"from\":3,\"to\":3,"));
+    for (int i = 0; i < 3; i++) {
+        snprintf(want, sizeof(want),
+                 "{\"name\":\"%s\",\"rank\":", json_names[i]);
+        object_of(out, want, obj, sizeof(obj));
+        ck_assert_msg(obj[0] && strstr(obj, ",\"steps\":") &&
+                          !strstr(obj, "null"),
+                      "worker %s: %s", names[i], obj);
+        ck_assert_msg(strstr(obj, i == 2 ? "\"straggler\":true}"
+                                         : "\"straggler\":false}"),
+                      "%s", obj);
+    }
+    snprintf(want, sizeof(want), "},{\"address\":\"127.0.0.1:%u\",", nport);
+    ck_assert_ptr_nonnull(strstr(out, want));
+    ck_assert_ptr_nonnull(
+        strstr(out, ",\"role\":\"node\",\"name\":\"node0\","));
+    ck_assert_ptr_nonnull(strstr(out, ",\"trainers\":2,"));
+    ck_assert_ptr_nonnull(strstr(out, ",\"scheduler_up\":true,"));
+    ck_assert_ptr_nonnull(strstr(out, ",\"bytes\":{\"tcp\":{\"sent\":"));
+    snprintf(want, sizeof(want), "},{\"address\":\"127.0.0.1:%u\",\"error\":\"",
+             none);
+    ck_assert_ptr_nonnull(strstr(out, want));
+    ck_assert_msg(strstr(out, "\"}]\n") == out + strlen(out) - 4, "%s", out);
+
+    snprintf(args, sizeof(args),
+             "workers --json --metrics 127.0.0.1:%u --metrics 127.0.0.1:%u",
+             sport, nport);
+    ck_assert_int_eq(ctl(args, out, sizeof(out)), 0);
+    fprintf(stderr, "%s", out);
+    assert_json(out);
+    ck_assert_ptr_null(strstr(out, "\"groups_formed\""));
+    ck_assert_ptr_null(strstr(out, "\"error\""));
+    object_of(out, "{\"name\":\"w2\",", obj, sizeof(obj));
+    ck_assert_msg(strstr(obj, ",\"straggler\":true}"), "%s", obj);
+    /* On the node: name, rank and version alone. */
+    snprintf(want, sizeof(want), "{\"address\":\"127.0.0.1:%u\",", nport);
+    const char *at = strstr(out, want);
+    ck_assert_ptr_nonnull(at);
+    object_of(at, "{\"name\":\"w0\",", obj, sizeof(obj));
+    ck_assert_msg(strstr(obj, "{\"name\":\"w0\",\"rank\":") == obj &&
+                      strstr(obj, ",\"version\":") && !strstr(obj, "stale"),
+                  "%s", obj);
+
+    /* Output that cannot be written is an error, said on stderr. */
+    snprintf(args, sizeof(args),
+             "status --metrics 127.0.0.1:%u 2>&1 >/dev/full", sport);
+    ck_assert_int_eq(ctl(args, out, sizeof(out)), 1);
+    ck_assert_msg(strstr(out, "preducectl: writing the output: No space "
+                              "left on device\n"),
+                  "%s", out);
+}
+
 START_TEST(test_metrics_cluster_and_preducectl)
 {
     uint16_t sport = h_free_port(), nport = h_free_port();
@@ -61,7 +220,6 @@ START_TEST(test_metrics_cluster_and_preducectl)
     sleep_ms(200);
 
     /* w2 sleeps 100 ms a step, the others 5: w2 is the straggler. */
-    static const char *const names[] = {"w0", "w1", "w2"};
     pid_t pids[3];
     for (int i = 0; i < 3; i++) {
         struct h_trainer_opts o = {.name = names[i],
@@ -86,6 +244,8 @@ START_TEST(test_metrics_cluster_and_preducectl)
                              "direction=\"sent\"} ") > 0);
     ck_assert(h_metric(node, "preduce_node_reduce_seconds_count ") > 0);
     ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w0\""));
+    ck_assert_ptr_nonnull(
+        strstr(sched, "preduce_worker_version{worker=\"w\\\"1\\\\\""));
     ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w2\""));
     ck_assert(h_metric(sched, "preduce_sched_groups_total ") > 0);
     ck_assert(h_metric(sched, "preduce_sched_workers_live ") == 3);
@@ -121,6 +281,9 @@ START_TEST(test_metrics_cluster_and_preducectl)
         ck_assert_msg((strstr(row, "  straggler") != NULL) == (i == 2),
                       "row %s", row);
     }
+
+    check_workers(sport, nport);
+    check_json(sport, nport);
 
     int failed = 0;
     for (int i = 0; i < 3; i++)
@@ -227,6 +390,116 @@ START_TEST(test_metrics_ctl_unreachable)
 }
 END_TEST
 
+/*
+ * A server on 127.0.0.1 (its port in *port) that answers one connection
+ * with `answer` once the request's blank line came, in a child process
+ * (reap it with h_wait).
+ */
+static pid_t canned(uint16_t *port, const char *answer)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        alarm(10);
+        int c = accept(fd, NULL, NULL);
+        char req[4096];
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof(req) - 1 &&
+               (r = recv(c, req + n, sizeof(req) - 1 - n, 0)) > 0) {
+            n += (size_t)r;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        ssize_t w = send(c, answer, strlen(answer), MSG_NOSIGNAL);
+        close(c);
+        _exit(w == (ssize_t)strlen(answer) ? 0 : 1);
+    }
+    close(fd);
+    return pid;
+}
+
+/*
+ * An HTTP server that is no preduced: the table and the JSON say so,
+ * exit status 1.
+ */
+START_TEST(test_metrics_ctl_not_preduced)
+{
+    static const char answer[] = "HTTP/1.0 200 OK\r\n\r\nup 1\n";
+    static const char why[] =
+        "no preduce_info metric: not a preduced metrics endpoint";
+    char args[256], want[256];
+    static char out[4096];
+    uint16_t port;
+    for (int json = 0; json < 2; json++) {
+        pid_t pid = canned(&port, answer);
+        snprintf(args, sizeof(args), "workers%s --metrics 127.0.0.1:%u 2>&1",
+                 json ? " --json" : "", port);
+        ck_assert_int_eq(ctl(args, out, sizeof(out)), 1);
+        ck_assert_int_eq(h_wait(pid, 5000), 0);
+        snprintf(want, sizeof(want), "preducectl: 127.0.0.1:%u: %s\n", port,
+                 why);
+        ck_assert_msg(strstr(out, want) != NULL, "output: %s", out);
+        snprintf(want, sizeof(want),
+                 "[{\"address\":\"127.0.0.1:%u\",\"error\":\"%s\"}]\n", port,
+                 why);
+        ck_assert_msg((strstr(out, want) != NULL) == json, "output: %s", out);
+    }
+}
+END_TEST
+
+/* Usage errors: exit status 2 and the usage; --help: 0 on stdout. */
+START_TEST(test_metrics_ctl_usage)
+{
+    static const char *const bad[] = {
+        "",
+        "stats",
+        "workers --bogus",
+        "workers extra",
+        "status --json=1",
+        "workers --timeout-ms 0",
+    };
+    static char out[4096];
+    char args[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(args, sizeof(args), "%s 2>&1 >/dev/null", bad[i]);
+        ck_assert_msg(ctl(args, out, sizeof(out)) == 2, "%s: %s", bad[i], out);
+        ck_assert_msg(strstr(out, "preducectl: ") == out, "%s: %s", bad[i],
+                      out);
+    }
+    ck_assert_int_eq(ctl("--help 2>/dev/null", out, sizeof(out)), 0);
+    ck_assert_ptr_nonnull(strstr(out, "usage: preducectl status|workers"));
+    ck_assert_ptr_nonnull(strstr(out, "--json"));
+}
+END_TEST
+
+/* The JSON checker the tests above rely on refuses what is not JSON. */
+START_TEST(test_metrics_json_check)
+{
+    static const char *const good[] = {
+        "[]\n", "{}", " [1,-2.5e+3,0,true,false,null,\"\\u00e9\\n\xc3\xa9\"] ",
+        "[{\"a\":{\"b\":[]}}]"};
+    static const char *const bad[] = {
+        "",         "[1,]",    "{\"a\" 1}", "[01]",  "[1.]",  "\"\x01\"",
+        "\"\xff\"", "\"\\x\"", "[] []",     "{1:2}", "[nul]", "[\"a]"};
+    const char *where;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_msg(h_json_check(good[i], &where) == 0, "%s", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(h_json_check(bad[i], &where) == -1, "%s", bad[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -235,6 +508,9 @@ int main(void)
     tcase_add_test(tc, test_metrics_cluster_and_preducectl);
     tcase_add_test(tc, test_metrics_link_rates);
     tcase_add_test(tc, test_metrics_ctl_unreachable);
+    tcase_add_test(tc, test_metrics_ctl_not_preduced);
+    tcase_add_test(tc, test_metrics_ctl_usage);
+    tcase_add_test(tc, test_metrics_json_check);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
