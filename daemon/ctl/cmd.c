@@ -20,21 +20,26 @@
 
 /*
  * Fetches one daemon and reads its view. 0, or a negative errno with
- * why[] saying what failed, for a person.
+ * why[] saying what failed, for a person. Nothing listening is most
+ * often a daemon without metrics.listen: the message says so, and that
+ * the address was the default when it was.
  */
-static int read_view(const char *addr, int timeout_ms, struct pr_promtext *m,
-                     struct pr_ctl_view *v, char *why, size_t whylen)
+static int read_view(const struct pr_ctl_args *a, const char *addr,
+                     struct pr_promtext *m, struct pr_ctl_view *v, char *why,
+                     size_t whylen)
 {
     char *body = NULL;
-    const char *what = "";
-    int rc = pr_ctl_fetch(addr, timeout_ms, &body, &what);
-    if (rc < 0) {
-        snprintf(why, whylen, "%s: %s", what,
-                 rc == -ETIMEDOUT ? "no answer in time"
-                 : rc == -EPROTO  ? "bad answer"
-                                  : strerror(-rc));
+    int rc = pr_ctl_fetch(addr, a->timeout_ms, &body, why, whylen);
+    if (rc == -ECONNREFUSED)
+        snprintf(
+            why, whylen,
+            "connection refused: is metrics.listen set in that daemon's "
+            "preduced.conf? (metrics are off by default%s)",
+            a->default_addr
+                ? "; without --metrics preducectl reads " PR_CTL_DEFAULT_METRICS
+                : "");
+    if (rc < 0)
         return rc;
-    }
     rc = pr_promtext_parse(body, m);
     if (rc == 0)
         rc = pr_ctl_view_build(m, v);
@@ -69,7 +74,7 @@ int pr_ctl_run(const struct pr_ctl_args *a)
         struct pr_promtext m = {0};
         struct pr_ctl_view v = {0};
         char why[256];
-        if (read_view(addr, a->timeout_ms, &m, &v, why, sizeof(why)) < 0) {
+        if (read_view(a, addr, &m, &v, why, sizeof(why)) < 0) {
             fprintf(stderr, "preducectl: %s: %s\n", addr, why);
             if (a->json)
                 pr_ctl_json_error(&j, addr, why);

@@ -4,6 +4,8 @@
 #define PR_CTL_CMD_H
 
 #define PR_CTL_MAX_DAEMONS 64
+/* Where preducectl looks without --metrics: the conf's usual listen. */
+#define PR_CTL_DEFAULT_METRICS "127.0.0.1:9464"
 
 enum pr_ctl_cmd {
     PR_CTL_STATUS,  /* each daemon's figures and its workers */
@@ -15,7 +17,8 @@ struct pr_ctl_args {
     int json; /* one JSON document instead of the tables */
     const char *addrs[PR_CTL_MAX_DAEMONS]; /* HOST:PORT each */
     int naddrs;
-    int timeout_ms; /* per daemon: connect, request and answer */
+    int default_addr; /* no --metrics: addrs holds PR_CTL_DEFAULT_METRICS */
+    int timeout_ms;   /* per daemon: connect, request and answer */
 };
 
 /*

@@ -45,12 +45,11 @@ static int wait_fd(int fd, short events, uint64_t deadline_ms)
     }
 }
 
-static int connect_to(const char *hostport, uint64_t deadline, int *out,
-                      const char **what)
+/* Connects to hostport: 0 and *out, or a negative errno. */
+static int connect_to(const char *hostport, uint64_t deadline, int *out)
 {
     char host[96], ports[8];
     uint16_t port;
-    *what = "bad address (HOST:PORT, HOST numeric or localhost)";
     if (pr_conf_parse_hostport(hostport, host, sizeof(host), &port) < 0 ||
         port == 0)
         return -EINVAL;
@@ -62,7 +61,6 @@ static int connect_to(const char *hostport, uint64_t deadline, int *out,
     struct addrinfo *ai;
     if (getaddrinfo(host, ports, &hints, &ai) != 0)
         return -EINVAL;
-    *what = "cannot connect";
     int fd =
         socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int rc = fd < 0 ? -errno : 0;
@@ -140,41 +138,59 @@ static int read_all(int fd, uint64_t deadline, char **out, size_t *outlen)
     return 0;
 }
 
-int pr_ctl_fetch(const char *hostport, int timeout_ms, char **body,
-                 const char **what)
+/* What a step's failure says: the step, then the cause. */
+static int failed(int rc, const char *step, char *why, size_t whylen)
+{
+    snprintf(why, whylen, "%s: %s", step,
+             rc == -ETIMEDOUT  ? "no answer in time"
+             : rc == -EMSGSIZE ? "over 16 MiB"
+                               : strerror(-rc));
+    return rc;
+}
+
+int pr_ctl_fetch(const char *hostport, int timeout_ms, char **body, char *why,
+                 size_t whylen)
 {
     uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
     int fd;
-    int rc = connect_to(hostport, deadline, &fd, what);
-    if (rc < 0)
+    int rc = connect_to(hostport, deadline, &fd);
+    if (rc == -EINVAL) {
+        snprintf(why, whylen,
+                 "bad address (HOST:PORT, HOST numeric or localhost)");
         return rc;
+    }
+    if (rc == -ECONNREFUSED) {
+        snprintf(why, whylen, "connection refused");
+        return rc;
+    }
+    if (rc < 0)
+        return failed(rc, "cannot connect", why, whylen);
     /* connect_to took hostport: a host of at most 95 bytes, so it fits. */
     char req[256];
     int len = snprintf(req, sizeof(req),
                        "GET /metrics HTTP/1.0\r\nHost: %s\r\n"
                        "User-Agent: preducectl\r\n\r\n",
                        hostport);
-    *what = "sending the request";
     rc = send_all(fd, req, len, deadline);
+    const char *step = "sending the request";
     char *buf = NULL;
     size_t n = 0;
     if (rc == 0) {
-        *what = "reading the answer";
         rc = read_all(fd, deadline, &buf, &n);
+        step = "reading the answer";
     }
     close(fd);
     if (rc < 0)
-        return rc;
-    *what = "not an HTTP answer with metrics";
+        return failed(rc, step, why, whylen);
     char *end = strstr(buf, "\r\n\r\n");
     int code = 0;
-    if (!end || sscanf(buf, "HTTP/1.%*d %d", &code) != 1) {
-        free(buf);
-        return -EPROTO;
-    }
-    if (code != 200) {
-        *what = code == 404 ? "HTTP 404: no /metrics there"
-                            : "the daemon answered with an HTTP error";
+    if (!end || sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+        snprintf(why, whylen, "not an HTTP answer with metrics");
+    else if (code == 404)
+        snprintf(why, whylen, "HTTP 404: no /metrics there");
+    else if (code != 200)
+        snprintf(why, whylen, "the daemon answered with HTTP %d", code);
+    if (!end || code != 200) {
         free(buf);
         return -EPROTO;
     }

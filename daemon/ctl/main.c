@@ -26,7 +26,6 @@
 
 #include "daemon/ctl/cmd.h"
 
-#define DEFAULT_METRICS    "127.0.0.1:9464"
 #define DEFAULT_TIMEOUT_MS 2000
 
 static void usage(FILE *f)
@@ -44,7 +43,8 @@ static void usage(FILE *f)
             "                       straggler; a node's trainers\n"
             "  --json               one JSON array, an object per daemon\n"
             "  --metrics HOST:PORT  a daemon's metrics address; repeat for\n"
-            "                       several (default " DEFAULT_METRICS ").\n"
+            "                       several (default " PR_CTL_DEFAULT_METRICS
+            ").\n"
             "                       HOST: an IP address or localhost\n"
             "  --timeout-ms MS      limit per daemon for connect, request\n"
             "                       and answer (%d)\n"
@@ -120,7 +120,9 @@ int main(int argc, char **argv)
                 argv[optind + 1]);
         return 2;
     }
-    if (a.naddrs == 0)
-        a.addrs[a.naddrs++] = DEFAULT_METRICS;
+    if (a.naddrs == 0) {
+        a.addrs[a.naddrs++] = PR_CTL_DEFAULT_METRICS;
+        a.default_addr = 1;
+    }
     return pr_ctl_run(&a);
 }
