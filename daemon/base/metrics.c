@@ -11,6 +11,7 @@
 #include "daemon/base/http_req.h"
 #include "daemon/base/log.h"
 #include "daemon/base/stranger.h"
+#include "preduce.h" /* the release's version */
 
 #define BUF_MIN           4096
 #define REFUSE_LOG_GAP_MS 10000 /* at most one "refusing" line per gap */
@@ -127,6 +128,14 @@ void pr_metrics_header(struct pr_metrics_buf *b, const char *name,
 {
     pr_metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
                       type);
+}
+
+void pr_metrics_build_info(struct pr_metrics_buf *b)
+{
+    pr_metrics_header(b, "preduce_build_info", "gauge",
+                      "The preduce release this daemon runs.");
+    pr_metrics_printf(b, "preduce_build_info{version=\"%d.%d\"} 1\n",
+                      PREDUCE_VERSION_MAJOR, PREDUCE_VERSION_MINOR);
 }
 
 const char *pr_metrics_escape(const char *s, char *dst, size_t dst_len)

@@ -64,6 +64,12 @@ void pr_metrics_printf(struct pr_metrics_buf *b, const char *fmt, ...)
 void pr_metrics_header(struct pr_metrics_buf *b, const char *name,
                        const char *type, const char *help);
 /*
+ * The release, the same line from every role:
+ * preduce_build_info{version="MAJOR.MINOR"} 1, from preduce.h's
+ * PREDUCE_VERSION_MAJOR and _MINOR (what preduced -V prints).
+ */
+void pr_metrics_build_info(struct pr_metrics_buf *b);
+/*
  * Copies `s` into dst[dst_len] escaped for a label value (backslash,
  * double quote and newline), truncated if need be; returns dst. A dst of
  * 2 * strlen(s) + 1 bytes always holds all of it.

@@ -51,7 +51,7 @@ static void bytes(struct pr_metrics_buf *b, const char *transport,
                       (unsigned long long)recv);
 }
 
-/* Who this daemon is: the one preduce_info line. */
+/* Who this daemon is: the one preduce_info line, and its release. */
 static void render_info(struct pr_metrics_buf *b, const struct pr_node *n)
 {
     const struct pr_conf *c = n->conf;
@@ -64,6 +64,7 @@ static void render_info(struct pr_metrics_buf *b, const struct pr_node *n)
                       pr_metrics_escape(c->job, job, sizeof(job)),
                       pr_metrics_escape(c->node_name, name, sizeof(name)),
                       n->self);
+    pr_metrics_build_info(b);
 }
 
 /* What the node itself counts: its scheduler link, trainers, reduces. */

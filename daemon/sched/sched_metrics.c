@@ -205,6 +205,7 @@ int pr_sched_metrics_render(const struct pr_sched_view *v,
                       "preduce_info{role=\"scheduler\",job=\"%s\","
                       "name=\"scheduler\"} 1\n",
                       pr_metrics_escape(v->job, esc, sizeof(esc)));
+    pr_metrics_build_info(b);
     scalar(b, "preduce_sched_nodes", "gauge", "Node daemons connected.",
            v->nodes);
     scalar(b, "preduce_sched_workers_live", "gauge", "Workers registered.",

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "preduce.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/json_check.h"
 
@@ -152,8 +153,7 @@ static void check_json(uint16_t sport, uint16_t nport)
     ck_assert_ptr_nonnull(strstr(out, ",\"workers_live\":3,"));
     ck_assert_ptr_nonnull(strstr(out, ",\"nodes\":2,"));
     ck_assert_ptr_nonnull(strstr(out, ",\"stragglers\":[\"w2\"],"));
-    ck_assert_ptr_nonnull(
-        strstr(out, "\"group_sizes\":[{\"from\":3,\"to\":3,"));
+    ck_assert_ptr_nonnull(strstr(out, "{\"from\":3,\"to\":3,\"groups\":"));
     for (int i = 0; i < 3; i++) {
         snprintf(want, sizeof(want),
                  "{\"name\":\"%s\",\"rank\":", json_names[i]);
@@ -254,6 +254,13 @@ START_TEST(test_metrics_cluster_and_preducectl)
               0);
     ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w2\"") == 1);
     ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w0\"") == 0);
+    /* Both roles: the release, as preduce.h has it. */
+    char build_info[64];
+    snprintf(build_info, sizeof(build_info),
+             "\npreduce_build_info{version=\"%d.%d\"} 1\n",
+             PREDUCE_VERSION_MAJOR, PREDUCE_VERSION_MINOR);
+    ck_assert_ptr_nonnull(strstr(node, build_info));
+    ck_assert_ptr_nonnull(strstr(sched, build_info));
 
     char cmd[512];
     static char out[65536];

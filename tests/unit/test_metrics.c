@@ -25,6 +25,7 @@
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
 #include "daemon/base/stranger.h"
+#include "preduce.h"
 
 #define ANSWER_MAX (4u << 20)
 #define GET10      "GET /metrics HTTP/1.0\r\n\r\n"
@@ -603,6 +604,25 @@ START_TEST(test_metrics_buf_and_escape)
 }
 END_TEST
 
+/* preduce_build_info: preduce.h's version, the same for both roles. */
+START_TEST(test_metrics_build_info)
+{
+    struct pr_metrics_buf b;
+    char want[256];
+    pr_metrics_buf_init(&b);
+    pr_metrics_build_info(&b);
+    ck_assert_int_eq(b.err, 0);
+    snprintf(want, sizeof(want),
+             "# HELP preduce_build_info The preduce release this daemon "
+             "runs.\n"
+             "# TYPE preduce_build_info gauge\n"
+             "preduce_build_info{version=\"%d.%d\"} 1\n",
+             PREDUCE_VERSION_MAJOR, PREDUCE_VERSION_MINOR);
+    ck_assert_str_eq(b.data, want);
+    pr_metrics_buf_fini(&b);
+}
+END_TEST
+
 /* The request parser alone (http_req.c), one row per verdict. */
 static const struct {
     const char *req;
@@ -689,6 +709,7 @@ static Suite *metrics_suite(void)
     tc = tcase_create("buffer");
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_metrics_buf_and_escape);
+    tcase_add_test(tc, test_metrics_build_info);
     tcase_add_test(tc, test_metrics_request_status);
     suite_add_tcase(s, tc);
     return s;
