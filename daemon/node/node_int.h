@@ -24,6 +24,9 @@
 #include "daemon/base/stranger.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 
+/* The reduce latency histogram's bounds, 100 us .. 60 s (node_metrics.c). */
+#define PR_NODE_REDUCE_BUCKETS 18
+
 struct node_tensor {
     uint32_t id;
     float *data; /* the daemon's mapping of the trainer's memfd */
@@ -134,8 +137,14 @@ struct pr_node {
     uint8_t
         my_nonce[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
     uint8_t sched_challenge[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
-    uint64_t reduce_us_sum, reduce_us_count; /* successful reduces' latency */
-    struct pr_metrics *metrics;              /* NULL: [metrics] listen off */
+    /*
+     * Successful reduces' latency (pr_node_reduce_observe): the sum, the
+     * count, and per bucket of node_metrics.c's bounds the reduces that
+     * fell in it (not cumulative; one past the last bound: only counted).
+     */
+    uint64_t reduce_us_sum, reduce_us_count;
+    uint64_t reduce_us_buckets[PR_NODE_REDUCE_BUCKETS];
+    struct pr_metrics *metrics; /* NULL: [metrics] listen off */
     /*
      * Trainer connections before their hello (node_ipc.c): they do not
      * count against max_clients; ngreeted does.
@@ -206,6 +215,8 @@ void pr_node_groups_fail(struct pr_node *n, int status);
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;
 int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
+/* Counts a successful reduce that took `us` microseconds. */
+void pr_node_reduce_observe(struct pr_node *n, uint64_t us);
 
 /* node_spin.c */
 /*

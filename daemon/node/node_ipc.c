@@ -148,8 +148,8 @@ void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d)
     if (out.status == 0) {
         c->version = out.version;
         c->node->reduces_ok++;
-        c->node->reduce_us_sum += uv_hrtime() / 1000 - c->reduce_start_us;
-        c->node->reduce_us_count++;
+        pr_node_reduce_observe(c->node,
+                               uv_hrtime() / 1000 - c->reduce_start_us);
     } else {
         c->node->reduces_failed++;
     }

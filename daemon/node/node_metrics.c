@@ -67,6 +67,64 @@ static void render_info(struct pr_metrics_buf *b, const struct pr_node *n)
     pr_metrics_build_info(b);
 }
 
+/*
+ * The reduce latency histogram's upper bounds (inclusive), in us and as
+ * the le label says them: a reduce of a small model on one host takes a
+ * few hundred us, a large one across hosts seconds. The last is past
+ * node.reduce_timeout_ms's default (30 s), after which a reduce fails
+ * and is not counted; with the timeout raised, a longer one counts in
+ * +Inf alone.
+ */
+static const struct {
+    uint64_t us;
+    const char *le;
+} reduce_bounds[PR_NODE_REDUCE_BUCKETS] = {
+    {100, "0.0001"},  {250, "0.00025"}, {500, "0.0005"},  {1000, "0.001"},
+    {2500, "0.0025"}, {5000, "0.005"},  {10000, "0.01"},  {25000, "0.025"},
+    {50000, "0.05"},  {100000, "0.1"},  {250000, "0.25"}, {500000, "0.5"},
+    {1000000, "1"},   {2500000, "2.5"}, {5000000, "5"},   {10000000, "10"},
+    {30000000, "30"}, {60000000, "60"},
+};
+
+void pr_node_reduce_observe(struct pr_node *n, uint64_t us)
+{
+    n->reduce_us_sum += us;
+    n->reduce_us_count++;
+    for (size_t i = 0; i < PR_NODE_REDUCE_BUCKETS; i++) {
+        if (us <= reduce_bounds[i].us) {
+            n->reduce_us_buckets[i]++;
+            break;
+        }
+    }
+}
+
+/*
+ * A Prometheus histogram: cumulative buckets, +Inf equal to _count, and
+ * _sum and _count as the summary it replaced had them.
+ */
+static void render_reduce_seconds(struct pr_metrics_buf *b,
+                                  const struct pr_node *n)
+{
+    pr_metrics_header(b, "preduce_node_reduce_seconds", "histogram",
+                      "Time from a trainer's reduce request to its "
+                      "successful answer.");
+    uint64_t cum = 0;
+    for (size_t i = 0; i < PR_NODE_REDUCE_BUCKETS; i++) {
+        cum += n->reduce_us_buckets[i];
+        pr_metrics_printf(b,
+                          "preduce_node_reduce_seconds_bucket{le=\"%s\"} "
+                          "%llu\n",
+                          reduce_bounds[i].le, (unsigned long long)cum);
+    }
+    pr_metrics_printf(b,
+                      "preduce_node_reduce_seconds_bucket{le=\"+Inf\"} %llu\n"
+                      "preduce_node_reduce_seconds_sum %.6f\n"
+                      "preduce_node_reduce_seconds_count %llu\n",
+                      (unsigned long long)n->reduce_us_count,
+                      (double)n->reduce_us_sum / 1e6,
+                      (unsigned long long)n->reduce_us_count);
+}
+
 /* What the node itself counts: its scheduler link, trainers, reduces. */
 static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
 {
@@ -92,14 +150,7 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
     counter2(b, "preduce_node_reduces_total",
              "Trainers' reduces answered, by outcome.", "status", "ok",
              n->reduces_ok, "failed", n->reduces_failed);
-    pr_metrics_header(b, "preduce_node_reduce_seconds", "summary",
-                      "Time from a trainer's reduce request to its "
-                      "successful answer.");
-    pr_metrics_printf(b,
-                      "preduce_node_reduce_seconds_sum %.6f\n"
-                      "preduce_node_reduce_seconds_count %llu\n",
-                      (double)n->reduce_us_sum / 1e6,
-                      (unsigned long long)n->reduce_us_count);
+    render_reduce_seconds(b, n);
 }
 
 /* What the reduce engine counts (pr_engine_stats): groups and chunks. */

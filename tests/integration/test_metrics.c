@@ -99,6 +99,40 @@ static void assert_json(const char *text)
 static const char *const names[] = {"w0", "w\"1\\", "w2"};
 static const char *const json_names[] = {"w0", "w\\\"1\\\\", "w2"};
 
+/*
+ * A Prometheus histogram in text: its TYPE line, then its buckets in
+ * order of their bounds, cumulative, the last +Inf and equal to _count.
+ * The count.
+ */
+static double check_histogram(const char *text, const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "\n# TYPE %s histogram\n", name);
+    ck_assert_msg(strstr(text, key) != NULL, "no %s", key + 1);
+    snprintf(key, sizeof(key), "\n%s_bucket{le=\"", name);
+    double prev_le = -1, prev = 0, inf = NAN;
+    int n = 0;
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        const char *le = p + strlen(key);
+        double bound = strncmp(le, "+Inf\"", 5) ? strtod(le, NULL) : INFINITY;
+        double count = strtod(strchr(le, ' ') + 1, NULL);
+        ck_assert_msg(bound > prev_le && isnan(inf), "%s: bucket %d, le %g",
+                      name, n, bound);
+        ck_assert_msg(count >= prev, "%s: le %g: %g after %g", name, bound,
+                      count, prev);
+        if (isinf(bound))
+            inf = count;
+        prev_le = bound;
+        prev = count;
+        n++;
+    }
+    snprintf(key, sizeof(key), "%s_count ", name);
+    double count = h_metric(text, key);
+    ck_assert_msg(n > 1 && inf == count, "%s: %d buckets, +Inf %g, count %g",
+                  name, n, inf, count);
+    return count;
+}
+
 /* `workers`: the scheduler's rows with their pace; node0's trainers. */
 static void check_workers(uint16_t sport, uint16_t nport)
 {
@@ -170,6 +204,9 @@ static void check_json(uint16_t sport, uint16_t nport)
     ck_assert_ptr_nonnull(
         strstr(out, ",\"role\":\"node\",\"name\":\"node0\","));
     ck_assert_ptr_nonnull(strstr(out, ",\"trainers\":2,"));
+    const char *mean = strstr(out, ",\"reduce_mean_ms\":");
+    ck_assert_ptr_nonnull(mean);
+    ck_assert_msg(strtod(mean + 18, NULL) > 0, "%.40s", mean);
     ck_assert_ptr_nonnull(strstr(out, ",\"scheduler_up\":true,"));
     ck_assert_ptr_nonnull(strstr(out, ",\"bytes\":{\"tcp\":{\"sent\":"));
     snprintf(want, sizeof(want), "},{\"address\":\"127.0.0.1:%u\",\"error\":\"",
@@ -243,6 +280,13 @@ START_TEST(test_metrics_cluster_and_preducectl)
     ck_assert(h_metric(node, "preduce_node_bytes_total{transport=\"tcp\","
                              "direction=\"sent\"} ") > 0);
     ck_assert(h_metric(node, "preduce_node_reduce_seconds_count ") > 0);
+    /* The latency histogram, 100 us to 60 s: these reduces are in it. */
+    ck_assert(check_histogram(node, "preduce_node_reduce_seconds") > 0);
+    ck_assert(
+        h_metric(node, "preduce_node_reduce_seconds_bucket{le=\"60\"} ") ==
+        h_metric(node, "preduce_node_reduce_seconds_count "));
+    ck_assert(h_metric(node, "preduce_node_reduce_seconds_sum ") > 0);
+    check_histogram(sched, "preduce_sched_group_size");
     ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w0\""));
     ck_assert_ptr_nonnull(
         strstr(sched, "preduce_worker_version{worker=\"w\\\"1\\\\\""));
@@ -276,6 +320,8 @@ START_TEST(test_metrics_cluster_and_preducectl)
     for (int i = 0; i < 3; i++)
         ck_assert_ptr_nonnull(strstr(out, names[i]));
     ck_assert_ptr_nonnull(strstr(out, "straggler"));
+    /* The mean reduce time, from the histogram's _sum and _count. */
+    ck_assert_ptr_nonnull(strstr(out, " ok, 0 failed, mean "));
     /* The worker rows: each worker's own gauges, w2 marked. */
     for (int i = 0; i < 3; i++) {
         char key[16], row[256];
