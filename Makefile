@@ -260,6 +260,11 @@ $(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# fuzz_promtext checks preducectl's JSON with the integration tests'
+# JSON checker.
+$(BUILD)/tests/replay_fuzz_promtext $(BUILD)/fuzz/fuzz_promtext: \
+	$(BUILD)/tests/integration/json_check.o
+
 check-replay: $(REPLAY_BINS)
 	@set -e; for t in $(REPLAY_BINS); do n=$${t##*/replay_}; \
 		echo "== $$t"; $(TEST_ENV) ./$$t $$n tests/fuzz/seeds/$$n \
