@@ -12,6 +12,7 @@ PKGS=(
     shellcheck pyflakes3
     systemd systemd-container groff-base man-db procps
     python3-torch python3-pytest python3-yaml
+    python3-venv python3-pip python3-setuptools python3-wheel
     dpkg-dev debhelper dh-python fakeroot lintian
 )
 

@@ -46,7 +46,8 @@ int pr_promtext_parse(char *text, struct pr_promtext *m)
 {
     memset(m, 0, sizeof(*m));
     m->text = text;
-    for (char *line = text, *next; line && *line; line = next) {
+    /* A blank line may sit between samples: it ends nothing. */
+    for (char *line = text, *next; line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = '\0';

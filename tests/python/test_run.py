@@ -28,8 +28,9 @@ with preduce.Client() as c:
     w = c.tensor(4)
     w[:] = rank
     r = c.reduce([w], timeout_ms=20000)
-    print(f"rank {rank} of {world}: {w[0]:.3f} over {len(r.members)}"
-          f" args {sys.argv[1:]}", flush=True)
+    # one write(2) a line: the trainers share the pipe
+    os.write(1, f"rank {rank} of {world}: {w[0]:.3f} over "
+                f"{len(r.members)} args {sys.argv[1:]}\n".encode())
 '''
 
 
@@ -175,3 +176,19 @@ def test_two_machines_in_one_run(tmp_path, nodes):
     lines = sorted(line for out, _ in outs for line in out.splitlines())
     assert lines == [f"rank {r} of 4: 1.500 over 4 args []"
                      for r in range(4)]
+
+
+@pytest.mark.parametrize("args,policy", [((), "dynamic"),
+                                         (("--policy", "constant"),
+                                          "constant")])
+def test_the_private_scheduler_takes_the_policy(tmp_path, args, policy):
+    """--policy (default dynamic) is the private scheduler's, and
+    --log-dir keeps the daemons' logs."""
+    logs = tmp_path / "logs"
+    p = launcher("--socket", str(tmp_path / "none.sock"), "--log-dir",
+                 str(logs), *args, script(tmp_path, "pass\n"))
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    sched = (logs / "scheduler.log").read_text()
+    assert f"policy {policy}" in sched, sched
+    assert (logs / "node.log").exists()

@@ -94,6 +94,11 @@ START_TEST(test_promtext_many)
     ck_assert_str_eq(v, "4999");
     ck_assert(m.s[1234].value == 1234);
     pr_promtext_free(&m);
+    /* Blank lines between samples end nothing. */
+    parse("a 1\n\n\r\nb 2\n\n", &m);
+    ck_assert_uint_eq(m.n, 2);
+    ck_assert_str_eq(m.s[1].name, "b");
+    pr_promtext_free(&m);
 }
 END_TEST
 

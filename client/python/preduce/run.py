@@ -146,13 +146,25 @@ def find_preduced(given):
 class Daemons:
     """The private scheduler and node daemon of one run, if any."""
 
-    def __init__(self, preduced, log_dir, settings):
+    def __init__(self, preduced, log_dir, settings, policy):
         self.preduced, self.log_dir = preduced, log_dir
-        self.settings, self.procs = settings, []
+        self.settings, self.policy, self.procs = settings, policy, []
+        # An empty config file: without -c a daemon reads the service's
+        # /etc/preduce/preduced.conf (its ports, its key), not ours.
+        self.conf = os.path.join(log_dir, "empty.conf")
+        with open(self.conf, "w"):
+            pass
+
+    def _for(self, role):
+        """The --set settings for a role: scheduler.* to the scheduler,
+        node.* to the node daemon, the rest (security, log, ...) to
+        both."""
+        other = "node." if role == "scheduler" else "scheduler."
+        return [kv for kv in self.settings if not kv.startswith(other)]
 
     def _start(self, role, what, sets):
         log = os.path.join(self.log_dir, f"{what}.log")
-        cmd = [self.preduced, "--role", role]
+        cmd = [self.preduced, "-c", self.conf, "--role", role]
         for kv in sets:
             cmd += ["--set", kv]
         with open(log, "ab") as out:
@@ -181,8 +193,8 @@ class Daemons:
         """Starts a scheduler listening on listen ("host:port")."""
         host, port = split_host_port(listen)
         sets = [f"scheduler.listen={listen}",
-                f"scheduler.min_workers={world}"]
-        sets += [kv for kv in self.settings if kv.startswith("scheduler.")]
+                f"scheduler.min_workers={world}",
+                f"scheduler.policy={self.policy}"] + self._for("scheduler")
         p = self._start("scheduler", "scheduler", sets)
         probe = "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
@@ -199,8 +211,7 @@ class Daemons:
         sets = [f"node.name={name}", f"node.scheduler={scheduler}",
                 f"node.socket={sock}",
                 f"node.data_listen={data_host}:{free_port(data_host)}"]
-        sets += [kv for kv in self.settings
-                 if not kv.startswith("scheduler.")]
+        sets += self._for("node")
         p = self._start("node", "node", sets)
         self._wait("node daemon", p, self.procs[-1][2],
                    lambda: answers(sock))
@@ -291,7 +302,8 @@ def run(a):
     try:
         if private:
             os.makedirs(log_dir, exist_ok=True)
-            daemons = Daemons(find_preduced(a.preduced), log_dir, a.set)
+            daemons = Daemons(find_preduced(a.preduced), log_dir, a.set,
+                              a.policy)
             if a.nnodes == 1:
                 sched = f"127.0.0.1:{free_port()}"
                 daemons.scheduler(sched, world)
@@ -330,10 +342,14 @@ def run(a):
         status = 128 + e.signum
         return status
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        # No signal may cut the cleanup short: the daemons are in their
+        # own session and would outlive us.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if daemons is not None:
             daemons.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
         if tmp is not None and a.log_dir is None:
             if status == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
