@@ -5,8 +5,9 @@
 #  - a private header (*_int.h) is included from outside its folder;
 #  - a part includes a header of a part above it, or of another part of
 #    its own rank (the order below);
-#  - the scheduler core includes conf.h or libuv (it decides, the server
-#    around it configures and runs it);
+#  - the scheduler core includes libuv, or from base anything but the
+#    vocabulary it shares with the config (names.h, policy.h): it decides,
+#    the server around it configures and runs it;
 #  - a transport includes the engine's engine.h (it hands chunks and link
 #    loss to the engine through the link contract's callbacks, xport.h);
 #  - the client library includes a daemon header.
@@ -14,8 +15,8 @@
 #
 # The parts, lowest first (a part may include its own folder and any
 # lower part; proto/ and system headers are open to all):
-#   0 daemon/sched/core  the scheduler's decisions: no I/O, no clock
-#   1 daemon/base        config, log, framed connections, auth, metrics
+#   0 daemon/base        config, log, framed connections, auth, metrics
+#   1 daemon/sched/core  the scheduler's decisions: no I/O, no clock
 #   2 daemon/engine      a group's ring all-reduce and its maths; xport.h
 #   3 daemon/xport/rdma  verbs
 #   4 daemon/xport/tcp   peer links (carrying RDMA's set-up)
@@ -26,8 +27,8 @@ cd "${1:-$(dirname "$0")/..}" || exit 2
 
 rank() {
     case "$1" in
-    daemon/sched/core) echo 0 ;;
-    daemon/base) echo 1 ;;
+    daemon/base) echo 0 ;;
+    daemon/sched/core) echo 1 ;;
     daemon/engine) echo 2 ;;
     daemon/xport/rdma) echo 3 ;;
     daemon/xport/tcp) echo 4 ;;
@@ -71,8 +72,9 @@ for f in $files; do
             if [[ "$dir" == daemon/xport/* && "$hdr" == daemon/engine/engine.h ]]; then
                 fail "$f:$line" "a transport includes the engine ($hdr): use xport.h's callbacks"
             fi
-            if [[ "$dir" == daemon/sched/core && "$hdr" == daemon/base/conf.h ]]; then
-                fail "$f:$line" "the scheduler core includes conf.h"
+            if [[ "$dir" == daemon/sched/core && "$hdr" == daemon/base/* &&
+                "$hdr" != daemon/base/names.h && "$hdr" != daemon/base/policy.h ]]; then
+                fail "$f:$line" "the scheduler core includes $hdr (of base, only names.h and policy.h)"
             fi
             ;;
         uv.h)

@@ -78,7 +78,7 @@ static const struct entry *lookup(const char *section, const char *name,
     const struct entry *other = NULL;
     int section_known = !*section;
 
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         const struct entry *e = &pr_conf_keys[i];
         if (strcmp(e->section, section) == 0) {
             section_known = 1;
@@ -143,20 +143,12 @@ static int parse_dbl(const struct entry *e, const char *v, double *out,
 static int parse_enum(const struct entry *e, const char *v, int *out,
                       struct pr_conf_err *err)
 {
-    char allowed[96] = "";
-    size_t n = 0;
+    char allowed[96];
 
-    for (const struct enum_name *p = e->names; p->name; p++) {
-        if (strcmp(p->name, v) == 0) {
-            *out = p->value;
-            return 0;
-        }
-        n += (size_t)snprintf(allowed + n, sizeof(allowed) - n, "%s%s",
-                              n ? ", " : "", p->name);
-        if (n >= sizeof(allowed))
-            n = sizeof(allowed) - 1;
-    }
-    return bad(err, -EINVAL, e, "'%s' is not one of: %s", v, allowed);
+    if (pr_name_parse(e->names, v, out) == 0)
+        return 0;
+    return bad(err, -EINVAL, e, "'%s' is not one of: %s", v,
+               pr_name_list(e->names, allowed, sizeof(allowed)));
 }
 
 static int parse_str(const struct entry *e, const char *v, char **out,
@@ -239,7 +231,7 @@ int pr_conf_init(struct pr_conf *c)
     int rc;
 
     memset(c, 0, sizeof(*c));
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         rc = set_value(c, &pr_conf_keys[i], pr_conf_keys[i].def, &err);
         if (rc) {
             pr_conf_fini(c);
@@ -254,7 +246,7 @@ int pr_conf_init(struct pr_conf *c)
 
 void pr_conf_fini(struct pr_conf *c)
 {
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         if (pr_conf_keys[i].type == T_STR) {
             char **s = field(c, &pr_conf_keys[i]);
             free(*s);
@@ -273,10 +265,10 @@ struct parse {
     FILE *f;
     struct pr_conf_err *err;
     int lineno;
-    int indented;            /* the current line starts with white space */
-    int rc;                  /* first error, 0 while none */
-    int err_line;            /* its line */
-    int seen[PR_CONF_NKEYS]; /* line that set each key, to catch duplicates */
+    int indented;               /* the current line starts with white space */
+    int rc;                     /* first error, 0 while none */
+    int err_line;               /* its line */
+    int seen[PR_CONF_KEYS_MAX]; /* line that set each key: duplicates */
 };
 
 /*
@@ -371,7 +363,7 @@ static int on_key(void *user, const char *section, const char *name,
         p->seen[e - pr_conf_keys] = p->lineno;
         rc = set_value(p->c, e, value, p->err);
         if (!rc)
-            p->c->file_keys |= UINT64_C(1) << (e - pr_conf_keys);
+            p->c->file_keys[e - pr_conf_keys] = 1;
     }
     if (!rc)
         return 1;
@@ -434,7 +426,7 @@ int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err)
     rc = open_conf(path, &p.f, err);
     if (rc < 0)
         return rc;
-    c->file_keys = 0;
+    memset(c->file_keys, 0, sizeof(c->file_keys));
     ret = ini_parse_stream(read_line, &p, on_key, &p);
     io = ferror(p.f);
     fclose(p.f);
@@ -504,7 +496,7 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
     e = lookup(section, key, err);
     rc = e ? set_value(c, e, value, err) : -EINVAL;
     if (!rc)
-        c->set_keys |= UINT64_C(1) << (e - pr_conf_keys);
+        c->set_keys[e - pr_conf_keys] = 1;
     if (!rc)
         rc = finish(c);
 out:
@@ -587,9 +579,8 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
                        s, (e->flags & F_PORT0) ? 0 : 1);
         return 0;
     case T_ENUM:
-        for (const struct enum_name *p = e->names; p->name; p++)
-            if (p->value == *(const int *)f)
-                return 0;
+        if (pr_name_of(e->names, *(const int *)f))
+            return 0;
         return bad(err, -EINVAL, e, "bad value %d", *(const int *)f);
     case T_U32:
         if (*(const uint32_t *)f < e->lo || *(const uint32_t *)f > e->hi)
@@ -613,7 +604,7 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
     if (!err)
         err = &dummy;
     memset(err, 0, sizeof(*err));
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         rc = check_entry(c, &pr_conf_keys[i], err);
         if (rc)
             return rc;
@@ -675,13 +666,10 @@ void pr_conf_format_value(const struct pr_conf *c, const struct entry *e,
             snprintf(buf, len, "%s", s);
         return;
     case T_ENUM:
-        for (const struct enum_name *p = e->names; p->name; p++) {
-            if (p->value == *(const int *)f) {
-                snprintf(buf, len, "%s", p->name);
-                return;
-            }
-        }
-        snprintf(buf, len, "%d", *(const int *)f);
+        if ((s = pr_name_of(e->names, *(const int *)f)))
+            snprintf(buf, len, "%s", s);
+        else
+            snprintf(buf, len, "%d", *(const int *)f);
         return;
     case T_U32:
         snprintf(buf, len, "%u", *(const uint32_t *)f);
@@ -703,7 +691,7 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out)
     const char *section = NULL;
     char val[PR_CONF_STR_MAX + 8];
 
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         const struct entry *e = &pr_conf_keys[i];
         if (!section || strcmp(section, e->section) != 0) {
             if (*e->section)

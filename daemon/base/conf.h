@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "daemon/base/log.h"
+#include "daemon/base/policy.h"
+
 enum pr_role {
     PR_ROLE_NODE = 0,
     PR_ROLE_SCHEDULER = 1,
@@ -37,20 +40,20 @@ enum pr_reload_missing {
 /* The largest config file pr_conf_load() reads, bytes. */
 #define PR_CONF_MAX_BYTES (1024 * 1024)
 
-/* scheduler.ring_order: how a group's ring is ordered. */
-enum pr_ring_order {
-    PR_RING_MEASURED = 0, /* by the nodes' measured link rates */
-    PR_RING_ID = 1,       /* node id order */
-};
+/*
+ * Rows the key table may grow to (conf_table.c checks it at compile
+ * time): the size of the per-key arrays below and in the parser.
+ */
+#define PR_CONF_KEYS_MAX 128
 
 /* transport.streams' bound: TCP connections one peer link may have. */
 #define PR_TCP_STREAMS_MAX 16
 
 struct pr_conf {
     /* global */
-    int role;           /* enum pr_role */
-    char *job;          /* job name; daemons of one job share a scheduler */
-    int reload_missing; /* enum pr_reload_missing */
+    enum pr_role role;
+    char *job; /* job name; daemons of one job share a scheduler */
+    enum pr_reload_missing reload_missing;
 
     /* [node] */
     char *node_name;           /* default: the host name */
@@ -71,7 +74,7 @@ struct pr_conf {
 
     /* [scheduler] */
     char *sched_listen;
-    int sched_policy;           /* enum pr_policy (sched_core.h) */
+    enum pr_policy sched_policy;
     uint32_t sched_group_size;  /* P for policy constant */
     uint32_t sched_min_workers; /* no group before this many joined */
     uint32_t sched_group_min;   /* dynamic: window grows below this */
@@ -80,8 +83,8 @@ struct pr_conf {
     double sched_window_min_ms;
     double sched_window_max_ms;
     double sched_window_wait;
-    int sched_weighting;  /* enum pr_weighting (sched_core.h) */
-    int sched_ring_order; /* enum pr_ring_order */
+    enum pr_weighting sched_weighting;
+    enum pr_ring_order sched_ring_order;
     double sched_staleness_alpha;
     uint32_t sched_isolation_bound; /* B; 0 turns the generator off */
     double sched_gen_hold_ms;       /* generator: fixed hold; 0 = adaptive */
@@ -91,7 +94,7 @@ struct pr_conf {
     uint32_t sched_group_timeout_ms;
 
     /* [transport] */
-    int xport_type;          /* enum pr_xport_kind */
+    enum pr_xport_kind xport_type;
     uint32_t xport_chunk_kb; /* ring chunk size, KiB */
     uint32_t xport_streams;  /* TCP connections per peer link, 1.. */
     uint32_t xport_inflight; /* RDMA receive slots per peer */
@@ -107,15 +110,15 @@ struct pr_conf {
     char *metrics_listen; /* host:port for Prometheus text; "" = off */
 
     /* [log] */
-    int log_level; /* enum pr_log_level */
+    enum pr_log_level log_level;
 
     /*
-     * Which keys (bit i: row i of the table) the last file loaded set, and
+     * Which keys (entry i: row i of the table) the last file loaded set, and
      * which a pr_conf_set() did: a reload refuses a file that lost keys
      * the previous one set (a truncated file would otherwise reset them).
      */
-    uint64_t file_keys;
-    uint64_t set_keys;
+    unsigned char file_keys[PR_CONF_KEYS_MAX];
+    unsigned char set_keys[PR_CONF_KEYS_MAX];
 };
 
 /* Where a file or --set failed, for "FILE:LINE: key: reason" messages. */

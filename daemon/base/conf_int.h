@@ -24,26 +24,21 @@ enum {
     F_SOCKPATH = 16, /* T_STR: a Unix socket path (fits sockaddr_un) */
 };
 
-struct enum_name {
-    const char *name;
-    int value;
-};
-
 struct entry {
     const char *section; /* "" for the global keys */
     const char *name;
     enum type type;
-    size_t off;                    /* offsetof(struct pr_conf, field) */
-    const char *def;               /* default, parsed like a file value */
-    double lo, hi;                 /* T_U32 and T_DBL bounds, inclusive */
-    const struct enum_name *names; /* T_ENUM, ended by a NULL name */
-    int flags;                     /* F_* */
-    const char *doc;               /* one line, written by pr_conf_dump() */
+    size_t off;                  /* offsetof(struct pr_conf, field) */
+    const char *def;             /* default, parsed like a file value */
+    double lo, hi;               /* T_U32 and T_DBL bounds, inclusive */
+    const struct pr_name *names; /* T_ENUM: the enum's name table */
+    int flags;                   /* F_* */
+    const char *doc;             /* one line, written by pr_conf_dump() */
 };
 
-/* Rows in pr_conf_keys; conf_table.c checks it at compile time. */
-#define PR_CONF_NKEYS 48
+/* The table, and its rows counted (at most PR_CONF_KEYS_MAX). */
 extern const struct entry *const pr_conf_keys;
+extern const size_t pr_conf_nkeys;
 
 /*
  * Strings longer than this could not be written back by pr_conf_dump() as a

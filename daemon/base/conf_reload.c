@@ -30,12 +30,21 @@ enum { SWAPPED = 1, RESTART = 2 };
 static int check_missing(const struct pr_conf *live,
                          const struct pr_conf *fresh, struct pr_conf_err *err)
 {
-    uint64_t lost = live->file_keys & ~fresh->file_keys & ~fresh->set_keys;
+    const struct entry *e = NULL;
+    int more = 0;
 
-    if (!lost || fresh->reload_missing == PR_RELOAD_MISSING_DEFAULT)
+    if (fresh->reload_missing == PR_RELOAD_MISSING_DEFAULT)
         return 0;
-    int more = __builtin_popcountll(lost) - 1;
-    const struct entry *e = &pr_conf_keys[__builtin_ctzll(lost)];
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
+        if (live->file_keys[i] && !fresh->file_keys[i] && !fresh->set_keys[i]) {
+            if (e)
+                more++;
+            else
+                e = &pr_conf_keys[i];
+        }
+    }
+    if (!e)
+        return 0;
     char also[48] = "";
     if (more)
         snprintf(also, sizeof(also), " (and %d more key%s)", more,
@@ -74,12 +83,12 @@ static int load_fresh(const struct pr_conf *live, struct pr_conf *fresh,
  * strings *live gave up), marking each key in swapped; returns how many.
  */
 static int swap_in(struct pr_conf *live, struct pr_conf *fresh,
-                   unsigned char swapped[PR_CONF_NKEYS])
+                   unsigned char swapped[PR_CONF_KEYS_MAX])
 {
     char was[PR_CONF_STR_MAX + 8], now[PR_CONF_STR_MAX + 8];
     int n = 0;
-    memset(swapped, 0, PR_CONF_NKEYS);
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    memset(swapped, 0, PR_CONF_KEYS_MAX);
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         const struct entry *e = &pr_conf_keys[i];
         /* The text is exact: doubles print as the shortest round trip. */
         pr_conf_format_value(live, e, was, sizeof(was));
@@ -102,11 +111,11 @@ static int swap_in(struct pr_conf *live, struct pr_conf *fresh,
  * each changed key is logged (a refused reload changes none).
  */
 static void settle(struct pr_conf *live, struct pr_conf *fresh,
-                   const unsigned char swapped[PR_CONF_NKEYS], int rc)
+                   const unsigned char swapped[PR_CONF_KEYS_MAX], int rc)
 {
     char was[PR_CONF_STR_MAX + 8], now[PR_CONF_STR_MAX + 8];
     char key[sizeof(((struct pr_conf_err *)0)->key)];
-    for (size_t i = 0; i < PR_CONF_NKEYS; i++) {
+    for (size_t i = 0; i < pr_conf_nkeys; i++) {
         const struct entry *e = &pr_conf_keys[i];
         if (!swapped[i])
             continue;
@@ -136,7 +145,7 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
 {
     struct pr_conf_err dummy;
     struct pr_conf fresh;
-    unsigned char swapped[PR_CONF_NKEYS];
+    unsigned char swapped[PR_CONF_KEYS_MAX];
 
     if (!err)
         err = &dummy;
@@ -152,7 +161,7 @@ int pr_conf_reload(struct pr_conf *live, const char *path,
         rc = accept(live, ctx, err);
     settle(live, &fresh, swapped, rc);
     if (!rc)
-        live->file_keys = fresh.file_keys;
+        memcpy(live->file_keys, fresh.file_keys, sizeof(live->file_keys));
     pr_conf_fini(&fresh);
     if (rc)
         return rc;

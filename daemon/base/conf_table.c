@@ -1,47 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every configuration key, one row each (the row type is in conf_int.h).
- * A new key is a row here, a field in struct pr_conf, PR_CONF_NKEYS
- * bumped, and an entry in conf/preduced.conf.
+ * A new key is a row here, a field in struct pr_conf and an entry in
+ * conf/preduced.conf.
  */
 #include "daemon/base/conf_int.h"
 
 #include <stddef.h>
 
 #include "daemon/base/log.h"
-#include "daemon/sched/core/sched_core.h"
+#include "daemon/base/policy.h"
 
-static const struct enum_name roles[] = {
+static const struct pr_name roles[] = {
     {"node", PR_ROLE_NODE}, {"scheduler", PR_ROLE_SCHEDULER}, {NULL, 0}};
 
-static const struct enum_name policies[] = {{"allreduce", PR_POLICY_ALLREDUCE},
-                                            {"constant", PR_POLICY_CONSTANT},
-                                            {"dynamic", PR_POLICY_DYNAMIC},
-                                            {NULL, 0}};
+static const struct pr_name xports[] = {{"auto", PR_XPORT_AUTO},
+                                        {"rdma", PR_XPORT_RDMA},
+                                        {"tcp", PR_XPORT_TCP},
+                                        {NULL, 0}};
 
-static const struct enum_name weightings[] = {
-    {"uniform", PR_WEIGHT_UNIFORM},
-    {"staleness", PR_WEIGHT_STALENESS},
-    {NULL, 0}};
-
-static const struct enum_name ring_orders[] = {
-    {"measured", PR_RING_MEASURED}, {"id", PR_RING_ID}, {NULL, 0}};
-
-static const struct enum_name xports[] = {{"auto", PR_XPORT_AUTO},
-                                          {"rdma", PR_XPORT_RDMA},
-                                          {"tcp", PR_XPORT_TCP},
-                                          {NULL, 0}};
-
-static const struct enum_name missing[] = {
-    {"refuse", PR_RELOAD_MISSING_REFUSE},
-    {"default", PR_RELOAD_MISSING_DEFAULT},
-    {NULL, 0}};
-
-static const struct enum_name levels[] = {{"error", PR_LOG_ERROR},
-                                          {"warn", PR_LOG_WARN},
-                                          {"info", PR_LOG_INFO},
-                                          {"debug", PR_LOG_DEBUG},
-                                          {NULL, 0}};
+static const struct pr_name missing[] = {{"refuse", PR_RELOAD_MISSING_REFUSE},
+                                         {"default", PR_RELOAD_MISSING_DEFAULT},
+                                         {NULL, 0}};
 
 #define OFF(field) offsetof(struct pr_conf, field)
 
@@ -101,7 +81,7 @@ static const struct entry rows[] = {
      NULL, F_ADDR | F_PORT0,
      "host:port daemons connect to; port 0 = any free port"},
     {"scheduler", "policy", T_ENUM, OFF(sched_policy), "allreduce", 0, 0,
-     policies, F_RELOAD, "allreduce, constant or dynamic"},
+     pr_policy_names, F_RELOAD, "allreduce, constant or dynamic"},
     {"scheduler", "group_size", T_U32, OFF(sched_group_size), "2", 1, 65536,
      NULL, F_RELOAD, "constant: members per group (P)"},
     {"scheduler", "min_workers", T_U32, OFF(sched_min_workers), "0", 0, 65536,
@@ -122,9 +102,9 @@ static const struct entry rows[] = {
      "dynamic: wait for workers expected within this fraction of the "
      "opener's step; 0 = the adaptive window alone"},
     {"scheduler", "weighting", T_ENUM, OFF(sched_weighting), "uniform", 0, 0,
-     weightings, F_RELOAD, "uniform or staleness"},
+     pr_weighting_names, F_RELOAD, "uniform or staleness"},
     {"scheduler", "ring_order", T_ENUM, OFF(sched_ring_order), "measured", 0, 0,
-     ring_orders, F_RELOAD,
+     pr_ring_order_names, F_RELOAD,
      "measured (fewest slow links, from the nodes' link rates) or id"},
     {"scheduler", "staleness_alpha", T_DBL, OFF(sched_staleness_alpha), "0.9",
      0, 1, NULL, F_RELOAD,
@@ -169,13 +149,25 @@ static const struct entry rows[] = {
     {"metrics", "listen", T_STR, OFF(metrics_listen), "", 0, 0, NULL,
      F_ADDR | F_EMPTY, "host:port of the Prometheus endpoint; empty = off"},
 
-    {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, levels, F_RELOAD,
-     "error, warn, info or debug"},
+    {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, pr_log_level_names,
+     F_RELOAD, "error, warn, info or debug"},
 };
 
-/* struct pr_conf's file_keys and set_keys have a bit per row. */
-_Static_assert(PR_CONF_NKEYS <= 64, "file_keys holds 64 keys");
-_Static_assert(sizeof(rows) / sizeof(rows[0]) == PR_CONF_NKEYS,
-               "PR_CONF_NKEYS (conf_int.h) must count the rows above");
+/* conf.c reads and writes a T_ENUM field as an int. */
+#define INT_SIZED(f)                                                           \
+    _Static_assert(sizeof(((struct pr_conf *)0)->f) == sizeof(int),            \
+                   #f " is not int-sized")
+INT_SIZED(role);
+INT_SIZED(reload_missing);
+INT_SIZED(sched_policy);
+INT_SIZED(sched_weighting);
+INT_SIZED(sched_ring_order);
+INT_SIZED(xport_type);
+INT_SIZED(log_level);
+
+_Static_assert(sizeof(rows) / sizeof(rows[0]) <= PR_CONF_KEYS_MAX,
+               "raise PR_CONF_KEYS_MAX (conf.h): a key has no place in "
+               "struct pr_conf's file_keys");
 
 const struct entry *const pr_conf_keys = rows;
+const size_t pr_conf_nkeys = sizeof(rows) / sizeof(rows[0]);

@@ -17,22 +17,11 @@ void pr_log_set_level(enum pr_log_level level)
     cur_level = level;
 }
 
-int pr_log_parse_level(const char *s)
-{
-    static const struct {
-        const char *name;
-        enum pr_log_level level;
-    } names[] = {
-        {"error", PR_LOG_ERROR},
-        {"warn", PR_LOG_WARN},
-        {"info", PR_LOG_INFO},
-        {"debug", PR_LOG_DEBUG},
-    };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(s, names[i].name) == 0)
-            return (int)names[i].level;
-    return -EINVAL;
-}
+const struct pr_name pr_log_level_names[] = {{"error", PR_LOG_ERROR},
+                                             {"warn", PR_LOG_WARN},
+                                             {"info", PR_LOG_INFO},
+                                             {"debug", PR_LOG_DEBUG},
+                                             {NULL, 0}};
 
 void pr_log_set_ident(const char *s)
 {

@@ -8,6 +8,8 @@
 #ifndef PR_LOG_H
 #define PR_LOG_H
 
+#include "daemon/base/names.h"
+
 enum pr_log_level {
     PR_LOG_ERROR = 3,
     PR_LOG_WARN = 4,
@@ -16,8 +18,8 @@ enum pr_log_level {
 };
 
 void pr_log_set_level(enum pr_log_level level);
-/* "error", "warn", "info", "debug" -> level; -EINVAL otherwise. */
-int pr_log_parse_level(const char *s);
+/* "error", "warn", "info", "debug" (log.level). */
+extern const struct pr_name pr_log_level_names[];
 void pr_log_set_ident(const char *ident);
 void pr_log(enum pr_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -490,10 +490,7 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
         return rc;
     }
     pr_info("scheduler for job '%s' listening on %s:%u, policy %s", conf->job,
-            host, s->port,
-            conf->sched_policy == PR_POLICY_ALLREDUCE  ? "allreduce"
-            : conf->sched_policy == PR_POLICY_CONSTANT ? "constant"
-                                                       : "dynamic");
+            host, s->port, pr_policy_name(conf->sched_policy));
     *out = s;
     return 0;
 }

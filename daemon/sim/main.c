@@ -119,16 +119,10 @@ static int u32(const char *opt, const char *s, uint32_t lo, uint32_t hi,
     return 0;
 }
 
-static int name(const char *opt, const char *s, const char *const *names, int n,
+static int name(const char *opt, const char *s, const struct pr_name *t,
                 int *out)
 {
-    for (int i = 0; i < n; i++) {
-        if (strcmp(s, names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    }
-    return bad(opt, s);
+    return pr_name_parse(t, s, out) == 0 ? 0 : bad(opt, s);
 }
 
 enum {
@@ -210,12 +204,11 @@ static const struct option longopts[] = {
 
 static int parse_one(struct opts *o, int ch, const char *arg)
 {
-    static const char *const policies[] = {"allreduce", "constant", "dynamic"};
-    static const char *const weightings[] = {"uniform", "staleness"};
     struct pr_sim_conf *c = &o->conf;
     struct pr_sched_params *p = &c->sched;
     const char *opt = NULL;
     double v = 0.0;
+    int w, rc;
 
     for (const struct option *lo = longopts; lo->name != NULL; lo++) {
         if (lo->val == ch) {
@@ -231,7 +224,7 @@ static int parse_one(struct opts *o, int ch, const char *arg)
             o->policy = POLICY_ALL;
             return 0;
         }
-        return name(opt, arg, policies, 3, &o->policy);
+        return name(opt, arg, pr_policy_names, &o->policy);
     case O_GSIZE:
         return u32(opt, arg, 1, PR_SCHED_MAX, &p->group_size);
     case O_GMIN:
@@ -247,7 +240,9 @@ static int parse_one(struct opts *o, int ch, const char *arg)
     case O_WINWAIT:
         return num(opt, arg, 0.0, 1.0, &p->window_wait);
     case O_WEIGHT:
-        return name(opt, arg, weightings, 2, &p->weighting);
+        rc = name(opt, arg, pr_weighting_names, &w);
+        p->weighting = (enum pr_weighting)w;
+        return rc;
     case O_ALPHA:
         return num(opt, arg, 1e-9, 1.0 - 1e-9, &p->staleness_alpha);
     case O_BOUND:
@@ -379,7 +374,7 @@ static int run_single(const struct opts *o)
     if (rc < 0) {
         return rc;
     }
-    pr_sim_print_run(stdout, pr_sim_policy_name(o->policy), &c, &r);
+    pr_sim_print_run(stdout, pr_policy_name(o->policy), &c, &r);
     if (baseline > 0.0 && r.target_s > 0.0) {
         printf("  vs allreduce       target at %.2f s: %.2fx sooner\n",
                baseline, baseline / r.target_s);

@@ -15,25 +15,6 @@
 /* Up to this many workers the update rate is listed per worker. */
 #define RATES_LISTED 16
 
-const char *pr_sim_policy_name(int policy)
-{
-    switch (policy) {
-    case PR_POLICY_ALLREDUCE:
-        return "allreduce";
-    case PR_POLICY_CONSTANT:
-        return "constant";
-    case PR_POLICY_DYNAMIC:
-        return "dynamic";
-    default:
-        return "?";
-    }
-}
-
-const char *pr_sim_weighting_name(int weighting)
-{
-    return weighting == PR_WEIGHT_STALENESS ? "staleness" : "uniform";
-}
-
 static double pct(uint64_t a, uint64_t b)
 {
     return b > 0 ? 100.0 * (double)a / (double)b : NAN;
@@ -121,7 +102,7 @@ void pr_sim_print_run(FILE *out, const char *label, const struct pr_sim_conf *c,
     const struct pr_sched_params *p = &c->sched;
 
     fprintf(out, "== %s: %s/%s, N %u, B %u, %.1f s simulated%s\n", label,
-            pr_sim_policy_name(p->policy), pr_sim_weighting_name(p->weighting),
+            pr_policy_name(p->policy), pr_weighting_name(p->weighting),
             c->workers, p->isolation_bound, r->sim_s,
             r->stalled ? " (STALLED)" : "");
     fprintf(out, "  groups formed      %llu  (mean size %.2f, %llu ready)\n",

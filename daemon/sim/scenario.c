@@ -167,7 +167,7 @@ static int a3_case(FILE *out, int policy, const double *speed, uint64_t seed,
             return rc;
         }
     }
-    fprintf(out, "  %s (P%s 4):\n", pr_sim_policy_name(policy),
+    fprintf(out, "  %s (P%s 4):\n", pr_policy_name(policy),
             policy == PR_POLICY_CONSTANT ? " =" : "_max =");
     for (int on = 0; on < 2; on++) {
         const struct pr_sim_result *x = &r[on];
@@ -348,7 +348,10 @@ static int acceptance4(FILE *out, uint64_t seed, uint32_t seeds)
             fprintf(out,
                     "    %-21s %-9s uniform %6.2f  staleness %6.2f  -> %s "
                     "(%.3fx)\n",
-                    names[p], pol == 0 ? "constant" : "dynamic", tu, ts,
+                    names[p],
+                    pr_policy_name(pol == 0 ? PR_POLICY_CONSTANT
+                                            : PR_POLICY_DYNAMIC),
+                    tu, ts,
                     fabs(ts / tu - 1.0) < EQUAL_TOL ? "equal"
                     : ts < tu                       ? "staleness faster"
                                                     : "uniform faster",

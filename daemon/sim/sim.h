@@ -146,8 +146,4 @@ void pr_sim_print_table_row(FILE *out, const char *label,
                             const struct pr_sim_result *r, int with_model,
                             double baseline_s);
 
-/* The scheduler's name for a policy / weighting ("dynamic", "staleness"). */
-const char *pr_sim_policy_name(int policy);
-const char *pr_sim_weighting_name(int weighting);
-
 #endif

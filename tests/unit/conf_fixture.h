@@ -7,9 +7,11 @@
 #define PREDUCE_TESTS_CONF_FIXTURE_H
 
 #include "daemon/base/conf.h"
+#include "daemon/base/conf_int.h"
 
-#define SHIPPED   "conf/preduced.conf"
-#define NKEYS     48
+#define SHIPPED "conf/preduced.conf"
+/* The keys in the table: the shipped file and a dump must have each. */
+#define NKEYS     ((int)pr_conf_nkeys)
 #define NCASES(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Writes text to a new file under /tmp; free it with rm_tmp(). */

@@ -72,7 +72,7 @@ START_TEST(test_sim_generator_connects_every_window)
         printf("sim: %s P 4, half 2.5x slower, generator on (B 10): "
                "%llu/%llu windows connected, mean %.1f max %.1f rounds, "
                "strict 10-round windows %.1f%%\n",
-               pr_sim_policy_name(policies[i]),
+               pr_policy_name(policies[i]),
                (unsigned long long)r.windows_connected,
                (unsigned long long)r.windows,
                (double)r.window_updates / ((double)r.windows * N),

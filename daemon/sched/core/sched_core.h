@@ -28,23 +28,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/base/policy.h"
+
 #define PR_SCHED_MAX 65536
 
-/* How groups are formed (scheduler.policy). */
-enum pr_policy {
-    PR_POLICY_ALLREDUCE = 0,
-    PR_POLICY_CONSTANT = 1,
-    PR_POLICY_DYNAMIC = 2,
-};
-
-/* How members are weighted (scheduler.weighting). */
-enum pr_weighting {
-    PR_WEIGHT_UNIFORM = 0,
-    PR_WEIGHT_STALENESS = 1,
-};
-
 struct pr_sched_params {
-    int policy;          /* enum pr_policy */
+    enum pr_policy policy;
     uint32_t group_size; /* constant: P */
     uint32_t group_min;  /* dynamic: window grows when below */
     uint32_t group_max;  /* dynamic: 0 = all live workers */
@@ -58,7 +47,7 @@ struct pr_sched_params {
      * adaptive window alone. In [0, 1].
      */
     double window_wait;
-    int weighting;            /* enum pr_weighting */
+    enum pr_weighting weighting;
     double staleness_alpha;   /* (0, 1) */
     uint32_t isolation_bound; /* B; 0 = generator off */
     /*
