@@ -265,10 +265,23 @@ $(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o \
 $(BUILD)/tests/replay_fuzz_promtext $(BUILD)/fuzz/fuzz_promtext: \
 	$(BUILD)/tests/integration/json_check.o
 
-check-replay: $(REPLAY_BINS)
+check-replay: $(REPLAY_BINS) conf-seed
 	@set -e; for t in $(REPLAY_BINS); do n=$${t##*/replay_}; \
 		echo "== $$t"; $(TEST_ENV) ./$$t $$n tests/fuzz/seeds/$$n \
-		tests/fuzz/regress/$$n; done
+		build/seeds/$$n tests/fuzz/regress/$$n; done
+
+# Seeds made rather than committed (build/seeds/TARGET/, beside the
+# committed tests/fuzz/seeds/TARGET/): the config fuzzer's is every key
+# as pr_conf_dump() writes it, so a key added to the table is in the seed
+# with no edit here. Made by the plain build's preduced from an empty
+# file, whichever BUILD asks for it.
+conf-seed:
+	@$(MAKE) --no-print-directory BUILD=build CC=cc SANITIZE= FUZZ= \
+		OPT="-O2 -g" build/preduced
+	@mkdir -p build/seeds/fuzz_conf
+	@: >build/seeds/empty.conf
+	@build/preduced -c build/seeds/empty.conf --dump \
+		>build/seeds/fuzz_conf/dump.conf
 
 # The Python package with torch against real daemons (tests/python/,
 # pytest, Debian's /usr/bin/python3 with python3-torch): pytest's summary.
@@ -435,10 +448,11 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libprctl.a \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
-.PHONY: fuzz fuzz-run
+.PHONY: fuzz fuzz-run conf-seed
 fuzz:
 	@command -v clang >/dev/null || \
 		{ echo "make fuzz needs clang: apt-get install clang" >&2; exit 1; }
+	$(MAKE) --no-print-directory conf-seed
 	$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang SANITIZE=1 FUZZ=1 \
 		OPT="-O1 -g" fuzz-run
 
@@ -448,7 +462,8 @@ fuzz-run: $(FUZZ_BINS)
 		echo "== $$n: $(FUZZ_SECONDS) s"; \
 		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 			-artifact_prefix=$(BUILD)/crashes/$$n- $(BUILD)/corpus/$$n \
-			tests/fuzz/seeds/$$n >$(BUILD)/$$n.log 2>&1 || \
+			tests/fuzz/seeds/$$n $$(ls -d build/seeds/$$n 2>/dev/null) \
+			>$(BUILD)/$$n.log 2>&1 || \
 			{ tail -n 60 $(BUILD)/$$n.log; \
 			for a in $(BUILD)/crashes/$$n-*; do [ -f "$$a" ] || continue; \
 			echo "reproducer $$a (base64; commit it under"; \

@@ -18,10 +18,31 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/*
+ * Under a sanitizer, a report ends the process before main() can say
+ * which input caused it: the death callback names it, so the log holds
+ * the reproducer's path.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define REPLAY_DEATH_CALLBACK 1
+#endif
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Inputs larger than this are refused: libFuzzer's default max_len x 64. */
 #define REPLAY_MAX_INPUT (4096 * 64)
+
+/* The input being run, for the death callback. */
+static const char *current;
+
+#ifdef REPLAY_DEATH_CALLBACK
+static void name_input(void)
+{
+    if (current)
+        fprintf(stderr, "replay: the input that failed: %s\n", current);
+}
+#endif
 
 static int run_file(const char *path)
 {
@@ -48,7 +69,9 @@ static int run_file(const char *path)
     }
     memcpy(exact, buf, n);
     free(buf);
+    current = path;
     LLVMFuzzerTestOneInput(exact, n);
+    current = NULL;
     free(exact);
     return 0;
 }
@@ -95,6 +118,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s NAME FILE_OR_DIR...\n", argv[0]);
         return 2;
     }
+#ifdef REPLAY_DEATH_CALLBACK
+    __sanitizer_set_death_callback(name_input);
+#endif
     int count = 0, failed = 0;
     for (int i = 2; i < argc; i++)
         if (run_path(argv[i], &count) < 0)
