@@ -387,6 +387,7 @@ check-format:
 	else echo "clang-format not installed: format check skipped"; fi
 	@tests/check-license.sh
 	@tests/check-lint.sh
+	@tests/check-commits.sh
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_SRCS)
