@@ -11,7 +11,7 @@ PKGS=(
     check clang-format clang libclang-rt-14-dev python3 python3-numpy
     shellcheck pyflakes3
     systemd systemd-container groff-base man-db procps
-    python3-torch python3-pytest python3-yaml
+    python3-torch python3-sklearn python3-pytest python3-yaml
     python3-venv python3-pip python3-setuptools python3-wheel
     dpkg-dev debhelper dh-python fakeroot lintian
 )

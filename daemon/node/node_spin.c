@@ -25,7 +25,7 @@
  * SPARE_CHECK_NS). Trainers that compute on the CPU then keep every core:
  * on 2 cores with 4 CPU-bound trainers, polling took a tenth of their
  * step time (docs/benchmarks.md); trainers that wait for a GPU, or for
- * their reduce, leave CPUs idle and polling goes on as before.
+ * their reduce, leave CPUs idle, and polling runs.
  */
 #include <fcntl.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# make bench-hosts, the slow-link case (issue 14): 4 hosts with 2 trainers
+# make bench-hosts, the slow-link case: 4 hosts with 2 trainers
 # each (client/examples/trainer.c: softmax regression, every worker its
 # shard), host 3's link capped at a quarter of the others'. The median
 # time for a worker's shard loss to reach the target under allreduce,

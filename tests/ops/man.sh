@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The man pages as `make install` puts them in a DESTDIR: each of
 # preduced(8), preduced.conf(5), preducectl(1), preduce-sim(1),
-# preduce-trainer(1) and libpreduce(3) is there
-# and renders with `groff -man -ww -z` without a single warning (also as
+# preduce-trainer(1), preduce-run(1) and libpreduce(3) is there, names
+# the release of preduce.h in its header line, and renders with `groff -man -ww -z` without a single warning (also as
 # man(1) sets it for terminals 60, 80 and 120 columns wide);
 # preduced.conf(5) has an entry for every key `preduced -T` prints, no
 # more, so the page and the config table cannot drift apart; and every
@@ -32,11 +32,22 @@ if ! $MAKE --no-print-directory -s BUILD="$BUILD" install DESTDIR="$T" \
 fi
 
 M=$T/usr/share/man
+# The release the pages should name: preduce.h's major.minor.
+release=$(awk '/define PREDUCE_VERSION_MAJOR/ { a = $3 }
+    /define PREDUCE_VERSION_MINOR/ { b = $3 } END { print a "." b }' \
+    client/include/preduce.h)
 for page in man8/preduced.8 man5/preduced.conf.5 man1/preducectl.1 \
-    man1/preduce-sim.1 man1/preduce-trainer.1 man3/libpreduce.3; do
+    man1/preduce-sim.1 man1/preduce-trainer.1 man1/preduce-run.1 \
+    man3/libpreduce.3; do
     if [ ! -f "$M/$page" ]; then
         fail "$page installed" "no $M/$page"
         continue
+    fi
+    th=$(grep -m 1 '^\.TH ' "$M/$page")
+    if [[ "$th" == *"\"preduce $release\""* ]]; then
+        pass "$page is of preduce $release"
+    else
+        fail "$page is of preduce $release" "its header: $th"
     fi
     out=$(groff -man -ww -z "$M/$page" 2>&1)
     for w in 58 78 118; do
