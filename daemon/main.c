@@ -50,6 +50,7 @@ struct daemon {
     uv_signal_t sigs[3];
     uv_timer_t watchdog; /* WATCHDOG=1 pings, when watchdog_on */
     int watchdog_on;
+    uv_timer_t log_flush; /* the log limit's summaries, once a second */
 };
 
 static void usage(FILE *f)
@@ -175,10 +176,18 @@ static int load_config(struct daemon *d)
     return 0;
 }
 
+static void log_flush_cb(uv_timer_t *t)
+{
+    (void)t;
+    pr_log_limit_flush();
+}
+
 static void close_signals(struct daemon *d)
 {
     for (int i = 0; i < 3; i++)
         uv_close((uv_handle_t *)&d->sigs[i], NULL);
+    uv_close((uv_handle_t *)&d->log_flush, NULL);
+    pr_log_limit_flush();
     if (d->watchdog_on)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
     d->watchdog_on = 0;
@@ -254,6 +263,7 @@ static void reload(struct daemon *d)
                why);
     } else {
         pr_log_set_level((enum pr_log_level)d->conf.log_level);
+        pr_log_set_limit(d->conf.log_burst, d->conf.log_burst_ms);
         if (d->node)
             pr_node_reload(d->node);
         /* sched_accepts checked the same parameters: cannot fail now. */
@@ -394,6 +404,7 @@ static void raise_fd_limit(void)
 static int start_role(struct daemon *d)
 {
     pr_log_set_level((enum pr_log_level)d->conf.log_level);
+    pr_log_set_limit(d->conf.log_burst, d->conf.log_burst_ms);
     pr_log_set_ident(d->conf.role == PR_ROLE_SCHEDULER ? "preduced-sched"
                                                        : "preduced");
     signal(SIGPIPE, SIG_IGN);
@@ -405,6 +416,10 @@ static int start_role(struct daemon *d)
         d->sigs[i].data = d;
         uv_signal_start(&d->sigs[i], signal_cb, signums[i]);
     }
+    /* A flood that stopped still gets its "suppressed" line. */
+    uv_timer_init(&d->loop, &d->log_flush);
+    uv_timer_start(&d->log_flush, log_flush_cb, 1000, 1000);
+    uv_unref((uv_handle_t *)&d->log_flush);
     const struct pr_auth_key *key = d->have_key ? &d->key : NULL;
     int rc;
     if (d->conf.role == PR_ROLE_SCHEDULER)

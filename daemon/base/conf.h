@@ -111,6 +111,8 @@ struct pr_conf {
 
     /* [log] */
     enum pr_log_level log_level;
+    uint32_t log_burst; /* lines of one kind per log_burst_ms; 0 = all */
+    uint32_t log_burst_ms;
 
     /*
      * Which keys (entry i: row i of the table) the last file loaded set, and

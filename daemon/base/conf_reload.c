@@ -128,13 +128,14 @@ static void settle(struct pr_conf *live, struct pr_conf *fresh,
         if (swapped[i] == RESTART) {
             pr_conf_format_value(live, e, was, sizeof(was));
             pr_conf_format_value(fresh, e, now, sizeof(now));
-            pr_warn("conf: %s: %s -> %s needs a restart", key, was, now);
+            pr_log_all(PR_LOG_WARN, "conf: %s: %s -> %s needs a restart", key,
+                       was, now);
             continue;
         }
         /* Swapped: the old value is in fresh now. */
         pr_conf_format_value(fresh, e, was, sizeof(was));
         pr_conf_format_value(live, e, now, sizeof(now));
-        pr_info("conf: %s: %s -> %s", key, was, now);
+        pr_log_all(PR_LOG_INFO, "conf: %s: %s -> %s", key, was, now);
     }
 }
 

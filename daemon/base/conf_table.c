@@ -151,6 +151,10 @@ static const struct entry rows[] = {
 
     {"log", "level", T_ENUM, OFF(log_level), "info", 0, 0, pr_log_level_names,
      F_RELOAD, "error, warn, info or debug"},
+    {"log", "burst", T_U32, OFF(log_burst), "20", 0, 1000000, NULL, F_RELOAD,
+     "lines of one message per burst_ms before the rest are counted; 0 = all"},
+    {"log", "burst_ms", T_U32, OFF(log_burst_ms), "5000", 100, 3600000, NULL,
+     F_RELOAD, "the interval of log.burst, ms"},
 };
 
 /* conf.c reads and writes a T_ENUM field as an int. */

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "daemon/base/log.h"
 
+#include "daemon/base/log_int.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,11 +30,10 @@ void pr_log_set_ident(const char *s)
     snprintf(ident, sizeof(ident), "%s", s);
 }
 
-void pr_log(enum pr_log_level level, const char *fmt, ...)
+/* One line: the prefix, then fmt over ap, then a newline; one write(2). */
+__attribute__((format(printf, 2, 0))) static void
+emit(enum pr_log_level level, const char *fmt, va_list ap)
 {
-    if (level > cur_level)
-        return;
-    int saved = errno;
     char line[1024];
     size_t n;
     /* Under systemd, JOURNAL_STREAM is set and the journal adds the time. */
@@ -47,10 +48,7 @@ void pr_log(enum pr_log_level level, const char *fmt, ...)
         n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ld %s[%d] ",
                               ts.tv_nsec / 1000000, ident, (int)getpid());
     }
-    va_list ap;
-    va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-    va_end(ap);
     if (m < 0)
         m = 0;
     n += (size_t)m;
@@ -59,5 +57,64 @@ void pr_log(enum pr_log_level level, const char *fmt, ...)
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;
+}
+
+static void emit_fmt(enum pr_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void emit_fmt(enum pr_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit(level, fmt, ap);
+    va_end(ap);
+}
+
+static void summarize(const struct pr_log_summary *s)
+{
+    emit_fmt(s->level, "%llu similar messages suppressed in %.1f s: %s",
+             (unsigned long long)s->dropped, (double)s->ms / 1000.0, s->fmt);
+}
+
+void pr_log(enum pr_log_level level, const char *fmt, ...)
+{
+    if (level > cur_level)
+        return;
+    int saved = errno;
+    struct pr_log_summary s;
+    int admit = pr_log_limit_admit(level, fmt, &s);
+    if (s.dropped)
+        summarize(&s);
+    if (admit) {
+        va_list ap;
+        va_start(ap, fmt);
+        emit(level, fmt, ap);
+        va_end(ap);
+    }
+    errno = saved;
+}
+
+void pr_log_all(enum pr_log_level level, const char *fmt, ...)
+{
+    if (level > cur_level)
+        return;
+    int saved = errno;
+    va_list ap;
+    va_start(ap, fmt);
+    emit(level, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void pr_log_limit_flush(void)
+{
+    struct pr_log_summary s[16];
+    size_t n;
+    int saved = errno;
+    do {
+        n = pr_log_limit_due(s, sizeof(s) / sizeof(s[0]));
+        for (size_t i = 0; i < n; i++)
+            summarize(&s[i]);
+    } while (n == sizeof(s) / sizeof(s[0]));
     errno = saved;
 }

@@ -265,6 +265,74 @@ START_TEST(test_malformed_sched_strangers_capped)
 }
 END_TEST
 
+static void setup_limited(void)
+{
+    const char *const sets[] = {"scheduler.policy=allreduce", "log.burst=10",
+                                "log.burst_ms=1000", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 2, sets, NULL), 0);
+}
+
+/*
+ * In the scheduler's log: *written lines with needle (not summaries),
+ * and the sum of the counts of the summaries naming needle.
+ */
+static void log_lines(const char *needle, int *written, long long *dropped)
+{
+    char path[400], line[2048];
+    snprintf(path, sizeof(path), "%s/sched.log", c.dir);
+    *written = 0;
+    *dropped = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        const char *s = strstr(line, "similar messages suppressed in");
+        long long n;
+        if (!strstr(line, needle))
+            continue;
+        if (!s)
+            (*written)++;
+        else if (sscanf(strstr(line, "] ") + 2, "%lld similar", &n) == 1)
+            *dropped += n;
+    }
+    fclose(f);
+}
+
+/*
+ * A flood of one bad message from a stranger costs log.burst lines an
+ * interval, plus a line that counts the rest: every bad frame is either
+ * written or counted, none twice, and the scheduler goes on serving.
+ */
+START_TEST(test_malformed_flood_log_limited)
+{
+    enum { N = 120 };
+    const char *needle = "is not a valid message";
+    uint8_t b[PR_FRAME_HDR_LEN + 32];
+    pr_frame_hdr_encode(b, 32, PR_FRAME_MSG, 0);
+    for (int i = 0; i < 32; i++)
+        b[PR_FRAME_HDR_LEN + i] = (uint8_t)(0xff - i * 7);
+    double t0 = h_now();
+    for (int i = 0; i < N; i++)
+        send_and_close("sched", b, sizeof(b), 1);
+    double took = h_now() - t0;
+    int written = 0;
+    long long dropped = 0;
+    /* The last interval's count comes within a second of its end. */
+    for (int i = 0; i < 400 && written + dropped < N; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+        log_lines(needle, &written, &dropped);
+    }
+    ck_assert_msg(written + dropped == N, "%d written + %lld counted != %d",
+                  written, dropped, N);
+    /* At most 10 an interval of 1 s (the flood took `took` s). */
+    ck_assert_msg(written <= 10 * ((int)took + 2), "%d lines in %.1f s",
+                  written, took);
+    ck_assert_int_gt(dropped, 0);
+    still_serving();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_malformed");
@@ -279,6 +347,12 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_malformed_message_before_hello, 0, 3);
     tcase_add_test(tc, test_malformed_sched_stranger_frame_limit);
     tcase_add_test(tc, test_malformed_sched_strangers_capped);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("log_limit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup_limited, teardown);
+    tcase_add_test(tc, test_malformed_flood_log_limited);
     suite_add_tcase(s, tc);
     return s;
 }
