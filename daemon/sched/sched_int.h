@@ -64,7 +64,7 @@ struct sched_node {
 struct sched_worker {
     int live;
     uint32_t node;
-    uint64_t nfloats; /* its layout: its last accepted READY's; 0 = none */
+    uint64_t nfloats; /* its layout: its last READY's, refused or not */
     char name[64];
     struct pr_sched_wstats st;
 };
@@ -85,7 +85,8 @@ struct pr_sched {
     uint32_t nworkers_cap;
     /*
      * The job's layout (floats per reduce) and how many live workers hold
-     * it: defined by a READY that finds no holder, kept while any remains.
+     * it: the layout most live workers reduce (check_layout in
+     * sched_work.c).
      */
     uint64_t job_nfloats;
     uint32_t job_holders;

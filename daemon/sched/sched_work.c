@@ -267,42 +267,102 @@ static void remove_worker(struct pr_sched *s, uint32_t rank)
     pr_info("worker %u (%s) left", rank, s->workers[rank].name);
 }
 
+static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
+                   int status, const char *reason)
+{
+    Pr__V1__Reject r = PR__V1__REJECT__INIT;
+    r.rank = rank;
+    r.seq = seq;
+    r.status = status;
+    r.reason = (char *)reason;
+    Pr__V1__Msg m = PR_MSG_OF(REJECT, reject, &r);
+    pr_sched_send(n, &m);
+}
+
+/* Live workers whose last READY was of nfloats floats. */
+static uint32_t wanting(const struct pr_sched *s, uint64_t nfloats)
+{
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < s->nworkers_cap; r++)
+        n += s->workers[r].live && s->workers[r].nfloats == nfloats;
+    return n;
+}
+
 /*
- * The job's layout is negotiated, not pinned by whoever came first: a
- * worker holds the layout of its last accepted READY, and a READY that
- * finds no live holder of the job's layout defines it anew (a rolling
- * upgrade to a changed model: once the last trainer of the old model has
- * left or changed, the new one is the job's). A READY of another layout
- * while holders remain is refused alone, with both layouts in the reason.
+ * The job's layout becomes nfloats, wanted by `holders` live workers:
+ * READYs of the old one still queued are withdrawn and refused, or a
+ * group could mix the two.
+ */
+static void switch_layout(struct pr_sched *s, uint64_t nfloats,
+                          uint32_t holders)
+{
+    uint64_t old = s->job_nfloats;
+    char why[192];
+
+    if (old)
+        pr_info("the job's layout is now %llu floats (was %llu: %u live "
+                "worker%s against %u)",
+                (unsigned long long)nfloats, (unsigned long long)old, holders,
+                holders == 1 ? "" : "s", s->job_holders);
+    s->job_nfloats = nfloats;
+    s->job_holders = holders;
+    snprintf(why, sizeof(why),
+             "reduce of %llu floats, but this job now reduces %llu (the "
+             "layout of most live workers)",
+             (unsigned long long)old, (unsigned long long)nfloats);
+    for (uint32_t rank = 0; old && rank < s->nworkers_cap; rank++) {
+        uint32_t tag;
+        uint64_t seq;
+        if (!s->workers[rank].live || s->workers[rank].nfloats != old ||
+            pr_sched_core_queued_tag(s->core, rank, &tag, &seq) < 0 ||
+            pr_sched_core_cancel(s->core, rank, seq, pr_sched_now_us()) < 0)
+            continue;
+        struct sched_node *n = node_by_id(s, s->workers[rank].node);
+        if (n)
+            reject(n, rank, seq, -EINVAL, why);
+    }
+}
+
+/*
+ * The job's layout (floats per reduce) is the one most live workers
+ * reduce, each counted by its last READY, refused or not; a tie keeps the
+ * job's. So a lone trainer of a wrong model neither pins the job when it
+ * comes first nor takes it over after a scheduler restart: it is refused
+ * alone, with both layouts named, once the others outnumber it, and a
+ * rolling upgrade to a changed model takes over as its trainers do.
  * Returns 0, or -EINVAL with why[] filled in.
  */
 static int check_layout(struct pr_sched *s, struct sched_worker *w,
                         uint64_t nfloats, char *why, size_t why_len)
 {
-    if (w->nfloats != nfloats)
+    if (w->nfloats != nfloats) {
         drop_layout(s, w);
-    if (s->job_holders == 0 && s->job_nfloats != nfloats) {
-        if (s->job_nfloats)
-            pr_info("the job's layout is now %llu floats (was %llu: no live "
-                    "worker holds it)",
-                    (unsigned long long)nfloats,
-                    (unsigned long long)s->job_nfloats);
-        s->job_nfloats = nfloats;
-    }
-    if (nfloats != s->job_nfloats) {
-        snprintf(why, why_len,
-                 "reduce of %llu floats, but this job reduces %llu (the "
-                 "layout of %u live worker%s; it changes once none is left)",
-                 (unsigned long long)nfloats,
-                 (unsigned long long)s->job_nfloats, s->job_holders,
-                 s->job_holders == 1 ? "" : "s");
-        return -EINVAL;
-    }
-    if (w->nfloats == 0) {
         w->nfloats = nfloats;
-        s->job_holders++;
+        if (nfloats == s->job_nfloats)
+            s->job_holders++;
     }
-    return 0;
+    if (nfloats == s->job_nfloats)
+        return 0;
+    /*
+     * Counting the others costs a pass over the workers: only when they
+     * could outnumber the job's holders, so a wrong trainer's repeated
+     * READYs against a larger job cost nothing.
+     */
+    uint32_t live = pr_sched_core_live(s->core);
+    if (s->job_holders == 0 || live - s->job_holders > s->job_holders) {
+        uint32_t n = wanting(s, nfloats);
+        if (n > s->job_holders) {
+            switch_layout(s, nfloats, n);
+            return 0;
+        }
+    }
+    snprintf(why, why_len,
+             "reduce of %llu floats, but this job reduces %llu (the layout "
+             "of %u live worker%s; the job takes the layout most live "
+             "workers reduce)",
+             (unsigned long long)nfloats, (unsigned long long)s->job_nfloats,
+             s->job_holders, s->job_holders == 1 ? "" : "s");
+    return -EINVAL;
 }
 
 void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
@@ -365,18 +425,6 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
 /* preduce.torch recognises this refusal by its first words. */
 #define TAGS_NEED_ALLREDUCE                                                    \
     "tagged reduces (gradient buckets) need scheduler.policy = allreduce"
-
-static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
-                   int status, const char *reason)
-{
-    Pr__V1__Reject r = PR__V1__REJECT__INIT;
-    r.rank = rank;
-    r.seq = seq;
-    r.status = status;
-    r.reason = (char *)reason;
-    Pr__V1__Msg m = PR_MSG_OF(REJECT, reject, &r);
-    pr_sched_send(n, &m);
-}
 
 static int own_worker(struct sched_node *n, uint32_t rank)
 {

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The job's layout (floats per reduce) is negotiated: a trainer whose
- * layout differs from the one its live peers hold is refused alone, with
- * both layouts named; once no live worker holds the old layout, the next
- * reduce defines it (a rolling upgrade to a changed model). One node
+ * The job's layout (floats per reduce) is the one most live workers
+ * reduce, a tie keeping the job's: a trainer of another layout is refused
+ * alone, with both layouts named, whether it came first or not; once the
+ * trainers of a new layout outnumber the old one's, it is the job's (a
+ * rolling upgrade to a changed model). One node
  * daemon, policy dynamic: a trainer that reduces alone gets a group of one
  * at the end of the window, so the trainers here run one after another in
  * this process.
@@ -106,7 +107,8 @@ START_TEST(test_layout_mismatch_refused_alone)
                          "reduces 200 (the layout of 1 live worker"));
     ck_assert_str_eq(preduce_last_error(b.cl),
                      "reduce of 300 floats, but this job reduces 200 (the "
-                     "layout of 1 live worker; it changes once none is left)");
+                     "layout of 1 live worker; the job takes the layout most "
+                     "live workers reduce)");
     ck_assert(preduce_tensor_data(b.t)[299] == 3.0f);
     /* The refusal is b's alone: its connection and a's reduces go on. */
     ck_assert_int_eq(trainer_reduce(&a), 0);
@@ -120,6 +122,37 @@ START_TEST(test_layout_mismatch_refused_alone)
     ck_assert(sched_says("reduce of 200 floats, but this job reduces 300"));
     preduce_close(b.cl);
     preduce_close(d.cl);
+}
+END_TEST
+
+/*
+ * A trainer of a wrong model that reduced first does not pin the job: on
+ * a tie it keeps it, but once two trainers of the right model have asked,
+ * theirs is the job's layout and the lone one is refused, its tensor
+ * untouched (two correct trainers used to get no good reduce at all).
+ */
+START_TEST(test_layout_majority_over_lone_first)
+{
+    struct trainer bad, a, b;
+    trainer_open(&bad, "bad", 100, 1.0f);
+    ck_assert_int_eq(trainer_reduce(&bad), 0);
+    trainer_open(&a, "a", 200, 2.0f);
+    trainer_open(&b, "b", 200, 4.0f);
+    ck_assert_int_eq(trainer_reduce(&a), -EINVAL); /* 1 against 1 */
+    ck_assert(sched_says("worker 1 (a): reduce of 200 floats, but this job "
+                         "reduces 100 (the layout of 1 live worker;"));
+    ck_assert_int_eq(trainer_reduce(&b), 0); /* 2 against 1 */
+    ck_assert(sched_says("the job's layout is now 200 floats (was 100: 2 "
+                         "live workers against 1)"));
+    ck_assert_int_eq(trainer_reduce(&a), 0);
+    ck_assert_int_eq(trainer_reduce(&bad), -EINVAL);
+    ck_assert(sched_says("worker 0 (bad): reduce of 100 floats, but this job "
+                         "reduces 200 (the layout of 2 live workers;"));
+    ck_assert(preduce_tensor_data(bad.t)[99] == 1.0f);
+    ck_assert_int_eq(trainer_reduce(&b), 0);
+    preduce_close(bad.cl);
+    preduce_close(a.cl);
+    preduce_close(b.cl);
 }
 END_TEST
 
@@ -149,6 +182,7 @@ static Suite *layout_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_layout_defined_again_after_holders_left);
     tcase_add_test(tc, test_layout_mismatch_refused_alone);
+    tcase_add_test(tc, test_layout_majority_over_lone_first);
     tcase_add_test(tc, test_layout_sole_holder_changes);
     suite_add_tcase(s, tc);
     return s;
