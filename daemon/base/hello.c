@@ -27,3 +27,24 @@ int pr_hello_auth(struct pr_conn *c, const struct pr_auth_key *key,
     pr_conn_fail(c, -EACCES, "authentication failed");
     return -EACCES;
 }
+
+int pr_hello_timing_differs(uint32_t my_heartbeat_ms, uint32_t my_timeout_ms,
+                            uint32_t their_heartbeat_ms,
+                            uint32_t their_timeout_ms, char *buf, size_t len)
+{
+    int n = 0;
+
+    if (len)
+        buf[0] = '\0';
+    if (their_heartbeat_ms == 0 && their_timeout_ms == 0)
+        return 0;
+    if (their_heartbeat_ms != my_heartbeat_ms)
+        n += snprintf(buf, len, "scheduler.heartbeat_ms %u here, %u there",
+                      my_heartbeat_ms, their_heartbeat_ms);
+    if (their_timeout_ms != my_timeout_ms && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n,
+                 "%sscheduler.node_timeout_ms %u here, %u there", n ? "; " : "",
+                 my_timeout_ms, their_timeout_ms);
+    return their_heartbeat_ms != my_heartbeat_ms ||
+           their_timeout_ms != my_timeout_ms;
+}

@@ -31,4 +31,17 @@ int pr_hello_auth(struct pr_conn *c, const struct pr_auth_key *key,
                   const Pr__V1__Hello *h, const char *who,
                   uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen);
 
+/*
+ * Whether this side's heartbeat settings (scheduler.heartbeat_ms and
+ * node_timeout_ms) and the other side's, as its Hello or Welcome said
+ * them, differ: 1 with what differs in buf ("heartbeat_ms 1000 here, 200
+ * there"), 0 when they agree or the other side did not say (0s). Each
+ * side judges the other dead after its own timeout of silence while the
+ * other pings at its own period, so settings that differ make one side
+ * drop a live link, or notice a dead one late.
+ */
+int pr_hello_timing_differs(uint32_t my_heartbeat_ms, uint32_t my_timeout_ms,
+                            uint32_t their_heartbeat_ms,
+                            uint32_t their_timeout_ms, char *buf, size_t len);
+
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
 #include "daemon/engine/pool.h"
@@ -108,6 +109,15 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         n->sched_id_base = base;
     }
     pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+    char differs[160];
+    if (pr_hello_timing_differs(
+            n->conf->sched_heartbeat_ms, n->conf->sched_node_timeout_ms,
+            m->welcome->heartbeat_ms, m->welcome->node_timeout_ms, differs,
+            sizeof(differs)))
+        pr_warn("scheduler %s: settings differ (%s): one side may drop the "
+                "link while the other is alive, or see it die late; set "
+                "them alike on every daemon",
+                n->conf->node_scheduler, differs);
     pr_node_ipc_sched_up(n);
     return 0;
 }
@@ -259,6 +269,8 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.role = PR__V1__ROLE__ROLE_NODE;
     h.name = n->conf->node_name;
     h.data_addr = n->data_addr;
+    h.heartbeat_ms = n->conf->sched_heartbeat_ms;
+    h.node_timeout_ms = n->conf->sched_node_timeout_ms;
     h.auth.data = buf;
     h.auth.len = len;
     Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);

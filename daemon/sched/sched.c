@@ -138,6 +138,8 @@ static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
     w.auth.data = proof;
     w.auth.len = plen;
     w.group_id_base = n->s->id_base;
+    w.heartbeat_ms = n->s->conf->sched_heartbeat_ms;
+    w.node_timeout_ms = n->s->conf->sched_node_timeout_ms;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     pr_sched_send(n, &m);
 }
@@ -170,6 +172,14 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
              n->name);
     send_welcome(n, proof, plen);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
+    char differs[160];
+    if (pr_hello_timing_differs(s->conf->sched_heartbeat_ms,
+                                s->conf->sched_node_timeout_ms, h->heartbeat_ms,
+                                h->node_timeout_ms, differs, sizeof(differs)))
+        pr_warn("node %u (%s): settings differ (%s): one side may drop the "
+                "link while the other is alive, or see it die late; set "
+                "them alike on every daemon",
+                n->id, n->name, differs);
     broadcast_peers(s);
     /* Without the workers forgotten, a group may be due. */
     if (forgot)
