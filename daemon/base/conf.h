@@ -92,6 +92,7 @@ struct pr_conf {
     uint32_t sched_heartbeat_ms;
     uint32_t sched_node_timeout_ms;
     uint32_t sched_group_timeout_ms;
+    uint32_t sched_max_workers_node; /* registrations one node may hold */
 
     /* [transport] */
     enum pr_xport_kind xport_type;

@@ -125,6 +125,9 @@ static const struct entry rows[] = {
     {"scheduler", "group_timeout_ms", T_U32, OFF(sched_group_timeout_ms),
      "30000", 100, 3600000, NULL, F_RELOAD,
      "a group's time limit, ms: past it the nodes' engines fail it"},
+    {"scheduler", "max_workers_per_node", T_U32, OFF(sched_max_workers_node),
+     "1024", 1, 65536, NULL, F_RELOAD,
+     "workers one node daemon may register; past it -EUSERS"},
 
     {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
      "auto, rdma or tcp"},

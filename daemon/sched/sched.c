@@ -420,6 +420,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
                               .now_us = pr_sched_now_us(),
                               .live = pr_sched_live_workers(s),
                               .queued = pr_sched_core_queued(s->core),
+                              .workers_refused = s->workers_refused,
                               .window_ms = pr_sched_core_window_ms(s->core),
                               .core = &st,
                               .sizes = s->sizes};

@@ -78,6 +78,7 @@ struct pr_sched_view {
     const char *job;
     uint64_t now_us;
     uint32_t nodes, live, queued;
+    uint64_t workers_refused;          /* past scheduler.max_workers_per_node */
     double window_ms;                  /* the dynamic policy's window */
     const struct pr_sched_stats *core; /* groups, members, generator */
     const uint64_t *sizes; /* [k]: groups of k members; [0]: larger ones */

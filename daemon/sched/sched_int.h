@@ -49,6 +49,7 @@ struct sched_node {
     uint32_t id;           /* 0 until the hello */
     char name[64];
     char data_addr[128];
+    uint32_t workers; /* its live workers: scheduler.max_workers_per_node */
     uint8_t challenge[PR_AUTH_NONCE_LEN]; /* the nonce it was sent (auth.h) */
     /*
      * How fast its peers' chunks reach it, from its latest Ping (node =
@@ -95,7 +96,8 @@ struct pr_sched {
     int handles;
     uint64_t last_beat_ms; /* when heartbeat_cb last ran */
     uint64_t groups_formed;
-    uint64_t id_base; /* wire group id = id_base + the core's id */
+    uint64_t workers_refused; /* registrations past a node's cap */
+    uint64_t id_base;         /* wire group id = id_base + the core's id */
     int stopping;
     struct pr_metrics *metrics;
     const struct pr_auth_key *key;      /* NULL: no authentication */

@@ -212,6 +212,9 @@ int pr_sched_metrics_render(const struct pr_sched_view *v,
            v->live);
     scalar(b, "preduce_sched_workers_queued", "gauge",
            "Workers ready and waiting for a group.", v->queued);
+    scalar(b, "preduce_sched_workers_refused_total", "counter",
+           "Worker registrations refused: past scheduler.max_workers_per_node.",
+           v->workers_refused);
     scalar(b, "preduce_sched_groups_total", "counter", "Groups formed.",
            st->groups);
     histogram(b, v);

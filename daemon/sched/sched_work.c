@@ -262,6 +262,9 @@ static void remove_worker(struct pr_sched *s, uint32_t rank)
     if (rank >= s->nworkers_cap || !s->workers[rank].live)
         return;
     s->workers[rank].live = 0;
+    struct sched_node *n = node_by_id(s, s->workers[rank].node);
+    if (n && n->workers > 0)
+        n->workers--;
     drop_layout(s, &s->workers[rank]);
     pr_sched_core_remove_worker(s->core, rank, pr_sched_now_us());
     pr_info("worker %u (%s) left", rank, s->workers[rank].name);
@@ -372,6 +375,20 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
     r.cookie = j->cookie;
     const char *name = j->name ? j->name : "";
     uint32_t rank = 0, free_rank = UINT32_MAX;
+    /*
+     * Before the pass over the workers: a node past its cap is refused
+     * at once, so its flood costs neither memory nor that pass.
+     */
+    if (n->workers >= s->conf->sched_max_workers_node) {
+        s->workers_refused++;
+        pr_warn("node %u (%s): worker '%.64s' refused: the node has %u "
+                "workers registered (scheduler.max_workers_per_node)",
+                n->id, n->name, name, n->workers);
+        r.status = -EUSERS;
+        Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);
+        pr_sched_send(n, &m);
+        return;
+    }
     for (rank = 0; rank < s->nworkers_cap; rank++) {
         if (s->workers[rank].live && !strcmp(s->workers[rank].name, name))
             break;
@@ -402,6 +419,7 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
             struct sched_worker *w = &s->workers[rank];
             w->live = 1;
             w->node = n->id;
+            n->workers++;
             w->nfloats = 0;
             memset(&w->st, 0, sizeof(w->st));
             snprintf(w->name, sizeof(w->name), "%s", name);

@@ -16,6 +16,9 @@
  *  4. Peer port: 200 idle connections; the daemon keeps at most its
  *     per-source share open, and a real peer's link still forms (trainers
  *     on both nodes reduce).
+ *  5. Worker registrations: past scheduler.max_workers_per_node one node's
+ *     next worker is refused with -EUSERS, logged and counted; one that
+ *     leaves makes room.
  * Every connection here comes from 127.0.0.1, as the real clients' do: the
  * per-source cap is the one that binds.
  */
@@ -114,6 +117,45 @@ START_TEST(test_strangers_trainer_socket)
     snprintf(s, sizeof(s), "no hello within %d ms", HELLO_TIMEOUT_MS);
     ck_assert(h_log_contains(&c, "node0", s));
     h_idle_close(fds, IDLE);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+START_TEST(test_strangers_sched_worker_cap)
+{
+    enum { CAP = 3 };
+    uint16_t port = h_free_port();
+    char mset[64];
+    snprintf(mset, sizeof(mset), "metrics.listen=127.0.0.1:%u", port);
+    const char *const sched[] = {"scheduler.policy=dynamic",
+                                 "scheduler.max_workers_per_node=3", mset,
+                                 NULL};
+    struct h_cluster c;
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched, NULL), 0);
+    preduce_client_t *cl[CAP + 1] = {0};
+    char name[16];
+    for (int i = 0; i < CAP; i++) {
+        snprintf(name, sizeof(name), "w%d", i);
+        ck_assert_int_eq(preduce_connect(c.sock[0], name, 5000, &cl[i]), 0);
+    }
+    int rc = preduce_connect(c.sock[0], "w3", 5000, &cl[CAP]);
+    ck_assert_msg(rc == -EUSERS, "worker past the cap: %d (%s)", rc,
+                  preduce_strerror(rc));
+    ck_assert(wait_log(&c, "sched",
+                       "worker 'w3' refused: the node has 3 workers "
+                       "registered (scheduler.max_workers_per_node)",
+                       5000));
+    char *text = h_metrics_fetch(port);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_ptr_nonnull(
+        strstr(text, "\npreduce_sched_workers_refused_total 1\n"));
+    free(text);
+    /* One leaves: its place is free again. */
+    preduce_close(cl[0]);
+    ck_assert(wait_log(&c, "sched", "(w0) left", 5000));
+    ck_assert_int_eq(preduce_connect(c.sock[0], "w3", 5000, &cl[CAP]), 0);
+    for (int i = 1; i <= CAP; i++)
+        preduce_close(cl[i]);
     ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
 END_TEST
@@ -267,6 +309,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_strangers_sched_keyed_join);
     tcase_add_test(tc, test_strangers_metrics);
     tcase_add_test(tc, test_strangers_peer_port);
+    tcase_add_test(tc, test_strangers_sched_worker_cap);
     suite_add_tcase(s, tc);
     return s;
 }
