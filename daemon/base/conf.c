@@ -547,6 +547,38 @@ int pr_conf_parse_hostport(const char *s, char *host, size_t hostlen,
     return 0;
 }
 
+int pr_conf_addr_list(const char *s, char (*out)[PR_CONF_ADDR_MAX], size_t max)
+{
+    size_t k = 0;
+
+    for (const char *p = s;; p++) {
+        const char *end = strchr(p, ',');
+        if (!end)
+            end = p + strlen(p);
+        while (p < end && isspace((unsigned char)*p))
+            p++;
+        const char *q = end;
+        while (q > p && isspace((unsigned char)q[-1]))
+            q--;
+        char one[PR_CONF_ADDR_MAX];
+        uint16_t port;
+        if (q == p || (size_t)(q - p) >= sizeof(one))
+            return -EINVAL;
+        memcpy(one, p, (size_t)(q - p));
+        one[q - p] = '\0';
+        if (pr_conf_parse_hostport(one, NULL, 0, &port) < 0 || port == 0)
+            return -EINVAL;
+        if (k == max)
+            return -E2BIG;
+        if (out)
+            memcpy(out[k], one, sizeof(one));
+        k++;
+        if (!*end)
+            return (int)k;
+        p = end;
+    }
+}
+
 /*
  * Per-key checks for pr_conf_validate(): the bounds again, because a struct
  * filled in code never saw the setters, and host:port syntax.
@@ -573,6 +605,16 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
             return bad(err, -EINVAL, e, "empty path");
         if (!(e->flags & F_ADDR) || (!*s && (e->flags & F_EMPTY)))
             return 0;
+        if (e->flags & F_LIST) {
+            int k = pr_conf_addr_list(s, NULL, PR_SCHED_LIST_MAX);
+            if (k == -E2BIG)
+                return bad(err, -E2BIG, e, "more than %d addresses",
+                           PR_SCHED_LIST_MAX);
+            if (k < 0)
+                return bad(err, -EINVAL, e,
+                           "'%s' is not a list of host:port, port 1..65535", s);
+            return 0;
+        }
         if (pr_conf_parse_hostport(s, NULL, 0, &port) < 0 ||
             (port == 0 && !(e->flags & F_PORT0)))
             return bad(err, -EINVAL, e, "'%s' is not host:port, port %d..65535",

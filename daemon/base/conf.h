@@ -56,12 +56,13 @@ struct pr_conf {
     enum pr_reload_missing reload_missing;
 
     /* [node] */
-    char *node_name;           /* default: the host name */
-    char *node_socket;         /* trainers' Unix socket path */
-    char *node_socket_group;   /* its group, name or id; "" = the daemon's */
-    char *node_scheduler;      /* host:port of the scheduler */
-    char *node_data_listen;    /* host:port peers connect to */
-    char *node_data_advertise; /* host:port given to peers; "" = listen */
+    char *node_name;         /* default: the host name */
+    char *node_socket;       /* trainers' Unix socket path */
+    char *node_socket_group; /* its group, name or id; "" = the daemon's */
+    char *node_scheduler;    /* host:port of the scheduler, or a list */
+    uint32_t node_sched_settle_ms; /* back to an earlier one after */
+    char *node_data_listen;        /* host:port peers connect to */
+    char *node_data_advertise;     /* host:port given to peers; "" = listen */
     uint32_t node_max_clients;
     uint32_t node_max_tensor_mb;       /* per tensor, MiB */
     uint32_t node_trainer_max_tensors; /* per trainer */
@@ -183,5 +184,16 @@ int pr_conf_dump(const struct pr_conf *c, FILE *out);
  */
 int pr_conf_parse_hostport(const char *s, char *host, size_t hostlen,
                            uint16_t *port);
+
+/* node.scheduler: the schedulers a node follows, in the order it tries them. */
+#define PR_SCHED_LIST_MAX 8
+#define PR_CONF_ADDR_MAX  128
+/*
+ * "a:7070,b:7070" (white space around the commas allowed) -> up to max
+ * host:port entries into out (NULL: only checked), each a port 1..65535:
+ * their count, or -EINVAL (an entry empty, too long or not host:port) or
+ * -E2BIG (more than max).
+ */
+int pr_conf_addr_list(const char *s, char (*out)[PR_CONF_ADDR_MAX], size_t max);
 
 #endif

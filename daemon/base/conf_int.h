@@ -22,6 +22,7 @@ enum {
     F_EMPTY = 4,  /* F_ADDR: "" is allowed (off, or "same as") */
     F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
     F_SOCKPATH = 16, /* T_STR: a Unix socket path (fits sockaddr_un) */
+    F_LIST = 32,     /* F_ADDR: a comma-separated list of them */
 };
 
 struct entry {

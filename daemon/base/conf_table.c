@@ -46,7 +46,11 @@ static const struct entry rows[] = {
      "group (name or id) owning node.socket, mode 0660; empty = the "
      "daemon's"},
     {"node", "scheduler", T_STR, OFF(node_scheduler), "127.0.0.1:7070", 0, 0,
-     NULL, F_ADDR, "host:port of the job's scheduler"},
+     NULL, F_ADDR | F_LIST,
+     "host:port of the job's scheduler; a,b: standbys, tried in order"},
+    {"node", "scheduler_settle_ms", T_U32, OFF(node_sched_settle_ms), "3000", 0,
+     3600000, NULL, F_RELOAD,
+     "an earlier scheduler reachable this long is followed again, ms"},
     {"node", "data_listen", T_STR, OFF(node_data_listen), "127.0.0.1:7071", 0,
      0, NULL, F_ADDR | F_PORT0,
      "host:port peer daemons connect to; port 0 = any free port"},

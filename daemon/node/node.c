@@ -29,11 +29,9 @@
 _Static_assert(PR_NODE_GRACE_MS + 500 <= PREDUCE_REDUCE_SLACK_MS,
                "the daemon's grace leaves the library's slack no margin");
 
-#define TICK_MS              20
-#define SCHED_BACKOFF_MIN_MS 100
-#define SCHED_BACKOFF_MAX_MS 5000
-#define STASH_MAX_BYTES      (256u << 20)
-#define MAX_CHUNK_BYTES      (64u << 20) /* transport.chunk_kb's upper bound */
+#define TICK_MS         20
+#define STASH_MAX_BYTES (256u << 20)
+#define MAX_CHUNK_BYTES (64u << 20) /* transport.chunk_kb's upper bound */
 /* Peers whose link rates one Ping carries; more are left out. */
 #define NODE_RATES_MAX 128
 
@@ -95,12 +93,11 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
     const char *why;
     if (pr_auth_check_welcome(n->key, n->my_nonce, n->sched_challenge,
                               &m->welcome->auth, &why) < 0) {
-        pr_err("scheduler %s: %s: closing", n->conf->node_scheduler, why);
+        pr_err("scheduler %s: %s: closing", pr_node_sched_addr(n), why);
         return -EACCES;
     }
     n->self = m->welcome->id;
     n->sstate = S_UP;
-    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
     pr_tcp_xport_set_self(n->xport, n->self);
     /* A new scheduler session numbers groups from its own clock. */
     uint64_t base = m->welcome->group_id_base;
@@ -108,7 +105,8 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         pr_engine_new_session(n->engine, base);
         n->sched_id_base = base;
     }
-    pr_info("joined job '%s' as node %u", n->conf->job, n->self);
+    pr_info("joined job '%s' as node %u (scheduler %s)", n->conf->job, n->self,
+            pr_node_sched_addr(n));
     char differs[160];
     if (pr_hello_timing_differs(
             n->conf->sched_heartbeat_ms, n->conf->sched_node_timeout_ms,
@@ -117,8 +115,9 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         pr_warn("scheduler %s: settings differ (%s): one side may drop the "
                 "link while the other is alive, or see it die late; set "
                 "them alike on every daemon",
-                n->conf->node_scheduler, differs);
+                pr_node_sched_addr(n), differs);
     pr_node_ipc_sched_up(n);
+    pr_node_scheds_up(n);
     return 0;
 }
 
@@ -195,7 +194,7 @@ static void retry_cb(uv_timer_t *t)
     struct pr_node *n = t->data;
     if (n->sstate == S_CONNECTING || n->sstate == S_CHALLENGE ||
         n->sstate == S_HELLO) {
-        pr_warn("scheduler %s: no answer within %u ms", n->conf->node_scheduler,
+        pr_warn("scheduler %s: no answer within %u ms", pr_node_sched_addr(n),
                 n->conf->node_connect_timeout_ms);
         pr_conn_close(n->sched, -ETIMEDOUT);
         return;
@@ -215,14 +214,12 @@ static void sched_on_close(struct pr_conn *conn, int status)
     if (n->stopping)
         return;
     if (was_up) {
-        pr_warn("scheduler link lost: %s; reconnecting",
-                status ? strerror(-status) : "closed");
+        pr_warn("scheduler link lost (%s): %s; reconnecting",
+                pr_node_sched_addr(n), status ? strerror(-status) : "closed");
         pr_node_ipc_sched_lost(n);
     }
-    uv_timer_start(&n->sched_retry, retry_cb, n->backoff_ms, 0);
-    n->backoff_ms = n->backoff_ms * 2 > SCHED_BACKOFF_MAX_MS
-                        ? SCHED_BACKOFF_MAX_MS
-                        : n->backoff_ms * 2;
+    uv_timer_start(&n->sched_retry, retry_cb, pr_node_scheds_next(n, was_up),
+                   0);
 }
 
 static const struct pr_conn_ops sched_ops = {
@@ -237,8 +234,8 @@ static void sched_connected(struct pr_conn *c, int status)
     if (n->sched != c)
         return;
     if (status < 0) {
-        if (n->backoff_ms <= SCHED_BACKOFF_MIN_MS)
-            pr_warn("scheduler %s: %s; retrying", n->conf->node_scheduler,
+        if (n->scheds.tries == 0)
+            pr_warn("scheduler %s: %s; retrying", pr_node_sched_addr(n),
                     uv_strerror(status));
         pr_conn_close(c, status);
         return;
@@ -261,7 +258,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     int rc = pr_auth_answer(n->key, m->challenge, n->sched_challenge,
                             n->my_nonce, buf, &len, &why);
     if (rc < 0) {
-        pr_err("scheduler %s: %s", n->conf->node_scheduler, why);
+        pr_err("scheduler %s: %s", pr_node_sched_addr(n), why);
         return rc;
     }
     Pr__V1__Hello h = PR__V1__HELLO__INIT;
@@ -282,21 +279,21 @@ static void connect_sched(struct pr_node *n)
 {
     char host[96];
     uint16_t port;
-    if (pr_conf_parse_hostport(n->conf->node_scheduler, host, sizeof(host),
+    if (pr_conf_parse_hostport(pr_node_sched_addr(n), host, sizeof(host),
                                &port) < 0)
-        return;
+        return; /* pr_conf_validate() checked every entry */
     n->sched = pr_conn_create_tcp(n->loop, PR_CTRL_MAX_FRAME, &sched_ops, n);
     if (!n->sched)
         return;
     n->sstate = S_CONNECTING;
     int rc = pr_conn_connect(n->sched, host, port, sched_connected);
     if (rc < 0) {
-        pr_err("scheduler %s: %s", n->conf->node_scheduler, uv_strerror(rc));
+        pr_err("scheduler %s: %s", pr_node_sched_addr(n), uv_strerror(rc));
         pr_conn_close(n->sched, rc);
         return;
     }
     snprintf(n->sched->name, sizeof(n->sched->name), "scheduler %s",
-             n->conf->node_scheduler);
+             pr_node_sched_addr(n));
     uv_timer_start(&n->sched_retry, retry_cb, n->conf->node_connect_timeout_ms,
                    0);
 }
@@ -486,7 +483,6 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     n->loop = loop;
     n->conf = conf;
     n->key = key;
-    n->backoff_ms = SCHED_BACKOFF_MIN_MS;
     uv_timer_init(loop, &n->sched_retry);
     uv_timer_init(loop, &n->tick);
     n->sched_retry.data = n;
@@ -494,9 +490,15 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     uv_idle_init(loop, &n->spin);
     n->spin.data = n;
     n->handles = 3;
+    int rc = pr_node_scheds_init(n);
+    if (rc < 0) {
+        /* Nothing but the timers above to close. */
+        pr_node_destroy(n);
+        return rc;
+    }
+    n->handles++;
     n->max_map_count = read_max_map_count();
     warn_max_map_count(n);
-    int rc = 0;
     /*
      * Forwarded chunks keep their originator's size, which may be another
      * node's chunk_kb (or ours before a reload): accept up to the largest
@@ -608,6 +610,9 @@ void pr_node_destroy(struct pr_node *n)
         n->sched = NULL;
         pr_conn_detach_close(c);
     }
+    pr_node_scheds_stop(n);
+    if (n->scheds.n)
+        uv_close((uv_handle_t *)&n->scheds.probe_timer, node_closed_cb);
     uv_close((uv_handle_t *)&n->sched_retry, node_closed_cb);
     uv_close((uv_handle_t *)&n->tick, node_closed_cb);
     uv_close((uv_handle_t *)&n->spin, node_closed_cb);

@@ -89,13 +89,29 @@ enum sched_state {
     S_UP,
 };
 
+/* The schedulers of node.scheduler and the probes of earlier ones. */
+struct node_scheds {
+    char addr[PR_SCHED_LIST_MAX][PR_CONF_ADDR_MAX];
+    uint32_t n;          /* entries of addr */
+    uint32_t cur;        /* the one followed, or being dialled */
+    uint32_t tries;      /* dials since one came up; a round backs off */
+    uint32_t backoff_ms; /* after a round of failed dials */
+    int switch_to;       /* >= 0: the link is closing to follow this one */
+    uv_timer_t probe_timer;
+    struct pr_conn *probe; /* a probe's connection in flight */
+    uint32_t probe_idx;    /* the earlier one it probes */
+    uint64_t probe_start_ms;
+    /* Since when each earlier one has answered every probe; 0: it did not. */
+    uint64_t ok_since_ms[PR_SCHED_LIST_MAX];
+};
+
 struct pr_node {
     uv_loop_t *loop;
     struct pr_conf *conf;
     struct pr_conn *sched;
     enum sched_state sstate;
     uv_timer_t sched_retry;
-    uint32_t backoff_ms;
+    struct node_scheds scheds;
     uint32_t self;
     uint64_t sched_id_base; /* the scheduler session last joined */
     char data_addr[128];
@@ -277,5 +293,18 @@ void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id);
 struct node_tensor *pr_node_tensor_by_id(struct node_trainer *c, uint32_t id);
 /* Unmaps t (and unregisters it from RDMA); the slot stays. */
 void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t);
+
+/*
+ * node_standby.c: the scheduler list. init parses node.scheduler (its
+ * probe timer counts in n->handles); sched_addr is the one followed or
+ * dialled; next picks the one to dial after a link ended and returns how
+ * long to wait first, ms; up starts probing the earlier ones once the
+ * link is up; stop ends the probes (link lost, daemon stopping).
+ */
+int pr_node_scheds_init(struct pr_node *n);
+const char *pr_node_sched_addr(const struct pr_node *n);
+uint32_t pr_node_scheds_next(struct pr_node *n, int was_up);
+void pr_node_scheds_up(struct pr_node *n);
+void pr_node_scheds_stop(struct pr_node *n);
 
 #endif

@@ -129,6 +129,23 @@ static int forget_previous_life(struct sched_node *n,
     return forgot;
 }
 
+/* The wall clock in microseconds: the base of a session's group ids. */
+static uint64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Whether n is the only node past its hello. */
+static int only_node(const struct pr_sched *s, const struct sched_node *n)
+{
+    for (const struct sched_node *o = s->nodes; o; o = o->next)
+        if (o != n && o->id != 0)
+            return 0;
+    return 1;
+}
+
 static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
 {
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
@@ -170,6 +187,15 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
                 n->data_addr);
     snprintf(n->conn->name, sizeof(n->conn->name), "node %u (%s)", n->id,
              n->name);
+    /*
+     * A scheduler that gets its first node takes the job over (at start,
+     * after a restart, or as the standby the nodes moved to): its group
+     * ids start from now, above every id a scheduler before it gave
+     * (fewer than one group a microsecond), so a daemon never takes a new
+     * group for a stale one, and a trainer's group ids keep rising.
+     */
+    if (!s->groups && only_node(s, n))
+        s->id_base = wall_us();
     send_welcome(n, proof, plen);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     char differs[160];
@@ -458,13 +484,7 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
         free(s);
         return -EINVAL;
     }
-    /*
-     * Group ids rise across scheduler restarts too, so a daemon never takes
-     * a new group for a stale one: start from the wall clock.
-     */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    s->id_base = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+    s->id_base = wall_us();
     char host[96];
     uint16_t port;
     int rc =

@@ -124,7 +124,8 @@ START_TEST(test_cli_test_bad_value)
         {"[scheduler]\nwindow_ms = inf\n",
          ":2: scheduler.window_ms: 'inf' is not a decimal number\n"},
         {"[node]\nscheduler = localhost\n",
-         ": node.scheduler: 'localhost' is not host:port, port 1..65535\n"},
+         ": node.scheduler: 'localhost' is not a list of host:port, "
+         "port 1..65535\n"},
         /* A rule relating two keys: no line, but the file and the key. */
         {"[scheduler]\ngroup_min = 5\ngroup_max = 3\n",
          ": scheduler.group_min: group_min 5 is above group_max 3\n"},

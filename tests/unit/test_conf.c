@@ -449,6 +449,65 @@ START_TEST(test_conf_hostport)
 }
 END_TEST
 
+/* node.scheduler's list of standbys: split, checked, bounded. */
+START_TEST(test_conf_scheduler_list)
+{
+    static const struct {
+        const char *s;
+        int rc;
+        const char *first, *last;
+    } cases[] = {
+        {"a:1", 1, "a:1", "a:1"},
+        {"a:1,b:2", 2, "a:1", "b:2"},
+        {" a:1 , [::1]:7070 ,c:3", 3, "a:1", "c:3"},
+        {"a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8", 8, "a:1", "h:8"},
+        {"a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9", -E2BIG, NULL, NULL},
+        {"a:1,,b:2", -EINVAL, NULL, NULL},
+        {"a:1,", -EINVAL, NULL, NULL},
+        {",a:1", -EINVAL, NULL, NULL},
+        {"", -EINVAL, NULL, NULL},
+        {"a:1,b", -EINVAL, NULL, NULL},
+        {"a:0", -EINVAL, NULL, NULL},
+        {"a:1;b:2", -EINVAL, NULL, NULL},
+    };
+    char out[PR_SCHED_LIST_MAX][PR_CONF_ADDR_MAX];
+    for (size_t i = 0; i < NCASES(cases); i++) {
+        int rc = pr_conf_addr_list(cases[i].s, out, PR_SCHED_LIST_MAX);
+        ck_assert_msg(rc == cases[i].rc, "'%s': rc %d", cases[i].s, rc);
+        ck_assert_int_eq(pr_conf_addr_list(cases[i].s, NULL, PR_SCHED_LIST_MAX),
+                         rc);
+        if (rc > 0) {
+            ck_assert_str_eq(out[0], cases[i].first);
+            ck_assert_str_eq(out[rc - 1], cases[i].last);
+        }
+    }
+    /* An entry longer than an address may be is refused, not cut. */
+    char big[PR_CONF_ADDR_MAX + 16];
+    memset(big, 'h', sizeof(big));
+    memcpy(big + sizeof(big) - 4, ":80", 4);
+    ck_assert_int_eq(pr_conf_addr_list(big, out, PR_SCHED_LIST_MAX), -EINVAL);
+
+    /* The config refuses a bad list with the key and the reason. */
+    static const struct bad_case bad[] = {
+        {"scheduler = a:1,,b:2", -EINVAL, "node.scheduler",
+         "not a list of host:port"},
+        {"scheduler = a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9", -E2BIG,
+         "node.scheduler", "more than 8 addresses"},
+    };
+    for (size_t i = 0; i < NCASES(bad); i++) {
+        char text[256];
+        struct pr_conf c;
+        struct pr_conf_err err;
+        snprintf(text, sizeof(text), "[node]\n%s\n", bad[i].lines);
+        ck_assert_int_eq(load_text(&c, text, &err), 0);
+        ck_assert_int_eq(pr_conf_validate(&c, &err), bad[i].rc);
+        ck_assert_str_eq(err.key, bad[i].key);
+        ck_assert_ptr_nonnull(strstr(err.msg, bad[i].msg));
+        pr_conf_fini(&c);
+    }
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
     Suite *s = suite_create("conf");
@@ -467,6 +526,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, test_conf_missing_file);
     tcase_add_test(tc, test_conf_set_forms);
     tcase_add_test(tc, test_conf_hostport);
+    tcase_add_test(tc, test_conf_scheduler_list);
     suite_add_tcase(s, tc);
     return s;
 }
