@@ -16,70 +16,68 @@
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
 
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ---- weights ---------------------------------------------------------- */
 
-START_TEST(test_sched_core_weights_one_member)
-{
-    uint64_t v[] = {42};
-    double w[1] = {-1.0};
-
-    ck_assert_int_eq(pr_sched_staleness_weights(v, 1, 0.9, w), 0);
-    ck_assert(w[0] == 1.0);
-}
-END_TEST
-
-START_TEST(test_sched_core_weights_equal_versions)
-{
-    uint64_t v[] = {7, 7, 7, 7};
+/* Staleness weights of k versions against their exact values. */
+struct weight_case {
+    const char *name;
+    uint64_t v[4];
+    size_t k;
+    double alpha;
     double w[4];
+    double tol; /* 0: exactly */
+};
 
-    ck_assert_int_eq(pr_sched_staleness_weights(v, 4, 0.9, w), 0);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_double_eq_tol(w[i], 0.25, 1e-15);
+static const struct weight_case weight_cases[] = {
+    {"one_member", {42}, 1, 0.9, {1.0}, 0},
+    {"equal_versions", {7, 7, 7, 7}, 4, 0.9, {0.25, 0.25, 0.25, 0.25}, 1e-15},
+    /*
+     * versions {10, 10, 8}, alpha 0.9: T = 10, s = {1, 1, 3}, S = 3.
+     * Level masses: s=1: 0.1, s=2: 0.09, s=3: 0.081; they sum to
+     * 0.271 = 1 - 0.9^3. Nobody is on level 2, so its 0.09 goes to level 1:
+     * 0.19, split over two members: 0.095 each. Normalized by 0.271:
+     *   w = {0.095/0.271, 0.095/0.271, 0.081/0.271}
+     *     = {0.350553505535..., 0.350553505535..., 0.298892988929...}.
+     */
+    {"level_gap",
+     {10, 10, 8},
+     3,
+     0.9,
+     {0.095 / 0.271, 0.095 / 0.271, 0.081 / 0.271},
+     1e-12},
+    {"level_gap_decimal",
+     {10, 10, 8},
+     3,
+     0.9,
+     {0.350553505535055, 0.350553505535055, 0.298892988929889},
+     1e-12},
+    /*
+     * versions {4, 2, 5, 4} (unsorted), alpha 0.5: T = 5, s = {2, 4, 1, 2},
+     * S = 4. Masses: s=1 0.5, s=2 0.25, s=3 0.125 (empty: to level 1),
+     * s=4 0.0625; sum 0.9375. Level 1: 0.625 -> 2/3; level 2: 0.25 over two
+     * members -> 0.125 / 0.9375 = 2/15 each; level 4: 0.0625 / 0.9375 = 1/15.
+     */
+    {"shared_level",
+     {4, 2, 5, 4},
+     4,
+     0.5,
+     {2.0 / 15.0, 1.0 / 15.0, 2.0 / 3.0, 2.0 / 15.0},
+     1e-12},
+    /* S = 2^64: the stale member's mass underflows to exactly 0. */
+    {"far", {UINT64_MAX, 0}, 2, 0.9, {1.0, 0.0}, 0},
+};
+
+START_TEST(test_sched_core_weights_case)
+{
+    const struct weight_case *k = &weight_cases[_i];
+    double w[4] = {-1.0, -1.0, -1.0, -1.0};
+
+    ck_assert_int_eq(pr_sched_staleness_weights(k->v, k->k, k->alpha, w), 0);
+    for (size_t i = 0; i < k->k; i++) {
+        ck_assert_msg(sf_close_to(w[i], k->w[i], k->tol),
+                      "%s: w[%zu] = %.17g, not %.17g", k->name, i, w[i],
+                      k->w[i]);
     }
-}
-END_TEST
-
-/*
- * versions {10, 10, 8}, alpha 0.9: T = 10, s = {1, 1, 3}, S = 3.
- * Level masses: s=1: 0.1, s=2: 0.09, s=3: 0.081; they sum to
- * 0.271 = 1 - 0.9^3. Nobody is on level 2, so its 0.09 goes to level 1:
- * 0.19, split over two members: 0.095 each. Normalized by 0.271:
- *   w = {0.095/0.271, 0.095/0.271, 0.081/0.271}
- *     = {0.350553505535..., 0.350553505535..., 0.298892988929...}.
- */
-START_TEST(test_sched_core_weights_level_gap)
-{
-    uint64_t v[] = {10, 10, 8};
-    double w[3];
-
-    ck_assert_int_eq(pr_sched_staleness_weights(v, 3, 0.9, w), 0);
-    ck_assert_double_eq_tol(w[0], 0.095 / 0.271, 1e-12);
-    ck_assert_double_eq_tol(w[1], 0.095 / 0.271, 1e-12);
-    ck_assert_double_eq_tol(w[2], 0.081 / 0.271, 1e-12);
-    ck_assert_double_eq_tol(w[0], 0.350553505535055, 1e-12);
-    ck_assert_double_eq_tol(w[2], 0.298892988929889, 1e-12);
-}
-END_TEST
-
-/*
- * versions {4, 2, 5, 4} (unsorted), alpha 0.5: T = 5, s = {2, 4, 1, 2},
- * S = 4. Masses: s=1 0.5, s=2 0.25, s=3 0.125 (empty: to level 1),
- * s=4 0.0625; sum 0.9375. Level 1: 0.625 -> 2/3; level 2: 0.25 over two
- * members -> 0.125 / 0.9375 = 2/15 each; level 4: 0.0625 / 0.9375 = 1/15.
- */
-START_TEST(test_sched_core_weights_shared_level)
-{
-    uint64_t v[] = {4, 2, 5, 4};
-    double w[4];
-
-    ck_assert_int_eq(pr_sched_staleness_weights(v, 4, 0.5, w), 0);
-    ck_assert_double_eq_tol(w[0], 2.0 / 15.0, 1e-12);
-    ck_assert_double_eq_tol(w[1], 1.0 / 15.0, 1e-12);
-    ck_assert_double_eq_tol(w[2], 2.0 / 3.0, 1e-12);
-    ck_assert_double_eq_tol(w[3], 2.0 / 15.0, 1e-12);
 }
 END_TEST
 
@@ -104,13 +102,6 @@ START_TEST(test_sched_core_weights_sum_to_one)
         sum += w[i];
     }
     ck_assert_double_eq_tol(sum, 1.0, 1e-12);
-
-    /* S = 2^64: the stale member's mass underflows to exactly 0. */
-    uint64_t far[] = {UINT64_MAX, 0};
-    double wf[2];
-    ck_assert_int_eq(pr_sched_staleness_weights(far, 2, 0.9, wf), 0);
-    ck_assert(wf[0] == 1.0);
-    ck_assert(wf[1] == 0.0);
 
     /* A gap of 10^6 levels with several members per level. */
     uint64_t gap[] = {3000000, 2000000, 3000000, 2000000, 2999999};
@@ -178,30 +169,6 @@ START_TEST(test_sched_core_ready_errors)
     ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 0), 0);
     ck_assert_uint_eq(pr_sched_core_queued(c), 0);
     ck_assert_int_eq(pr_sched_core_ready(c, 1, 0, 3, 0), -ENOENT);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* A GROUPED worker that is ready again is simply queued again. */
-START_TEST(test_sched_core_ready_after_group)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_uint_eq(g.id, 1);
-    pr_sched_group_fini(&g);
-    sf_ready(c, 1, 2, 10);
-    sf_ready(c, 0, 2, 11);
-    sf_expect_group(c, 11, (const uint32_t[]){1, 0}, 2, &g);
-    ck_assert_uint_eq(g.id, 2);
-    ck_assert_uint_eq(g.max_version, 2);
-    pr_sched_group_fini(&g);
-    sf_expect_none(c, 12);
     pr_sched_core_destroy(c);
 }
 END_TEST
@@ -293,34 +260,368 @@ START_TEST(test_sched_core_params_invalid)
 }
 END_TEST
 
-/* ---- allreduce -------------------------------------------------------- */
+/* ---- the policies, scripted (sched_fixture.h) ------------------------- */
 
-START_TEST(test_sched_core_allreduce_waits_for_all)
+static const struct sf_case allreduce_cases[] = {
+    {
+        .name = "waits_for_all",
+        .policy = PR_POLICY_ALLREDUCE,
+        .weighting = PR_WEIGHT_STALENESS, /* ignored: allreduce is uniform */
+        .workers = 4,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(2, 5, 0),
+                SF_READY(0, 3, 1),
+                SF_READY(3, 5, 2),
+                SF_NONE(3),
+                SF_DEADLINE(-1),
+                SF_READY(1, 4, 4),
+                SF_GROUP(4, 2, 0, 3, 1),
+                SF_ID(1),
+                SF_MAX_VERSION(5),
+                SF_PERSONAL(0),
+                SF_WEIGHTS(0.25, 0),
+                SF_NONE(5),
+                SF_END,
+            },
+    },
+    {
+        .name = "after_remove",
+        .policy = PR_POLICY_ALLREDUCE,
+        .workers = 4,
+        .steps =
+            (const struct sf_step[]){
+                /* Removing the one not ready completes the group. */
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 0),
+                SF_READY(2, 1, 0),
+                SF_NONE(0),
+                SF_REMOVE(3, 1),
+                SF_GROUP(1, 0, 1, 2),
+                SF_WEIGHT(0, 1.0 / 3.0, 1e-15),
+                /* Removing a queued one: the rest are all of the live ones. */
+                SF_READY(2, 2, 2),
+                SF_READY(0, 2, 2),
+                SF_NONE(2),
+                SF_REMOVE(2, 3),
+                SF_NONE(3),
+                SF_READY(1, 2, 4),
+                SF_GROUP(4, 0, 1),
+                SF_END,
+            },
+    },
+};
+
+/*
+ * min_workers: nothing forms (and no deadline is armed) until that many
+ * workers joined; then the policy runs as usual, and a worker that leaves
+ * afterwards is not waited for.
+ */
+/* Constant or dynamic, P = 2, min_workers 4, 3 workers joined. */
+static const struct sf_step min_workers_4_of_3[] = {
+    SF_READY(0, 1, 0),
+    SF_READY(1, 1, 1),
+    SF_READY(2, 1, 2),
+    /* P ready, but only 3 of 4 joined: past any window, nothing. */
+    SF_NONE(1000000),
+    SF_DEADLINE(-1),
+    SF_ADD(3, 1000001),
+    SF_GROUP(1000002, 0, 1),
+    SF_END,
+};
+
+static const struct sf_case min_workers_cases[] = {
+    {
+        .name = "allreduce",
+        .policy = PR_POLICY_ALLREDUCE,
+        .min_workers = 3,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 1),
+                SF_NONE(2), /* 2 of 3 joined: all 2 ready, still no group */
+                SF_ADD(2, 3),
+                SF_NONE(4), /* the third joined, not ready yet */
+                SF_READY(2, 1, 5),
+                SF_GROUP(5, 0, 1, 2),
+                /* Started: one leaves, the other two go on without it. */
+                SF_REMOVE(1, 6),
+                SF_READY(0, 2, 7),
+                SF_READY(2, 2, 8),
+                SF_GROUP(8, 0, 2),
+                SF_END,
+            },
+    },
+    {
+        .name = "constant",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .group_max = 2,
+        .min_workers = 4,
+        .workers = 3,
+        .steps = min_workers_4_of_3,
+    },
+    {
+        .name = "dynamic",
+        .policy = PR_POLICY_DYNAMIC,
+        .group_size = 2,
+        .group_max = 2,
+        .min_workers = 4,
+        .workers = 3,
+        .steps = min_workers_4_of_3,
+    },
+    {
+        /*
+         * Dynamic, groups of all live workers: the window opens when the
+         * last worker joins, not when the first queued one became ready,
+         * so the late one still makes the first group.
+         */
+        .name = "dynamic_window",
+        .policy = PR_POLICY_DYNAMIC,
+        .min_workers = 4, /* window 5 ms, group_max 0 = all live */
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 1),
+                SF_READY(2, 1, 2),
+                SF_NONE(1000000),
+                SF_ADD(3, 1000000),
+                SF_DEADLINE(1000000 + 5000),
+                SF_NONE(1000001),
+                SF_READY(3, 1, 1000002),
+                SF_GROUP(1000002, 0, 1, 2, 3),
+                /* Later windows run from the oldest ready worker as usual. */
+                SF_READY(0, 2, 1000010),
+                SF_NONE(1000011),
+                SF_DEADLINE(1000010 + 4500), /* the window shrank by 0.9 */
+                SF_END,
+            },
+    },
+    {
+        /*
+         * Workers registering again with a restarted scheduler mark the
+         * job as started: one that left meanwhile is not waited for.
+         * Everybody leaving makes the next job wait for min_workers again.
+         */
+        .name = "marked_and_reset",
+        .policy = PR_POLICY_ALLREDUCE,
+        .min_workers = 3,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 1),
+                SF_NONE(2),
+                SF_MARK_STARTED(3),
+                SF_GROUP(3, 0, 1),
+                SF_REMOVE(0, 4),
+                SF_REMOVE(1, 5),
+                SF_ADD(0, 6),
+                SF_READY(0, 1, 7),
+                SF_NONE(8), /* a new job: 1 of 3 */
+                SF_END,
+            },
+    },
+};
+
+static const struct sf_case constant_cases[] = {
+    {
+        /* A GROUPED worker that is ready again is simply queued again. */
+        .name = "ready_after_group",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 0),
+                SF_GROUP(0, 0, 1),
+                SF_ID(1),
+                SF_READY(1, 2, 10),
+                SF_READY(0, 2, 11),
+                SF_GROUP(11, 1, 0),
+                SF_ID(2),
+                SF_MAX_VERSION(2),
+                SF_NONE(12),
+                SF_END,
+            },
+    },
+    {
+        .name = "fifo",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 3,
+        .workers = 6,
+        .steps =
+            (const struct sf_step[]){
+                /* Ready in the order 5, 2, 4, 0, 1, 3. */
+                SF_READY(5, 10, 0),
+                SF_NONE(0),
+                SF_READY(2, 11, 1),
+                SF_NONE(1),
+                SF_READY(4, 12, 2),
+                SF_GROUP(2, 5, 2, 4),
+                SF_ID(1),
+                SF_VERSION(0, 10),
+                SF_MAX_VERSION(12),
+                SF_WEIGHT(1, 1.0 / 3.0, 1e-15),
+                SF_NONE(2),
+                SF_READY(0, 1, 3),
+                SF_READY(1, 1, 3),
+                SF_READY(3, 1, 3),
+                SF_READY(5, 13, 3),
+                SF_GROUP(3, 0, 1, 3),
+                SF_ID(2),
+                SF_QUEUED(1),
+                SF_NONE(4),
+                SF_DEADLINE(-1),
+                SF_END,
+            },
+    },
+    {
+        /* P = min(group_size, live): fewer live workers than P never deadlock.
+         */
+        .name = "fewer_than_p",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 4,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(1, 1, 0),
+                SF_READY(0, 1, 0),
+                SF_NONE(0),
+                SF_READY(2, 1, 0),
+                SF_GROUP(0, 1, 0, 2),
+                SF_READY(0, 2, 1),
+                SF_NONE(1),
+                SF_REMOVE(2, 1),
+                SF_REMOVE(1, 1),
+                SF_GROUP(1, 0),
+                SF_END,
+            },
+    },
+    {
+        /* The level_gap weights (weight_cases), as personal results. */
+        .name = "staleness",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 3,
+        .weighting = PR_WEIGHT_STALENESS,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 10, 0),
+                SF_READY(1, 8, 0),
+                SF_READY(2, 10, 0),
+                SF_GROUP(0, 0, 1, 2),
+                SF_PERSONAL(1),
+                SF_MAX_VERSION(10),
+                SF_WEIGHT(0, 0.095 / 0.271, 1e-12),
+                SF_WEIGHT(1, 0.081 / 0.271, 1e-12),
+                SF_WEIGHT(2, 0.095 / 0.271, 1e-12),
+                SF_END,
+            },
+    },
+};
+
+static const struct sf_case dynamic_cases[] = {
+    {
+        .name = "closes_on_group_max",
+        .policy = PR_POLICY_DYNAMIC,
+        .group_max = 3,
+        .workers = 5,
+        .steps =
+            (const struct sf_step[]){
+                SF_DEADLINE(-1),
+                SF_READY(4, 1, 1000),
+                SF_NONE(1000),
+                SF_DEADLINE(6000),
+                SF_READY(1, 1, 1100),
+                SF_NONE(1200),
+                SF_DEADLINE(6000),
+                SF_READY(3, 1, 1300),
+                SF_READY(0, 1, 1300),
+                SF_GROUP(1300, 4, 1, 3),
+                /* 3 >= group_min 2: the window shrinks to 4.5 ms. */
+                SF_WINDOW(4.5),
+                /* The next group opened when worker 0 became ready. */
+                SF_DEADLINE(1300 + 4500),
+                SF_NONE(5799),
+                SF_GROUP(5800, 0),
+                SF_DEADLINE(-1),
+                SF_END,
+            },
+    },
+    {
+        .name = "closes_on_window",
+        .policy = PR_POLICY_DYNAMIC,
+        .window_ms = 1.0,
+        .workers = 4,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(2, 1, 1000),
+                SF_READY(0, 3, 1500),
+                SF_NONE(1999),
+                SF_DEADLINE(2000),
+                SF_GROUP(2000, 2, 0),
+                SF_WEIGHT(0, 0.5, 1e-15),
+                SF_MAX_VERSION(3),
+                SF_WINDOW(0.9),
+                /* group_max 0: all four live ready closes the group at once. */
+                SF_READY(0, 4, 3000),
+                SF_READY(1, 4, 3000),
+                SF_READY(2, 4, 3000),
+                SF_READY(3, 4, 3000),
+                SF_GROUP(3000, 0, 1, 2, 3),
+                SF_END,
+            },
+    },
+    {
+        .name = "group_of_one",
+        .policy = PR_POLICY_DYNAMIC,
+        .window_ms = 1.0,
+        .weighting = PR_WEIGHT_STALENESS,
+        .workers = 4,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(3, 17, 0),
+                SF_NONE(999),
+                SF_GROUP(1000, 3),
+                SF_WEIGHT(0, 1.0, 0),
+                SF_PERSONAL(1),
+                SF_MAX_VERSION(17),
+                /* 1 < group_min 2: the window doubles. */
+                SF_WINDOW(2.0),
+                SF_END,
+            },
+    },
+};
+
+START_TEST(test_sched_core_allreduce_case)
 {
-    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
-    p.weighting = PR_WEIGHT_STALENESS; /* ignored: allreduce is uniform */
-    struct pr_sched_core *c = sf_make(&p, 4);
-    struct pr_sched_group g;
-
-    sf_ready(c, 2, 5, 0);
-    sf_ready(c, 0, 3, 1);
-    sf_ready(c, 3, 5, 2);
-    sf_expect_none(c, 3);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-    sf_ready(c, 1, 4, 4);
-    sf_expect_group(c, 4, (const uint32_t[]){2, 0, 3, 1}, 4, &g);
-    ck_assert_uint_eq(g.id, 1);
-    ck_assert_uint_eq(g.max_version, 5);
-    ck_assert_int_eq(g.personal, 0);
-    for (int i = 0; i < 4; i++) {
-        ck_assert(g.members[i].weight == 0.25);
-    }
-    pr_sched_group_fini(&g);
-    ck_assert_ptr_null(g.members);
-    sf_expect_none(c, 5);
-    pr_sched_core_destroy(c);
+    sf_run(&allreduce_cases[_i]);
 }
 END_TEST
+
+START_TEST(test_sched_core_min_workers_case)
+{
+    sf_run(&min_workers_cases[_i]);
+}
+END_TEST
+
+START_TEST(test_sched_core_constant_case)
+{
+    sf_run(&constant_cases[_i]);
+}
+END_TEST
+
+START_TEST(test_sched_core_dynamic_case)
+{
+    sf_run(&dynamic_cases[_i]);
+}
+END_TEST
+
+/* ---- coded: tags, reloads, many rounds -------------------------------- */
 
 /*
  * Tags (buckets of one step reduced in turn): a group forms only when all
@@ -365,111 +666,6 @@ START_TEST(test_sched_core_allreduce_one_tag)
 }
 END_TEST
 
-/*
- * min_workers: nothing forms (and no deadline is armed) until that many
- * workers joined; then the policy runs as usual, and a worker that leaves
- * afterwards is not waited for.
- */
-START_TEST(test_sched_core_min_workers_allreduce)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
-    p.min_workers = 3;
-    struct pr_sched_core *c = sf_make(&p, 2);
-
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 1);
-    sf_expect_none(c, 2); /* 2 of 3 joined: all 2 ready, still no group */
-    ck_assert_int_eq(pr_sched_core_add_worker(c, 2, 1, 3), 0);
-    sf_expect_none(c, 4); /* the third joined, not ready yet */
-    sf_ready(c, 2, 1, 5);
-    sf_expect_group(c, 5, (const uint32_t[]){0, 1, 2}, 3, NULL);
-    /* Started: one leaves, the other two go on without it. */
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 6), 0);
-    sf_ready(c, 0, 2, 7);
-    sf_ready(c, 2, 2, 8);
-    sf_expect_group(c, 8, (const uint32_t[]){0, 2}, 2, NULL);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-START_TEST(test_sched_core_min_workers_constant_and_dynamic)
-{
-    for (int policy = PR_POLICY_CONSTANT; policy <= PR_POLICY_DYNAMIC;
-         policy++) {
-        struct pr_sched_params p = sf_params(policy);
-        p.group_size = 2;
-        p.group_max = 2;
-        p.min_workers = 4;
-        struct pr_sched_core *c = sf_make(&p, 3);
-
-        sf_ready(c, 0, 1, 0);
-        sf_ready(c, 1, 1, 1);
-        sf_ready(c, 2, 1, 2);
-        /* P ready, but only 3 of 4 joined: past any window, nothing. */
-        sf_expect_none(c, 1000000);
-        ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-        ck_assert_int_eq(pr_sched_core_add_worker(c, 3, 1, 1000001), 0);
-        sf_expect_group(c, 1000002, (const uint32_t[]){0, 1}, 2, NULL);
-        pr_sched_core_destroy(c);
-    }
-}
-END_TEST
-
-/*
- * Dynamic, groups of all live workers: the window opens when the last
- * worker joins, not when the first queued one became ready, so the late
- * one still makes the first group.
- */
-START_TEST(test_sched_core_min_workers_dynamic_window)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.min_workers = 4; /* window 5 ms, group_max 0 = all live */
-    struct pr_sched_core *c = sf_make(&p, 3);
-
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 1);
-    sf_ready(c, 2, 1, 2);
-    sf_expect_none(c, 1000000);
-    ck_assert_int_eq(pr_sched_core_add_worker(c, 3, 1, 1000000), 0);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 1000000 + 5000);
-    sf_expect_none(c, 1000001);
-    sf_ready(c, 3, 1, 1000002);
-    sf_expect_group(c, 1000002, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
-    /* Later windows run from the oldest ready worker as usual. */
-    sf_ready(c, 0, 2, 1000010);
-    sf_expect_none(c, 1000011);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c),
-                     1000010 + 4500); /* the window shrank by 0.9 */
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/*
- * Workers registering again with a restarted scheduler mark the job as
- * started: one that left meanwhile is not waited for. Everybody leaving
- * makes the next job wait for min_workers again.
- */
-START_TEST(test_sched_core_min_workers_marked_and_reset)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
-    p.min_workers = 3;
-    struct pr_sched_core *c = sf_make(&p, 2);
-
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 1);
-    sf_expect_none(c, 2);
-    pr_sched_core_mark_started(c, 3);
-    sf_expect_group(c, 3, (const uint32_t[]){0, 1}, 2, NULL);
-
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 0, 4), 0);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 5), 0);
-    ck_assert_int_eq(pr_sched_core_add_worker(c, 0, 0, 6), 0);
-    sf_ready(c, 0, 1, 7);
-    sf_expect_none(c, 8); /* a new job: 1 of 3 */
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
 /* A reload that lowers min_workers to what joined starts the job. */
 START_TEST(test_sched_core_min_workers_reload)
 {
@@ -493,188 +689,6 @@ START_TEST(test_sched_core_min_workers_reload)
 }
 END_TEST
 
-START_TEST(test_sched_core_allreduce_after_remove)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
-    struct pr_sched_core *c = sf_make(&p, 4);
-    struct pr_sched_group g;
-
-    /* Removing the one not ready completes the group. */
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 0);
-    sf_ready(c, 2, 1, 0);
-    sf_expect_none(c, 0);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 3, 1), 0);
-    sf_expect_group(c, 1, (const uint32_t[]){0, 1, 2}, 3, &g);
-    ck_assert_double_eq_tol(g.members[0].weight, 1.0 / 3.0, 1e-15);
-    pr_sched_group_fini(&g);
-
-    /* Removing a queued one: the rest are all of the live ones. */
-    sf_ready(c, 2, 2, 2);
-    sf_ready(c, 0, 2, 2);
-    sf_expect_none(c, 2);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 2, 3), 0);
-    sf_expect_none(c, 3);
-    sf_ready(c, 1, 2, 4);
-    sf_expect_group(c, 4, (const uint32_t[]){0, 1}, 2, NULL);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* ---- constant --------------------------------------------------------- */
-
-START_TEST(test_sched_core_constant_fifo)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 3;
-    struct pr_sched_core *c = sf_make(&p, 6);
-    const uint32_t order[] = {5, 2, 4, 0, 1, 3};
-    struct pr_sched_group g;
-
-    for (uint32_t i = 0; i < 2; i++) {
-        sf_ready(c, order[i], 10 + i, i);
-        sf_expect_none(c, i);
-    }
-    sf_ready(c, order[2], 12, 2);
-    sf_expect_group(c, 2, (const uint32_t[]){5, 2, 4}, 3, &g);
-    ck_assert_uint_eq(g.id, 1);
-    ck_assert_uint_eq(g.members[0].version, 10);
-    ck_assert_uint_eq(g.max_version, 12);
-    ck_assert_double_eq_tol(g.members[1].weight, 1.0 / 3.0, 1e-15);
-    pr_sched_group_fini(&g);
-    sf_expect_none(c, 2);
-    sf_ready(c, 0, 1, 3);
-    sf_ready(c, 1, 1, 3);
-    sf_ready(c, 3, 1, 3);
-    sf_ready(c, 5, 13, 3);
-    sf_expect_group(c, 3, (const uint32_t[]){0, 1, 3}, 3, &g);
-    ck_assert_uint_eq(g.id, 2);
-    pr_sched_group_fini(&g);
-    ck_assert_uint_eq(pr_sched_core_queued(c), 1);
-    sf_expect_none(c, 4);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* P = min(group_size, live): fewer live workers than P never deadlock. */
-START_TEST(test_sched_core_constant_fewer_than_p)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 4;
-    struct pr_sched_core *c = sf_make(&p, 3);
-
-    sf_ready(c, 1, 1, 0);
-    sf_ready(c, 0, 1, 0);
-    sf_expect_none(c, 0);
-    sf_ready(c, 2, 1, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){1, 0, 2}, 3, NULL);
-    sf_ready(c, 0, 2, 1);
-    sf_expect_none(c, 1);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 2, 1), 0);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 1), 0);
-    sf_expect_group(c, 1, (const uint32_t[]){0}, 1, NULL);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-START_TEST(test_sched_core_constant_staleness)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 3;
-    p.weighting = PR_WEIGHT_STALENESS;
-    struct pr_sched_core *c = sf_make(&p, 3);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 10, 0);
-    sf_ready(c, 1, 8, 0);
-    sf_ready(c, 2, 10, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1, 2}, 3, &g);
-    ck_assert_int_eq(g.personal, 1);
-    ck_assert_uint_eq(g.max_version, 10);
-    ck_assert_double_eq_tol(g.members[0].weight, 0.095 / 0.271, 1e-12);
-    ck_assert_double_eq_tol(g.members[1].weight, 0.081 / 0.271, 1e-12);
-    ck_assert_double_eq_tol(g.members[2].weight, 0.095 / 0.271, 1e-12);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* ---- dynamic ---------------------------------------------------------- */
-
-START_TEST(test_sched_core_dynamic_closes_on_group_max)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.group_max = 3;
-    struct pr_sched_core *c = sf_make(&p, 5);
-
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-    sf_ready(c, 4, 1, 1000);
-    sf_expect_none(c, 1000);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 6000);
-    sf_ready(c, 1, 1, 1100);
-    sf_expect_none(c, 1200);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 6000);
-    sf_ready(c, 3, 1, 1300);
-    sf_ready(c, 0, 1, 1300);
-    sf_expect_group(c, 1300, (const uint32_t[]){4, 1, 3}, 3, NULL);
-    /* 3 >= group_min 2: the window shrinks to 4.5 ms. */
-    ck_assert_double_eq_tol(pr_sched_core_window_ms(c), 4.5, 1e-12);
-    /* The next group opened when worker 0 became ready. */
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 1300 + 4500);
-    sf_expect_none(c, 5799);
-    sf_expect_group(c, 5800, (const uint32_t[]){0}, 1, NULL);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-START_TEST(test_sched_core_dynamic_closes_on_window)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.window_ms = 1.0;
-    struct pr_sched_core *c = sf_make(&p, 4);
-    struct pr_sched_group g;
-
-    sf_ready(c, 2, 1, 1000);
-    sf_ready(c, 0, 3, 1500);
-    sf_expect_none(c, 1999);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 2000);
-    sf_expect_group(c, 2000, (const uint32_t[]){2, 0}, 2, &g);
-    ck_assert_double_eq_tol(g.members[0].weight, 0.5, 1e-15);
-    ck_assert_uint_eq(g.max_version, 3);
-    pr_sched_group_fini(&g);
-    ck_assert_double_eq_tol(pr_sched_core_window_ms(c), 0.9, 1e-12);
-    /* group_max 0: all four live ready closes the group at once. */
-    for (uint32_t r = 0; r < 4; r++) {
-        sf_ready(c, r, 4, 3000);
-    }
-    sf_expect_group(c, 3000, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-START_TEST(test_sched_core_dynamic_group_of_one)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.window_ms = 1.0;
-    p.weighting = PR_WEIGHT_STALENESS;
-    struct pr_sched_core *c = sf_make(&p, 4);
-    struct pr_sched_group g;
-
-    sf_ready(c, 3, 17, 0);
-    sf_expect_none(c, 999);
-    sf_expect_group(c, 1000, (const uint32_t[]){3}, 1, &g);
-    ck_assert(g.members[0].weight == 1.0);
-    ck_assert_int_eq(g.personal, 1);
-    ck_assert_uint_eq(g.max_version, 17);
-    pr_sched_group_fini(&g);
-    /* 1 < group_min 2: the window doubles. */
-    ck_assert_double_eq_tol(pr_sched_core_window_ms(c), 2.0, 1e-12);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
 START_TEST(test_sched_core_dynamic_window_bounds)
 {
     struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
@@ -687,7 +701,7 @@ START_TEST(test_sched_core_dynamic_window_bounds)
     const double grow[] = {2.0, 4.0, 4.0};
     uint64_t t = 0;
 
-    for (size_t i = 0; i < NELEM(grow); i++) {
+    for (size_t i = 0; i < SF_NELEM(grow); i++) {
         sf_ready(c, 0, 1, t);
         t += 100000;
         sf_expect_group(c, t, (const uint32_t[]){0}, 1, NULL);
@@ -715,10 +729,8 @@ static Suite *sched_core_suite(void)
 
     tc = tcase_create("weights");
     tcase_set_timeout(tc, 10);
-    tcase_add_test(tc, test_sched_core_weights_one_member);
-    tcase_add_test(tc, test_sched_core_weights_equal_versions);
-    tcase_add_test(tc, test_sched_core_weights_level_gap);
-    tcase_add_test(tc, test_sched_core_weights_shared_level);
+    tcase_add_loop_test(tc, test_sched_core_weights_case, 0,
+                        (int)SF_NELEM(weight_cases));
     tcase_add_test(tc, test_sched_core_weights_sum_to_one);
     tcase_add_test(tc, test_sched_core_weights_invalid_args);
     suite_add_tcase(s, tc);
@@ -727,35 +739,30 @@ static Suite *sched_core_suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_sched_core_add_remove_errors);
     tcase_add_test(tc, test_sched_core_ready_errors);
-    tcase_add_test(tc, test_sched_core_ready_after_group);
     tcase_add_test(tc, test_sched_core_cancel);
     tcase_add_test(tc, test_sched_core_params_invalid);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("allreduce");
     tcase_set_timeout(tc, 10);
-    tcase_add_test(tc, test_sched_core_allreduce_waits_for_all);
+    tcase_add_loop_test(tc, test_sched_core_allreduce_case, 0,
+                        (int)SF_NELEM(allreduce_cases));
     tcase_add_test(tc, test_sched_core_allreduce_one_tag);
-    tcase_add_test(tc, test_sched_core_allreduce_after_remove);
-    tcase_add_test(tc, test_sched_core_min_workers_allreduce);
-    tcase_add_test(tc, test_sched_core_min_workers_constant_and_dynamic);
-    tcase_add_test(tc, test_sched_core_min_workers_dynamic_window);
-    tcase_add_test(tc, test_sched_core_min_workers_marked_and_reset);
+    tcase_add_loop_test(tc, test_sched_core_min_workers_case, 0,
+                        (int)SF_NELEM(min_workers_cases));
     tcase_add_test(tc, test_sched_core_min_workers_reload);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("constant");
     tcase_set_timeout(tc, 10);
-    tcase_add_test(tc, test_sched_core_constant_fifo);
-    tcase_add_test(tc, test_sched_core_constant_fewer_than_p);
-    tcase_add_test(tc, test_sched_core_constant_staleness);
+    tcase_add_loop_test(tc, test_sched_core_constant_case, 0,
+                        (int)SF_NELEM(constant_cases));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("dynamic");
     tcase_set_timeout(tc, 10);
-    tcase_add_test(tc, test_sched_core_dynamic_closes_on_group_max);
-    tcase_add_test(tc, test_sched_core_dynamic_closes_on_window);
-    tcase_add_test(tc, test_sched_core_dynamic_group_of_one);
+    tcase_add_loop_test(tc, test_sched_core_dynamic_case, 0,
+                        (int)SF_NELEM(dynamic_cases));
     tcase_add_test(tc, test_sched_core_dynamic_window_bounds);
     suite_add_tcase(s, tc);
     return s;
@@ -763,11 +770,5 @@ static Suite *sched_core_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sched_core_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_main(sched_core_suite());
 }

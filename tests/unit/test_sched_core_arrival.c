@@ -278,11 +278,5 @@ static Suite *arrival_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(arrival_suite());
-
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_main(arrival_suite());
 }

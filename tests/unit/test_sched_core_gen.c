@@ -168,119 +168,114 @@ START_TEST(test_sched_core_generator_connects)
 }
 END_TEST
 
-START_TEST(test_sched_core_generator_hold_expires)
+static const struct sf_case generator_cases[] = {
+    {
+        .name = "hold_expires",
+        .policy = PR_POLICY_CONSTANT,
+        .isolation_bound = 1,
+        .gen_hold_ms = 5.0,
+        .workers = 8,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY_ALL(0, 8, 1, 0),
+                SF_GROUP(0, 0, 1, 2, 3),
+                SF_GROUP(0, 4, 5, 6, 7),
+                SF_STEERING(1),
+                SF_READY_ALL(0, 4, 2, 1000),
+                SF_NONE(1000),
+                SF_DEADLINE(6000),
+                SF_NONE(5999),
+                SF_GROUP(6000, 0, 1, 2, 3),
+                SF_STAT(generator_held, 1),
+                SF_STAT(generator_expired, 1),
+                SF_STAT(generator_forced, 1),
+                SF_STEERING(1),
+                SF_DEADLINE(-1),
+                /*
+                 * The hold waited for 4-7 and they missed it: they are late,
+                 * and no group waits for them until one of them is ready
+                 * again.
+                 */
+                SF_READY_ALL(0, 4, 3, 7000),
+                SF_GROUP(7000, 0, 1, 2, 3),
+                SF_STAT(generator_held, 1),
+                SF_STAT(generator_forced, 2),
+                /* 4 is ready again; steering picks across components: 0, 4,
+                   1, 2. */
+                SF_READY_ALL(0, 5, 4, 8000),
+                SF_GROUP(8000, 0, 4, 1, 2),
+                SF_STEERING(0),
+                SF_STAT(windows_connected, 1), /* the window ended connected */
+                SF_END,
+            },
+    },
+    {
+        /*
+         * Dynamic: adaptive hold. It runs 1 ms first; when nobody came by
+         * then it extends to the bound: 2 and 3 have no interval yet, so
+         * they are waited for up to gen_hold_max_ms (5 s) after their
+         * group. Steering skips 1.
+         */
+        .name = "dynamic",
+        .policy = PR_POLICY_DYNAMIC,
+        .group_max = 2,
+        .window_max_ms = 2.0,
+        .window_ms = 1.0,
+        .isolation_bound = 1,
+        .workers = 4,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY_ALL(0, 4, 1, 0),
+                SF_GROUP(0, 0, 1),
+                SF_GROUP(0, 2, 3),
+                SF_STEERING(1),
+                SF_READY(0, 2, 100),
+                SF_READY(1, 2, 100),
+                SF_NONE(100),
+                SF_DEADLINE(1100),
+                SF_NONE(1100),
+                SF_DEADLINE(5000000),
+                SF_READY(3, 2, 2000),
+                SF_GROUP(2000, 0, 3),
+                SF_STEERING(0),
+                SF_STAT(windows_connected, 1),
+                SF_STAT(generator_forced, 1),
+                /* Worker 1 is still queued: a new group, opened at its ready
+                   time. */
+                SF_QUEUED(1),
+                SF_END,
+            },
+    },
+    {
+        /* A removed worker no longer counts toward connectivity. */
+        .name = "remove",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .isolation_bound = 1,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                /* {0,1} twice: 4 >= 1 x 3 updates, and worker 2 is apart. */
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 0),
+                SF_GROUP(0, 0, 1),
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 0),
+                SF_GROUP(0, 0, 1),
+                SF_COMPONENTS(2),
+                SF_STEERING(1),
+                SF_REMOVE(2, 1),
+                SF_STEERING(0),
+                SF_STAT(windows_checked, 1),
+                SF_STAT(windows_connected, 1),
+                SF_END,
+            },
+    },
+};
+
+START_TEST(test_sched_core_generator_case)
 {
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.isolation_bound = 1;
-    p.gen_hold_ms = 5.0;
-    struct pr_sched_core *c = sf_make(&p, 8);
-    struct pr_sched_stats st;
-
-    for (uint32_t r = 0; r < 8; r++) {
-        sf_ready(c, r, 1, 0);
-    }
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
-    sf_expect_group(c, 0, (const uint32_t[]){4, 5, 6, 7}, 4, NULL);
-    ck_assert_int_eq(pr_sched_core_steering(c), 1);
-    for (uint32_t r = 0; r < 4; r++) {
-        sf_ready(c, r, 2, 1000);
-    }
-    sf_expect_none(c, 1000);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 6000);
-    sf_expect_none(c, 5999);
-    sf_expect_group(c, 6000, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
-    pr_sched_core_stats(c, &st);
-    ck_assert_uint_eq(st.generator_held, 1);
-    ck_assert_uint_eq(st.generator_expired, 1);
-    ck_assert_uint_eq(st.generator_forced, 1);
-    ck_assert_int_eq(pr_sched_core_steering(c), 1);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), -1);
-    /*
-     * The hold waited for 4-7 and they missed it: they are late, and no
-     * group waits for them until one of them is ready again.
-     */
-    for (uint32_t r = 0; r < 4; r++) {
-        sf_ready(c, r, 3, 7000);
-    }
-    sf_expect_group(c, 7000, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
-    pr_sched_core_stats(c, &st);
-    ck_assert_uint_eq(st.generator_held, 1);
-    ck_assert_uint_eq(st.generator_forced, 2);
-    /* 4 is ready again; steering picks across components: 0, 4, 1, 2. */
-    for (uint32_t r = 0; r < 5; r++) {
-        sf_ready(c, r, 4, 8000);
-    }
-    sf_expect_group(c, 8000, (const uint32_t[]){0, 4, 1, 2}, 4, NULL);
-    ck_assert_int_eq(pr_sched_core_steering(c), 0);
-    /* The window ended connected. */
-    pr_sched_core_stats(c, &st);
-    ck_assert_uint_eq(st.windows_connected, 1);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/*
- * Dynamic: adaptive hold. It runs 1 ms first; when nobody came by then it
- * extends to the bound: 2 and 3 have no interval yet, so they are waited
- * for up to gen_hold_max_ms (5 s) after their group. Steering skips 1.
- */
-START_TEST(test_sched_core_generator_dynamic)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.group_max = 2;
-    p.window_max_ms = 2.0;
-    p.window_ms = 1.0;
-    p.isolation_bound = 1;
-    struct pr_sched_core *c = sf_make(&p, 4);
-    struct pr_sched_stats st;
-
-    for (uint32_t r = 0; r < 4; r++) {
-        sf_ready(c, r, 1, 0);
-    }
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, NULL);
-    sf_expect_group(c, 0, (const uint32_t[]){2, 3}, 2, NULL);
-    ck_assert_int_eq(pr_sched_core_steering(c), 1);
-    sf_ready(c, 0, 2, 100);
-    sf_ready(c, 1, 2, 100);
-    sf_expect_none(c, 100);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 1100);
-    sf_expect_none(c, 1100);
-    ck_assert_int_eq(pr_sched_core_deadline_us(c), 5000000);
-    sf_ready(c, 3, 2, 2000);
-    sf_expect_group(c, 2000, (const uint32_t[]){0, 3}, 2, NULL);
-    ck_assert_int_eq(pr_sched_core_steering(c), 0);
-    pr_sched_core_stats(c, &st);
-    ck_assert_uint_eq(st.windows_connected, 1);
-    ck_assert_uint_eq(st.generator_forced, 1);
-    /* Worker 1 is still queued: a new group, opened at its ready time. */
-    ck_assert_uint_eq(pr_sched_core_queued(c), 1);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* A removed worker no longer counts toward connectivity. */
-START_TEST(test_sched_core_generator_remove)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    p.isolation_bound = 1;
-    struct pr_sched_core *c = sf_make(&p, 3);
-    struct pr_sched_stats st;
-
-    /* {0,1} twice: 4 >= 1 x 3 updates, and worker 2 is apart. */
-    for (int i = 0; i < 2; i++) {
-        sf_ready(c, 0, 1, 0);
-        sf_ready(c, 1, 1, 0);
-        sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, NULL);
-    }
-    ck_assert_uint_eq(pr_sched_core_components(c), 2);
-    ck_assert_int_eq(pr_sched_core_steering(c), 1);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 2, 1), 0);
-    ck_assert_int_eq(pr_sched_core_steering(c), 0);
-    pr_sched_core_stats(c, &st);
-    ck_assert_uint_eq(st.windows_checked, 1);
-    ck_assert_uint_eq(st.windows_connected, 1);
-    pr_sched_core_destroy(c);
+    sf_run(&generator_cases[_i]);
 }
 END_TEST
 
@@ -363,9 +358,7 @@ START_TEST(test_sched_core_generator_allreduce_off)
     struct pr_sched_stats st;
 
     for (int i = 0; i < 8; i++) {
-        for (uint32_t r = 0; r < 4; r++) {
-            sf_ready(c, r, 1, 0);
-        }
+        sf_ready_all(c, 0, 4, 1, 0);
         sf_expect_group(c, 0, (const uint32_t[]){0, 1, 2, 3}, 4, NULL);
         ck_assert_int_eq(pr_sched_core_steering(c), 0);
     }
@@ -447,25 +440,32 @@ static void run_scale(struct pr_sched_params *p, uint32_t members_each)
     pr_sched_core_destroy(c);
 }
 
-START_TEST(test_sched_core_scale_constant)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 8;
-    p.isolation_bound = 2;
-    run_scale(&p, 8);
-}
-END_TEST
+/* The scale runs: every group of members_each workers (0: any size). */
+static const struct scale_case {
+    struct sf_case params;
+    uint32_t members_each;
+} scale_cases[] = {
+    {{.name = "constant",
+      .policy = PR_POLICY_CONSTANT,
+      .group_size = 8,
+      .isolation_bound = 2},
+     8},
+    {{.name = "dynamic",
+      .policy = PR_POLICY_DYNAMIC,
+      .group_min = 4,
+      .group_max = 16,
+      .window_ms = 0.05,
+      .window_max_ms = 0.2,
+      .isolation_bound = 2,
+      .weighting = PR_WEIGHT_STALENESS},
+     0},
+};
 
-START_TEST(test_sched_core_scale_dynamic)
+START_TEST(test_sched_core_scale_case)
 {
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.group_min = 4;
-    p.group_max = 16;
-    p.window_ms = 0.05;
-    p.window_max_ms = 0.2;
-    p.isolation_bound = 2;
-    p.weighting = PR_WEIGHT_STALENESS;
-    run_scale(&p, 0);
+    struct pr_sched_params p = sf_case_params(&scale_cases[_i].params);
+
+    run_scale(&p, scale_cases[_i].members_each);
 }
 END_TEST
 
@@ -478,28 +478,21 @@ static Suite *sched_core_gen_suite(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_sched_core_generator_off_isolates);
     tcase_add_test(tc, test_sched_core_generator_connects);
-    tcase_add_test(tc, test_sched_core_generator_hold_expires);
-    tcase_add_test(tc, test_sched_core_generator_dynamic);
-    tcase_add_test(tc, test_sched_core_generator_remove);
+    tcase_add_loop_test(tc, test_sched_core_generator_case, 0,
+                        (int)SF_NELEM(generator_cases));
     tcase_add_test(tc, test_sched_core_generator_components);
     tcase_add_test(tc, test_sched_core_generator_allreduce_off);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("scale");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_sched_core_scale_constant);
-    tcase_add_test(tc, test_sched_core_scale_dynamic);
+    tcase_add_loop_test(tc, test_sched_core_scale_case, 0,
+                        (int)SF_NELEM(scale_cases));
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sched_core_gen_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_main(sched_core_gen_suite());
 }

@@ -14,102 +14,161 @@
 #include "tests/unit/sched_fixture.h"
 
 /* Workers 0 and 1 average at version `v`: the job reaches v. */
-static void progress(struct pr_sched_core *c, uint64_t v, uint64_t now_us)
+#define PROGRESS(v, at)                                                        \
+    SF_READY(0, v, at), SF_READY(1, v, at), SF_GROUP(at, 0, 1)
+
+static const struct sf_case heal_cases[] = {
+    {
+        .name = "fresh_joiner_takes_the_model",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                PROGRESS(5, 0),
+                SF_READY(2, 1, 10), /* a fresh model: worker 2 joined late */
+                SF_READY(0, 6, 10),
+                SF_GROUP(10, 2, 0),
+                SF_WEIGHT(0, 0.0, 0),
+                SF_WEIGHT(1, 1.0, 0),
+                SF_PERSONAL(0),
+                SF_MAX_VERSION(6),
+                /* Healed: from now on it gives its model like everyone. */
+                SF_READY(2, 7, 20),
+                SF_READY(1, 6, 20),
+                SF_GROUP(20, 2, 1),
+                SF_WEIGHTS(0.5, 0),
+                SF_END,
+            },
+    },
+    {
+        /* At the start of a job every model is fresh: nobody heals. */
+        .name = "not_at_the_start",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 1, 0),
+                SF_READY(1, 1, 0),
+                SF_GROUP(0, 0, 1),
+                SF_WEIGHTS(0.5, 0),
+                SF_END,
+            },
+    },
+    {
+        /* Asked for (a restart from a checkpoint): at any version. */
+        .name = "explicit",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_HEAL(1, 0),
+                SF_HEAL(7, -ENOENT),
+                SF_READY(0, 5, 0),
+                SF_READY(1, 5, 0),
+                SF_GROUP(0, 0, 1),
+                SF_WEIGHT(0, 1.0, 0),
+                SF_WEIGHT(1, 0.0, 0),
+                SF_END,
+            },
+    },
+    {
+        /*
+         * A group of healers alone averages them; the mark stays for
+         * later. isolation_bound stays 0: no generator holds worker 2's
+         * group.
+         */
+        .name = "kept_until_a_giver",
+        .policy = PR_POLICY_DYNAMIC,
+        .group_min = 1,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 5, 0),
+                SF_READY(1, 5, 0),
+                SF_GROUP(10000, 0, 1),
+                SF_READY(2, 1, 100000),
+                /* Alone at the end of its window: it keeps its own model. */
+                SF_GROUP(200000, 2),
+                SF_WEIGHT(0, 1.0, 0),
+                SF_READY(2, 2, 300000), /* version 2 now, still healing */
+                SF_READY(0, 6, 300000),
+                SF_GROUP(400000, 2, 0),
+                SF_WEIGHT(0, 0.0, 0),
+                SF_WEIGHT(1, 1.0, 0),
+                SF_END,
+            },
+    },
+    {
+        /* allreduce: the others share 1/(N-1) each. */
+        .name = "allreduce",
+        .policy = PR_POLICY_ALLREDUCE,
+        .workers = 3,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 4, 0),
+                SF_READY(1, 4, 0),
+                SF_HEAL(2, 0),
+                SF_READY(2, 4, 0),
+                SF_GROUP(0, 0, 1, 2),
+                SF_WEIGHT(0, 0.5, 0),
+                SF_WEIGHT(1, 0.5, 0),
+                SF_WEIGHT(2, 0.0, 0),
+                SF_END,
+            },
+    },
+    {
+        /*
+         * A job that ended (every worker left) is not the next job's
+         * past: its fresh models average as equals, none taken for a
+         * joiner.
+         */
+        .name = "not_across_jobs",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                PROGRESS(9, 0),
+                SF_REMOVE(0, 10),
+                SF_REMOVE(1, 10),
+                SF_ADD(0, 20),
+                SF_ADD(1, 20),
+                SF_READY(0, 1, 30),
+                SF_READY(1, 1, 30),
+                SF_GROUP(30, 0, 1),
+                SF_WEIGHTS(0.5, 0),
+                SF_END,
+            },
+    },
+    {
+        /*
+         * After a scheduler restart no group has formed yet, but the
+         * trained workers' READYs show how far the job got: a fresh
+         * joiner still heals.
+         */
+        .name = "after_restart",
+        .policy = PR_POLICY_CONSTANT,
+        .group_size = 2,
+        .workers = 2,
+        .steps =
+            (const struct sf_step[]){
+                SF_READY(0, 40, 0), /* a trained worker, re-registered */
+                SF_READY(1, 1, 5),  /* a fresh one */
+                SF_GROUP(5, 0, 1),
+                SF_WEIGHT(0, 1.0, 0),
+                SF_WEIGHT(1, 0.0, 0),
+                SF_MAX_VERSION(40),
+                SF_END,
+            },
+    },
+};
+
+START_TEST(test_sched_core_heal_case)
 {
-    sf_ready(c, 0, v, now_us);
-    sf_ready(c, 1, v, now_us);
-    sf_expect_group(c, now_us, (const uint32_t[]){0, 1}, 2, NULL);
-}
-
-START_TEST(test_sched_core_heal_fresh_joiner_takes_the_model)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 3);
-    struct pr_sched_group g;
-
-    progress(c, 5, 0);
-    sf_ready(c, 2, 1, 10); /* a fresh model: worker 2 joined late */
-    sf_ready(c, 0, 6, 10);
-    sf_expect_group(c, 10, (const uint32_t[]){2, 0}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.0);
-    ck_assert_double_eq(g.members[1].weight, 1.0);
-    ck_assert_int_eq(g.personal, 0);
-    ck_assert_uint_eq(g.max_version, 6);
-    pr_sched_group_fini(&g);
-    /* Healed: from now on it gives its model like everyone. */
-    sf_ready(c, 2, 7, 20);
-    sf_ready(c, 1, 6, 20);
-    sf_expect_group(c, 20, (const uint32_t[]){2, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.5);
-    ck_assert_double_eq(g.members[1].weight, 0.5);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* At the start of a job every model is fresh: nobody heals. */
-START_TEST(test_sched_core_heal_not_at_the_start)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 1, 0);
-    sf_ready(c, 1, 1, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.5);
-    ck_assert_double_eq(g.members[1].weight, 0.5);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* Asked for (a restart from a checkpoint): at any version. */
-START_TEST(test_sched_core_heal_explicit)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
-
-    ck_assert_int_eq(pr_sched_core_heal(c, 1), 0);
-    ck_assert_int_eq(pr_sched_core_heal(c, 7), -ENOENT);
-    sf_ready(c, 0, 5, 0);
-    sf_ready(c, 1, 5, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 1.0);
-    ck_assert_double_eq(g.members[1].weight, 0.0);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/* A group of healers alone averages them; the mark stays for later. */
-START_TEST(test_sched_core_heal_kept_until_a_giver)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
-    p.group_min = 1;
-    p.isolation_bound = 0; /* no generator holding worker 2's group */
-    struct pr_sched_core *c = sf_make(&p, 3);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 5, 0);
-    sf_ready(c, 1, 5, 0);
-    sf_expect_group(c, 10000, (const uint32_t[]){0, 1}, 2, NULL);
-    sf_ready(c, 2, 1, 100000);
-    /* Alone at the end of its window: it keeps its own model. */
-    sf_expect_group(c, 200000, (const uint32_t[]){2}, 1, &g);
-    ck_assert_double_eq(g.members[0].weight, 1.0);
-    pr_sched_group_fini(&g);
-    sf_ready(c, 2, 2, 300000); /* version 2 now, still healing */
-    sf_ready(c, 0, 6, 300000);
-    sf_expect_group(c, 400000, (const uint32_t[]){2, 0}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.0);
-    ck_assert_double_eq(g.members[1].weight, 1.0);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
+    sf_run(&heal_cases[_i]);
 }
 END_TEST
 
@@ -140,55 +199,6 @@ START_TEST(test_sched_core_heal_with_staleness)
 }
 END_TEST
 
-/* allreduce: the others share 1/(N-1) each. */
-/*
- * A job that ended (every worker left) is not the next job's past: its
- * fresh models average as equals, none taken for a joiner.
- */
-START_TEST(test_sched_core_heal_not_across_jobs)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
-
-    progress(c, 9, 0);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 0, 10), 0);
-    ck_assert_int_eq(pr_sched_core_remove_worker(c, 1, 10), 0);
-    ck_assert_int_eq(pr_sched_core_add_worker(c, 0, 0, 20), 0);
-    ck_assert_int_eq(pr_sched_core_add_worker(c, 1, 0, 20), 0);
-    sf_ready(c, 0, 1, 30);
-    sf_ready(c, 1, 1, 30);
-    sf_expect_group(c, 30, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.5);
-    ck_assert_double_eq(g.members[1].weight, 0.5);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-/*
- * After a scheduler restart no group has formed yet, but the trained
- * workers' READYs show how far the job got: a fresh joiner still heals.
- */
-START_TEST(test_sched_core_heal_after_restart)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
-    p.group_size = 2;
-    struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 40, 0); /* a trained worker, re-registered */
-    sf_ready(c, 1, 1, 5);  /* a fresh one */
-    sf_expect_group(c, 5, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 1.0);
-    ck_assert_double_eq(g.members[1].weight, 0.0);
-    ck_assert_uint_eq(g.max_version, 40);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
 /*
  * A healer's own version does not set the group's: a worker restarted
  * from a checkpoint at a higher version takes the givers' version.
@@ -198,15 +208,17 @@ START_TEST(test_sched_core_heal_version_is_the_givers)
     struct pr_sched_params p = sf_params(PR_POLICY_CONSTANT);
     p.group_size = 2;
     struct pr_sched_core *c = sf_make(&p, 2);
-    struct pr_sched_group g;
 
-    ck_assert_int_eq(pr_sched_core_heal(c, 0), 0);
-    sf_ready(c, 0, 90, 0);
-    sf_ready(c, 1, 12, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1}, 2, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.0);
-    ck_assert_uint_eq(g.max_version, 12);
-    pr_sched_group_fini(&g);
+    sf_script(c, "version_is_the_givers",
+              (const struct sf_step[]){
+                  SF_HEAL(0, 0),
+                  SF_READY(0, 90, 0),
+                  SF_READY(1, 12, 0),
+                  SF_GROUP(0, 0, 1),
+                  SF_WEIGHT(0, 0.0, 0),
+                  SF_MAX_VERSION(12),
+                  SF_END,
+              });
     ck_assert_int_eq(pr_sched_core_is_ready(c, 0), 0);
     sf_ready(c, 0, 13, 10);
     ck_assert_int_eq(pr_sched_core_is_ready(c, 0), 1);
@@ -217,42 +229,20 @@ START_TEST(test_sched_core_heal_version_is_the_givers)
 }
 END_TEST
 
-START_TEST(test_sched_core_heal_allreduce)
-{
-    struct pr_sched_params p = sf_params(PR_POLICY_ALLREDUCE);
-    struct pr_sched_core *c = sf_make(&p, 3);
-    struct pr_sched_group g;
-
-    sf_ready(c, 0, 4, 0);
-    sf_ready(c, 1, 4, 0);
-    ck_assert_int_eq(pr_sched_core_heal(c, 2), 0);
-    sf_ready(c, 2, 4, 0);
-    sf_expect_group(c, 0, (const uint32_t[]){0, 1, 2}, 3, &g);
-    ck_assert_double_eq(g.members[0].weight, 0.5);
-    ck_assert_double_eq(g.members[1].weight, 0.5);
-    ck_assert_double_eq(g.members[2].weight, 0.0);
-    pr_sched_group_fini(&g);
-    pr_sched_core_destroy(c);
-}
-END_TEST
-
-int main(void)
+static Suite *heal_suite(void)
 {
     Suite *s = suite_create("sched_core_heal");
     TCase *tc = tcase_create("heal");
-    tcase_add_test(tc, test_sched_core_heal_fresh_joiner_takes_the_model);
-    tcase_add_test(tc, test_sched_core_heal_not_at_the_start);
-    tcase_add_test(tc, test_sched_core_heal_explicit);
-    tcase_add_test(tc, test_sched_core_heal_kept_until_a_giver);
+
+    tcase_add_loop_test(tc, test_sched_core_heal_case, 0,
+                        (int)SF_NELEM(heal_cases));
     tcase_add_test(tc, test_sched_core_heal_with_staleness);
-    tcase_add_test(tc, test_sched_core_heal_allreduce);
-    tcase_add_test(tc, test_sched_core_heal_not_across_jobs);
-    tcase_add_test(tc, test_sched_core_heal_after_restart);
     tcase_add_test(tc, test_sched_core_heal_version_is_the_givers);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
+}
+
+int main(void)
+{
+    return sf_main(heal_suite());
 }

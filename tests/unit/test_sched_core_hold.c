@@ -378,11 +378,5 @@ static Suite *sched_core_hold_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sched_core_hold_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_main(sched_core_hold_suite());
 }
