@@ -709,166 +709,252 @@ static int follows(const preduce_result_t *r, uint64_t version, uint64_t group,
     return 0;
 }
 
-static int trainer_main(const struct h_cluster *c,
-                        const struct h_trainer_opts *o)
-{
-    FILE *tf = NULL;
-    if (o->trace) {
-        char tpath[400];
-        snprintf(tpath, sizeof(tpath), "%s/%s.trace", c->dir, o->name);
-        tf = fopen(tpath, "w");
-        if (!tf) {
-            fprintf(stderr, "%s: %s: %s\n", o->name, tpath, strerror(errno));
-            return 2;
-        }
-        setvbuf(tf, NULL, _IOLBF, 0); /* whole lines, also if killed */
-    }
+/*
+ * A trainer process's state: its client and tensors, where its results
+ * have got to, and the figures it writes at its end (trainer_finish).
+ */
+struct trainer {
+    const struct h_cluster *c;
+    const struct h_trainer_opts *o;
+    FILE *tf; /* the trace, or NULL */
     preduce_client_t *cl;
-    int rc = preduce_connect(c->sock[o->node], o->name, 5000, &cl);
+    preduce_tensor_t *t[8];
+    int nparts;
+    uint32_t rank;
+    uint64_t version, group; /* of the last result */
+    double t0, worst;
+    long steps, errors, nonuniform, maxk, after_err;
+    long mink;      /* the smallest group after the warm-up */
+    double slowest; /* the longest reduce after the warm-up, s */
+    /* Warm-up: o->warmup steps, and until a group of o->join_k came. */
+    int warm, joined;
+    int s0; /* the step the figures count from */
+};
+
+/* Opens <dir>/<name>.trace if o->trace: 0, or the exit status 2. */
+static int trainer_trace(struct trainer *tr)
+{
+    char tpath[400];
+
+    if (!tr->o->trace)
+        return 0;
+    snprintf(tpath, sizeof(tpath), "%s/%s.trace", tr->c->dir, tr->o->name);
+    tr->tf = fopen(tpath, "w");
+    if (!tr->tf) {
+        fprintf(stderr, "%s: %s: %s\n", tr->o->name, tpath, strerror(errno));
+        return 2;
+    }
+    setvbuf(tr->tf, NULL, _IOLBF, 0); /* whole lines, also if killed */
+    return 0;
+}
+
+/* Connects and makes the tensors: 0, or the exit status (2 or 3). */
+static int trainer_open(struct trainer *tr)
+{
+    const struct h_trainer_opts *o = tr->o;
+    int rc = preduce_connect(tr->c->sock[o->node], o->name, 5000, &tr->cl);
+
     if (rc < 0) {
         fprintf(stderr, "%s: connect: %s\n", o->name, preduce_strerror(rc));
         return 2;
     }
-    if (o->in_place && (rc = preduce_set_in_place(cl, 1)) < 0) {
+    if (o->in_place && (rc = preduce_set_in_place(tr->cl, 1)) < 0) {
         fprintf(stderr, "%s: set_in_place: %s\n", o->name,
                 preduce_strerror(rc));
         return 2;
     }
-    int nparts = o->nparts > 0 ? o->nparts : 1;
-    preduce_tensor_t *t[8];
+    tr->nparts = o->nparts > 0 ? o->nparts : 1;
     size_t left = o->n;
-    for (int p = 0; p < nparts; p++) {
-        size_t len = p == nparts - 1 ? left : o->n / (size_t)nparts;
+    for (int p = 0; p < tr->nparts; p++) {
+        size_t len = p == tr->nparts - 1 ? left : o->n / (size_t)tr->nparts;
         left -= len;
-        rc = preduce_tensor_create(cl, len, 5000, &t[p]);
+        rc = preduce_tensor_create(tr->cl, len, 5000, &tr->t[p]);
         if (rc < 0) {
             fprintf(stderr, "%s: tensor_create(%zu): %s\n", o->name, len,
                     preduce_strerror(rc));
             return 3;
         }
     }
-    uint32_t rank = (uint32_t)preduce_rank(cl);
-    uint64_t version = 0, group = 0;
-    double t0 = now_s(), worst = 0;
-    long steps = 0, errors = 0, nonuniform = 0, maxk = 0, after_err = 0;
-    long mink = 0;      /* the smallest group after the warm-up */
-    double slowest = 0; /* the longest reduce after the warm-up, s */
-    int status = 0;
-    /* Warm-up: o->warmup steps, and until a group of o->join_k came. */
-    int warm = o->warmup == 0 && o->join_k == 0, joined = o->join_k == 0;
-    int s0 = 0;
-    for (int s = 0;; s++) {
-        if (!warm && s >= o->warmup && joined) {
-            /* The figures count from here. */
-            char path[400];
-            snprintf(path, sizeof(path), "%s/%s.warm", c->dir, o->name);
-            FILE *wf = fopen(path, "w");
-            if (wf)
-                fclose(wf);
-            t0 = now_s();
-            steps = errors = 0;
-            mink = 0;
-            slowest = 0;
-            s0 = s;
-            warm = 1;
-        }
-        if (warm &&
-            (o->run_s > 0 ? now_s() - t0 >= o->run_s : s - s0 >= o->steps))
+    tr->rank = (uint32_t)preduce_rank(tr->cl);
+    tr->t0 = now_s();
+    tr->warm = o->warmup == 0 && o->join_k == 0;
+    tr->joined = o->join_k == 0;
+    return 0;
+}
+
+/* The warm-up is over at step s: the figures count from here. */
+static void trainer_warm(struct trainer *tr, int s)
+{
+    char path[400];
+
+    snprintf(path, sizeof(path), "%s/%s.warm", tr->c->dir, tr->o->name);
+    FILE *wf = fopen(path, "w");
+    if (wf)
+        fclose(wf);
+    tr->t0 = now_s();
+    tr->steps = tr->errors = 0;
+    tr->mink = 0;
+    tr->slowest = 0;
+    tr->s0 = s;
+    tr->warm = 1;
+}
+
+/* Reduce of step s, begun at ts, failed with rc: 0 to go on, or a status. */
+static int trainer_failed(struct trainer *tr, int s, int rc, double ts)
+{
+    const struct h_trainer_opts *o = tr->o;
+    char why[200];
+
+    tr->errors++;
+    record_code(tr->c, o->name, rc);
+    trace_line(tr->tf, ts, now_s(), rc, tr->rank, NULL);
+    if (o->strict && rc != -ENOTCONN &&
+        kept(tr->t, tr->nparts, tr->rank, tr->version + 1, why, sizeof(why)) <
+            0) {
+        fprintf(stderr, "%s: step %d: %s: %s\n", o->name, s,
+                preduce_strerror(rc), why);
+        return 7;
+    }
+    if (o->tolerate_errors) {
+        if (o->retry_ms > 0)
+            sleep_ms(o->retry_ms);
+        return 0;
+    }
+    fprintf(stderr, "%s: step %d: reduce: %s\n", o->name, s,
+            preduce_strerror(rc));
+    return 4;
+}
+
+/* Counts result r's size and whether it is uniform over its givers. */
+static void trainer_tally(struct trainer *tr, const preduce_result_t *r)
+{
+    size_t k = preduce_result_size(r);
+
+    if ((long)k > tr->maxk)
+        tr->maxk = (long)k;
+    if (tr->mink == 0 || (long)k < tr->mink)
+        tr->mink = (long)k;
+    /* Uniform over the members that give (healers weigh 0). */
+    size_t givers = 0;
+    for (size_t j = 0; j < k; j++) {
+        double w;
+        preduce_result_member(r, j, NULL, NULL, &w);
+        givers += w != 0.0;
+    }
+    for (size_t j = 0; j < k; j++) {
+        double w;
+        preduce_result_member(r, j, NULL, NULL, &w);
+        if (w != 0.0 && fabs(w - 1.0 / (double)givers) > 1e-9) {
+            tr->nonuniform++;
             break;
-        if (!warm && now_s() - t0 > 60) {
+        }
+    }
+}
+
+/* Reduce of step s, begun at ts, succeeded: 0, or a bad result's status. */
+static int trainer_reduced(struct trainer *tr, int s, double ts)
+{
+    const struct h_trainer_opts *o = tr->o;
+    const preduce_result_t *r = preduce_last_result(tr->cl);
+    char why[200];
+
+    trace_line(tr->tf, ts, now_s(), 0, tr->rank, r);
+    if (!o->no_check && check(tr->t, tr->nparts, r, tr->rank, o, &tr->worst,
+                              why, sizeof(why)) < 0) {
+        fprintf(stderr, "%s: step %d group %llu: %s\n", o->name, s,
+                (unsigned long long)preduce_result_group(r), why);
+        return 5;
+    }
+    if (o->strict && follows(r, tr->version, tr->group, why, sizeof(why)) < 0) {
+        fprintf(stderr, "%s: step %d: %s\n", o->name, s, why);
+        return 8;
+    }
+    tr->version = preduce_result_version(r);
+    tr->group = preduce_result_group(r);
+    if ((long)preduce_result_size(r) >= o->join_k)
+        tr->joined = 1;
+    /* Ranks can change when the scheduler restarts (and a new worker
+     * took this one's old rank): the next inputs follow the new one. */
+    tr->rank = (uint32_t)preduce_rank(tr->cl);
+    tr->steps++;
+    tr->after_err += tr->errors > 0;
+    trainer_tally(tr, r);
+    return 0;
+}
+
+/* Step s: its inputs, its reduce and their checks; 0 or a status. */
+static int trainer_step(struct trainer *tr, int s)
+{
+    const struct h_trainer_opts *o = tr->o;
+
+    if (o->slow_ms > 0)
+        sleep_ms(o->slow_ms);
+    if (!o->no_check || s == 0)
+        fill(tr->t, tr->nparts, tr->rank, tr->version + 1);
+    double ts = now_s();
+    int rc = preduce_reduce(tr->cl, tr->t, (size_t)tr->nparts,
+                            o->timeout_ms ? o->timeout_ms : 20000);
+    if (tr->warm && now_s() - ts > tr->slowest)
+        tr->slowest = now_s() - ts;
+    if (rc < 0)
+        return trainer_failed(tr, s, rc, ts);
+    return trainer_reduced(tr, s, ts);
+}
+
+/* The steps, warm-up first, until the run is done: 0 or a status. */
+static int trainer_loop(struct trainer *tr)
+{
+    const struct h_trainer_opts *o = tr->o;
+
+    for (int s = 0;; s++) {
+        if (!tr->warm && s >= o->warmup && tr->joined)
+            trainer_warm(tr, s);
+        if (tr->warm && (o->run_s > 0 ? now_s() - tr->t0 >= o->run_s
+                                      : s - tr->s0 >= o->steps))
+            return 0;
+        if (!tr->warm && now_s() - tr->t0 > 60) {
             fprintf(stderr, "%s: no group of %d members in 60 s\n", o->name,
                     o->join_k);
-            status = 6;
-            break;
+            return 6;
         }
-        if (o->slow_ms > 0)
-            sleep_ms(o->slow_ms);
-        if (!o->no_check || s == 0)
-            fill(t, nparts, rank, version + 1);
-        double ts = now_s();
-        rc = preduce_reduce(cl, t, (size_t)nparts,
-                            o->timeout_ms ? o->timeout_ms : 20000);
-        if (warm && now_s() - ts > slowest)
-            slowest = now_s() - ts;
-        if (rc < 0) {
-            errors++;
-            record_code(c, o->name, rc);
-            trace_line(tf, ts, now_s(), rc, rank, NULL);
-            char why[200];
-            if (o->strict && rc != -ENOTCONN &&
-                kept(t, nparts, rank, version + 1, why, sizeof(why)) < 0) {
-                fprintf(stderr, "%s: step %d: %s: %s\n", o->name, s,
-                        preduce_strerror(rc), why);
-                status = 7;
-                break;
-            }
-            if (o->tolerate_errors) {
-                if (o->retry_ms > 0)
-                    sleep_ms(o->retry_ms);
-                continue;
-            }
-            fprintf(stderr, "%s: step %d: reduce: %s\n", o->name, s,
-                    preduce_strerror(rc));
-            status = 4;
-            break;
-        }
-        const preduce_result_t *r = preduce_last_result(cl);
-        trace_line(tf, ts, now_s(), 0, rank, r);
-        char why[200];
-        if (!o->no_check &&
-            check(t, nparts, r, rank, o, &worst, why, sizeof(why)) < 0) {
-            fprintf(stderr, "%s: step %d group %llu: %s\n", o->name, s,
-                    (unsigned long long)preduce_result_group(r), why);
-            status = 5;
-            break;
-        }
-        if (o->strict && follows(r, version, group, why, sizeof(why)) < 0) {
-            fprintf(stderr, "%s: step %d: %s\n", o->name, s, why);
-            status = 8;
-            break;
-        }
-        version = preduce_result_version(r);
-        group = preduce_result_group(r);
-        if ((long)preduce_result_size(r) >= o->join_k)
-            joined = 1;
-        /* Ranks can change when the scheduler restarts (and a new worker
-         * took this one's old rank): the next inputs follow the new one. */
-        rank = (uint32_t)preduce_rank(cl);
-        steps++;
-        after_err += errors > 0;
-        size_t k = preduce_result_size(r);
-        if ((long)k > maxk)
-            maxk = (long)k;
-        if (mink == 0 || (long)k < mink)
-            mink = (long)k;
-        /* Uniform over the members that give (healers weigh 0). */
-        size_t givers = 0;
-        for (size_t j = 0; j < k; j++) {
-            double w;
-            preduce_result_member(r, j, NULL, NULL, &w);
-            givers += w != 0.0;
-        }
-        for (size_t j = 0; j < k; j++) {
-            double w;
-            preduce_result_member(r, j, NULL, NULL, &w);
-            if (w != 0.0 && fabs(w - 1.0 / (double)givers) > 1e-9) {
-                nonuniform++;
-                break;
-            }
-        }
+        int status = trainer_step(tr, s);
+        if (status != 0)
+            return status;
     }
-    double secs = now_s() - t0;
+}
+
+/* Writes <dir>/<name>.out (read_out reads it) and closes the client. */
+static void trainer_finish(struct trainer *tr)
+{
+    double secs = now_s() - tr->t0;
     char path[400];
-    snprintf(path, sizeof(path), "%s/%s.out", c->dir, o->name);
+
+    snprintf(path, sizeof(path), "%s/%s.out", tr->c->dir, tr->o->name);
     FILE *f = fopen(path, "w");
     if (f) {
-        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld %ld %.6f\n", steps, secs,
-                errors, worst, nonuniform, maxk, after_err, mink, slowest);
+        fprintf(f, "%ld %.6f %ld %.3g %ld %ld %ld %ld %.6f\n", tr->steps, secs,
+                tr->errors, tr->worst, tr->nonuniform, tr->maxk, tr->after_err,
+                tr->mink, tr->slowest);
         fclose(f);
     }
-    preduce_close(cl);
-    if (tf)
-        fclose(tf);
+    preduce_close(tr->cl);
+    if (tr->tf)
+        fclose(tr->tf);
+}
+
+/* A trainer process: its exit status (h_trainer_opts says which). */
+static int trainer_main(const struct h_cluster *c,
+                        const struct h_trainer_opts *o)
+{
+    struct trainer tr = {.c = c, .o = o};
+    int status = trainer_trace(&tr);
+
+    if (status == 0)
+        status = trainer_open(&tr);
+    if (status != 0)
+        return status;
+    status = trainer_loop(&tr);
+    trainer_finish(&tr);
     return status;
 }
 
@@ -906,7 +992,7 @@ int h_trainer_warm(const struct h_cluster *c, const char *name, int timeout_ms)
     return -ETIMEDOUT;
 }
 
-/* What a trainer wrote at its end (see the fprintf in trainer_main). */
+/* What a trainer wrote at its end (see trainer_finish). */
 struct trainer_out {
     long steps, errors, nonuniform, maxk, after, mink;
     double secs, worst, slowest;
