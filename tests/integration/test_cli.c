@@ -485,7 +485,7 @@ static int answers(const char *path)
 /*
  * A second node daemon given a live daemon's socket refuses to start and
  * says why; the first stays reachable, also after the second is gone
- * (which used to unlink the live socket and bind its own). A socket file
+ * (the second must not unlink the live socket and bind its own). A socket file
  * nobody answers on is replaced, with a log line.
  */
 START_TEST(test_cli_socket_in_use)

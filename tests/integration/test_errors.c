@@ -133,8 +133,8 @@ static int stop_with_group_waiting(struct h_cluster *c, uint16_t mport)
  * that group in flight and the scheduler held up. The survivors' failed
  * reduces carry only the documented codes for a lost peer or a group out
  * of time, which preduce_error_retryable() says to retry, and they go on
- * reducing. (The sends still queued for the dead peer used to fail the
- * group with their transport's -ECANCELED, a write to it with -EPIPE.)
+ * reducing: not the transport's own codes, such as -ECANCELED from the
+ * sends still queued for the dead peer, or -EPIPE from a write to it.
  */
 START_TEST(test_errors_peer_killed_mid_transfer)
 {

@@ -129,7 +129,7 @@ END_TEST
  * A trainer of a wrong model that reduced first does not pin the job: on
  * a tie it keeps it, but once two trainers of the right model have asked,
  * theirs is the job's layout and the lone one is refused, its tensor
- * untouched (two correct trainers used to get no good reduce at all).
+ * untouched: the two correct trainers average, not the one.
  */
 START_TEST(test_layout_majority_over_lone_first)
 {

@@ -174,7 +174,7 @@ END_TEST
 /*
  * Two live daemons of one name but other data addresses (a copied
  * config): both are served, and the scheduler warns, naming both
- * addresses (it used to accept the second without a word).
+ * addresses, rather than accepting the second without a word.
  */
 START_TEST(test_rejoin_name_conflict_warned)
 {

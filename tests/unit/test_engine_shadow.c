@@ -15,8 +15,8 @@
  * member that stalls past the deadline is ended by resetting the link, so
  * done() still comes; where the shadow cannot apply (in place, several
  * members, no direct sends, weights other than 1 or the mean) the engine
- * writes back as before. The fixture (engine_fixture.h) describes the
- * in-memory network.
+ * writes the results back once the group is done. The fixture
+ * (engine_fixture.h) describes the in-memory network.
  */
 #include <check.h>
 #include <errno.h>

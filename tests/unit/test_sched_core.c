@@ -657,7 +657,7 @@ START_TEST(test_sched_core_allreduce_one_tag)
     ck_assert_uint_eq(g.members[1].seq, 300);
     ck_assert_uint_eq(g.members[2].seq, 301);
     pr_sched_group_fini(&g);
-    /* Untagged READYs (tag 0) group as before. */
+    /* Untagged READYs (tag 0) group as any READYs do. */
     for (uint32_t r = 0; r < 3; r++) {
         sf_ready(c, r, 3, 30);
     }

@@ -228,7 +228,7 @@ START_TEST(test_arrival_not_for_slow_reduces)
 }
 END_TEST
 
-/* window_wait 0: the adaptive window alone, as before. */
+/* window_wait 0: the adaptive window alone, waiting for no one. */
 START_TEST(test_arrival_off_is_the_adaptive_window)
 {
     struct pr_sched_params p = sf_params(PR_POLICY_DYNAMIC);
