@@ -268,6 +268,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.data_addr = n->data_addr;
     h.heartbeat_ms = n->conf->sched_heartbeat_ms;
     h.node_timeout_ms = n->conf->sched_node_timeout_ms;
+    h.max_group_id = n->max_group_id;
     h.auth.data = buf;
     h.auth.len = len;
     Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);

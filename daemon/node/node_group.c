@@ -274,6 +274,8 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
 
 void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
 {
+    if (gm->id > n->max_group_id)
+        n->max_group_id = gm->id;
     uint32_t pos = ring_pos(gm, n->self);
     pr_node_spin(n);
     struct node_group *g = group_alloc(n, gm);

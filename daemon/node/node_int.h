@@ -112,6 +112,7 @@ struct pr_node {
     enum sched_state sstate;
     uv_timer_t sched_retry;
     struct node_scheds scheds;
+    uint64_t max_group_id; /* the highest id of a Group taken: for Hello */
     uint32_t self;
     uint64_t sched_id_base; /* the scheduler session last joined */
     char data_addr[128];

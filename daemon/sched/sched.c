@@ -196,6 +196,15 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
      */
     if (!s->groups && only_node(s, n))
         s->id_base = wall_us();
+    /*
+     * A node that comes from another scheduler (a standby and the first
+     * both active across a partition) may have taken higher ids there:
+     * this one's go on above them. Groups in flight keep the ids they
+     * were sent with, and the base only grows, so every node's ids still
+     * rise.
+     */
+    if (h->max_group_id >= s->id_base)
+        s->id_base = h->max_group_id + 1;
     send_welcome(n, proof, plen);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     char differs[160];
