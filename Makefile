@@ -114,7 +114,7 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 
 .PHONY: all test check check-unit check-integration check-replay \
 	check-format check-layout \
-	check-python asan demo \
+	check-python asan demo check-chaos soak-chaos \
 	coverage check-load check-hosts \
 	install uninstall clean format bench
 .SECONDARY:
@@ -213,6 +213,14 @@ $(BUILD)/tests/load_%: $(BUILD)/tests/load/load_%.o \
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
 $(BUILD)/tests/hosts_%: $(BUILD)/tests/hosts/test_%.o $(HOSTS_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
+# The chaos suite (tests/hosts/chaos.c): not a check-hosts suite, it has
+# targets of its own below.
+CHAOS_BIN := $(BUILD)/tests/chaos
+$(CHAOS_BIN): $(BUILD)/tests/hosts/chaos.o $(HOSTS_LIB_OBJS) \
 		$(TEST_LIB_OBJS) $(BUILD)/libpreduced.a $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
@@ -377,6 +385,19 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(HOSTS_RELAY) $(BINS)
 check-hosts: $(HOSTS_BINS) $(HOSTS_RELAY) $(BINS) $(LIB_SO)
 	@$(TEST_ENV) PREDUCE_HOSTS_RELAY=$(abspath $(HOSTS_RELAY)) \
 		tests/hosts/run.sh $(HOSTS_BINS)
+
+# A job on 4 hosts under random kills (trainers, node daemons, the
+# active scheduler) and cable cuts, against the same job without them
+# (tests/hosts/chaos.c; root): CHAOS_S seconds each, so about
+# 2 x CHAOS_S + 60 s, bounded at 2 x CHAOS_S + 240. soak-chaos: SOAK_S.
+CHAOS_S ?= 60
+SOAK_S ?= 600
+check-chaos: $(CHAOS_BIN) $(HOSTS_RELAY) $(BINS) $(LIB_SO)
+	@$(TEST_ENV) CHAOS_S=$(CHAOS_S) \
+		HOSTS_SUITE_TIMEOUT=$$((2 * $(CHAOS_S) + 240)) \
+		tests/hosts/run.sh $(CHAOS_BIN)
+soak-chaos: $(CHAOS_BIN) $(HOSTS_RELAY) $(BINS) $(LIB_SO)
+	@$(MAKE) --no-print-directory check-chaos CHAOS_S=$(SOAK_S)
 
 # clang-format on the C, the SPDX lines (tests/check-license.sh), and
 # shellcheck and pyflakes on the scripts (tests/check-lint.sh).

@@ -347,7 +347,19 @@ int h_cluster_start_at(struct h_cluster *c, int nnodes,
     snprintf(c->dir, sizeof(c->dir), "/tmp/preduce-test-XXXXXX");
     if (!mkdtemp(c->dir))
         return -errno;
-    c->sched_port = h_free_port();
+    /*
+     * A test that must know the scheduler's port before it starts (to
+     * list it in a node's node.scheduler with others) sets its own
+     * scheduler.listen; otherwise a free port.
+     */
+    c->sched_port = 0;
+    for (const char *const *s = sched_sets; s && *s; s++) {
+        const char *colon = strrchr(*s, ':');
+        if (!strncmp(*s, "scheduler.listen=", 17) && colon)
+            c->sched_port = (uint16_t)atoi(colon + 1);
+    }
+    if (!c->sched_port)
+        c->sched_port = h_free_port();
     int rc = h_sched_start(c, sched_sets);
     if (rc < 0)
         return rc;

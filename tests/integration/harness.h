@@ -62,7 +62,8 @@ int h_cluster_start(struct h_cluster *c, int nnodes,
                     const char *const *node_sets);
 /*
  * h_cluster_start with the scheduler at `sched_at` and node i at
- * node_at[i] (tests/hosts/: each in a network namespace of its own).
+ * node_at[i] (tests/hosts/: each in a network namespace of its own). A
+ * "scheduler.listen=ADDR:PORT" among sched_sets fixes the scheduler's port.
  */
 int h_cluster_start_at(struct h_cluster *c, int nnodes,
                        const struct h_place *sched_at,
