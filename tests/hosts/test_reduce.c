@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tests/hosts/hosts.h"
+#include "tests/check_run.h"
 
 #define NHOSTS 4
 #define PER    2
@@ -239,9 +240,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

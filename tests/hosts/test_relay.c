@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "tests/hosts/hosts.h"
+#include "tests/check_run.h"
 
 #define SERVER_PORT 7200
 
@@ -408,9 +409,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -25,6 +25,7 @@
 
 #include "preduce.h"
 #include "tests/hosts/hosts.h"
+#include "tests/check_run.h"
 
 #define NHOSTS    2
 #define PER       2
@@ -351,9 +352,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -18,6 +18,7 @@
 
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 static char key_a[64], key_b[64], set_a[96], set_b[96];
 
@@ -146,9 +147,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -30,6 +30,7 @@
 #include "proto/frame.h"
 #include "tests/integration/cli_fixture.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /* The path daemon/main.c falls back to without -c. */
 #define DEFAULT_CONF "/etc/preduce/preduced.conf"
@@ -649,9 +650,5 @@ int main(void)
     tcase_add_test(tc, test_cli_socket_replaced_left_alone);
     tcase_add_test(tc, test_cli_socket_group);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

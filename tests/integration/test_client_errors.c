@@ -30,6 +30,7 @@
 #include "preduce.h"
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /* The fixture's node.max_tensor_mb, and the largest tensor it allows. */
 #define MAX_TENSOR_FLOATS (1024 * 1024 / 4)
@@ -538,9 +539,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 #define NTRAIN 6
 
@@ -98,9 +99,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

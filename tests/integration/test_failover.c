@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 #define TRAINERS 4
 #define RUN_S    8.0
@@ -162,9 +163,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

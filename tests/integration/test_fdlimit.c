@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tests/integration/cli_fixture.h"
+#include "tests/check_run.h"
 
 /* The soft and hard "Max open files" of pid from /proc. */
 static void proc_nofile(pid_t pid, unsigned long *soft, unsigned long *hard)
@@ -92,9 +93,5 @@ int main(void)
     tcase_add_test(tc, test_fdlimit_low_hard_warns);
     tcase_add_test(tc, test_fdlimit_high_enough_untouched);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

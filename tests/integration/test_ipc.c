@@ -30,6 +30,7 @@
 
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /* The fixture's node.max_tensor_mb, and the largest tensor it allows. */
 #define MAX_TENSOR_MB     1
@@ -866,9 +867,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -18,6 +18,7 @@
 
 #include "preduce.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 static struct h_cluster c;
 
@@ -190,9 +191,5 @@ static Suite *layout_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(layout_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(layout_suite());
 }

@@ -26,6 +26,7 @@
 #include "preduce.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/json_check.h"
+#include "tests/check_run.h"
 
 static void sleep_ms(int ms)
 {
@@ -630,9 +631,5 @@ int main(void)
     tcase_add_test(tc, test_metrics_ctl_usage);
     tcase_add_test(tc, test_metrics_json_check);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

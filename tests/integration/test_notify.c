@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tests/integration/cli_fixture.h"
+#include "tests/check_run.h"
 
 /* The manager's end: a bound datagram socket at cli_dir/notify. */
 static int manager_open(void)
@@ -101,9 +102,5 @@ int main(void)
     tcase_add_test(tc, test_notify_watchdog);
     tcase_add_test(tc, test_notify_no_watchdog_without_usec);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

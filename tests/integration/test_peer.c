@@ -39,6 +39,7 @@
 #include "daemon/engine/xport.h"
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /*
  * node.connect_timeout_ms for the daemons here: the hello deadline, which
@@ -672,9 +673,5 @@ int main(void)
 {
     /* These tests speak the TCP peer protocol: no RDMA settings. */
     unsetenv("PREDUCE_TEST_NODE_SETS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -116,9 +117,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

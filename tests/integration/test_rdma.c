@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 #define NNODES 3
 #define NTRAIN 6
@@ -223,9 +224,5 @@ int main(void)
                "tests in a Soft-RoCE guest\n",
                why);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -20,6 +20,7 @@
 
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 static struct h_cluster c;
 
@@ -213,9 +214,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -17,6 +17,7 @@
 
 #include "tests/integration/cli_fixture.h"
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /* The path daemon/main.c falls back to without -c. */
 #define DEFAULT_CONF "/etc/preduce/preduced.conf"
@@ -227,9 +228,5 @@ int main(void)
     tcase_add_test(hup, test_cli_reload_keeps_set);
     tcase_add_test(hup, test_cli_reload_without_file);
     suite_add_tcase(s, hup);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

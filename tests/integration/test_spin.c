@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_run.h"
 
 /* A process's user + system CPU time in seconds (/proc), or -1. */
 static double cpu_s(pid_t pid)
@@ -229,9 +230,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

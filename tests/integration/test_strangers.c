@@ -38,6 +38,7 @@
 #include "preduce.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/idle.h"
+#include "tests/check_run.h"
 
 /* The daemons' caps per source (daemon/sched/sched_int.h, xport_tcp_int.h...).
  */
@@ -316,9 +317,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -38,6 +38,7 @@
 
 #include "tests/integration/harness.h"
 #include "tests/integration/idle.h"
+#include "tests/check_run.h"
 
 #define NNODES     3
 #define NTRAIN     6
@@ -363,9 +364,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -344,14 +344,3 @@ void sf_run(const struct sf_case *k)
     sf_script(c, k->name, k->steps);
     pr_sched_core_destroy(c);
 }
-
-int sf_main(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}

@@ -165,7 +165,4 @@ struct pr_sched_params sf_case_params(const struct sf_case *k);
 /* Makes k's core, runs its script and destroys the core. */
 void sf_run(const struct sf_case *k);
 
-/* Runs suite s (and frees it): EXIT_SUCCESS if every test passed. */
-int sf_main(Suite *s);
-
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/base/auth.h"
+#include "tests/check_run.h"
 
 static char path[64];
 
@@ -151,9 +152,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

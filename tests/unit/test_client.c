@@ -18,6 +18,7 @@
 #include "preduce.h"
 #include "proto/frame.h"
 #include "tests/unit/client_fixture.h"
+#include "tests/check_run.h"
 
 /* ---- argument validation ---------------------------------------------- */
 
@@ -409,9 +410,5 @@ static Suite *client_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(client_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(client_suite());
 }

@@ -19,6 +19,7 @@
 #include "preduce.h"
 #include "proto/frame.h"
 #include "tests/unit/client_fixture.h"
+#include "tests/check_run.h"
 
 /* ---- tensors and reduces ---------------------------------------------- */
 
@@ -721,9 +722,5 @@ static Suite *client_tensor_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(client_tensor_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(client_tensor_suite());
 }

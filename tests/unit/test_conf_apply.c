@@ -16,6 +16,7 @@
 
 #include "daemon/base/log.h"
 #include "tests/unit/conf_fixture.h"
+#include "tests/check_run.h"
 
 START_TEST(test_conf_validate_cross_keys)
 {
@@ -416,12 +417,7 @@ static Suite *conf_apply_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(conf_apply_suite());
-
     /* Reload logs every changed key; keep the output to Check's summary. */
     pr_log_set_level(PR_LOG_ERROR);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(conf_apply_suite());
 }

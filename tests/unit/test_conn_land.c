@@ -28,6 +28,7 @@
 #include "daemon/base/conn.h"
 #include "daemon/base/log.h"
 #include "proto/frame.h"
+#include "tests/check_run.h"
 
 #define LIMIT_MS  10000
 #define PREFIX    40 /* data_prefix: the TCP transport's chunk header */
@@ -663,9 +664,5 @@ int main(void)
     pr_log_set_level(PR_LOG_ERROR);
     /* Writes into an end the conn closed fail with EPIPE, not a signal. */
     signal(SIGPIPE, SIG_IGN);
-    SRunner *sr = srunner_create(conn_land_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(conn_land_suite());
 }

@@ -6,6 +6,7 @@
  * captured with open_memstream and compared whole.
  */
 #include "daemon/ctl/json.h"
+#include "tests/check_run.h"
 
 #include <check.h>
 #include <math.h>
@@ -159,9 +160,5 @@ static Suite *ctl_json_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ctl_json_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(ctl_json_suite());
 }

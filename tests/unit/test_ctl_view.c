@@ -18,6 +18,7 @@
 
 #include "daemon/ctl/json_view.h"
 #include "daemon/ctl/table.h"
+#include "tests/check_run.h"
 
 static const char sched_text[] =
     "# HELP preduce_info This daemon: role, job and name.\n"
@@ -412,9 +413,5 @@ static Suite *ctl_view_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ctl_view_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(ctl_view_suite());
 }

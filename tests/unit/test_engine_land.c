@@ -29,6 +29,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/xport.h"
 #include "tests/unit/engine_fixture.h"
+#include "tests/check_run.h"
 
 /* A ring, its group, and how its chunks travel. */
 struct land_case {
@@ -608,9 +609,5 @@ int main(void)
 {
     /* The failure tests make the engine warn; keep the output to errors. */
     pr_log_set_level(PR_LOG_ERROR);
-    SRunner *sr = srunner_create(engine_land_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(engine_land_suite());
 }

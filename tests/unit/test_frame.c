@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "daemon/sched/core/sched_core.h"
+#include "tests/check_run.h"
 
 /* Every field at its longest varint or fixed encoding. */
 static Pr__V1__Msg *big_group(size_t nmembers, Pr__V1__Group *g,
@@ -373,9 +374,5 @@ static Suite *frame_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(frame_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(frame_suite());
 }

@@ -15,6 +15,7 @@
 
 #include "daemon/base/log.h"
 #include "daemon/base/log_int.h"
+#include "tests/check_run.h"
 
 static uint64_t clock_ms = 1000;
 static uint64_t test_clock(void)
@@ -203,9 +204,5 @@ static Suite *log_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(log_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(log_suite());
 }

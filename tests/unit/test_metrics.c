@@ -26,6 +26,7 @@
 #include "daemon/base/metrics.h"
 #include "daemon/base/stranger.h"
 #include "preduce.h"
+#include "tests/check_run.h"
 
 #define ANSWER_MAX (4u << 20)
 #define GET10      "GET /metrics HTTP/1.0\r\n\r\n"
@@ -717,9 +718,5 @@ static Suite *metrics_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(metrics_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(metrics_suite());
 }

@@ -14,6 +14,7 @@
 #include "daemon/base/log.h"
 #include "daemon/base/names.h"
 #include "daemon/base/policy.h"
+#include "tests/check_run.h"
 
 static const struct pr_name colours[] = {
     {"red", 1}, {"green", 2}, {"blue", 7}, {NULL, 0}};
@@ -133,9 +134,5 @@ static Suite *names_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(names_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(names_suite());
 }

@@ -13,6 +13,7 @@
 #include "daemon/base/metrics.h"
 #include "daemon/node/node_int.h"
 #include "preduce.h"
+#include "tests/check_run.h"
 
 struct fix {
     struct pr_conf conf;
@@ -115,9 +116,5 @@ static Suite *node_metrics_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(node_metrics_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(node_metrics_suite());
 }

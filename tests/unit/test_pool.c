@@ -21,6 +21,7 @@
 #include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
 #include "tests/unit/engine_fixture.h"
+#include "tests/check_run.h"
 
 /* ------------------------------------------------------------------ */
 /* Slices                                                               */
@@ -459,9 +460,5 @@ static Suite *pool_suite(void)
 int main(void)
 {
     pr_log_set_level(PR_LOG_ERROR);
-    SRunner *sr = srunner_create(pool_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(pool_suite());
 }

@@ -7,6 +7,7 @@
  * is tests/fuzz/fuzz_promtext.c.
  */
 #include "daemon/ctl/promtext.h"
+#include "tests/check_run.h"
 
 #include <check.h>
 #include <errno.h>
@@ -179,9 +180,5 @@ static Suite *promtext_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(promtext_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(promtext_suite());
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "daemon/xport/rdma/rdma_flow.h"
+#include "tests/check_run.h"
 
 START_TEST(test_rdma_flow_credit_window)
 {
@@ -336,9 +337,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

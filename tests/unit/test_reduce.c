@@ -11,6 +11,7 @@
 
 #include "daemon/engine/reduce.h"
 #include "daemon/engine/xport.h"
+#include "tests/check_run.h"
 
 /* A canary past the end of every output buffer: nothing may write there. */
 #define CANARY -12345.0f
@@ -443,9 +444,5 @@ static Suite *reduce_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(reduce_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(reduce_suite());
 }

@@ -15,6 +15,7 @@
 #include "daemon/base/conf.h"
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
+#include "tests/check_run.h"
 
 /* ---- weights ---------------------------------------------------------- */
 
@@ -770,5 +771,5 @@ static Suite *sched_core_suite(void)
 
 int main(void)
 {
-    return sf_main(sched_core_suite());
+    return check_run(sched_core_suite());
 }

@@ -12,6 +12,7 @@
 
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
+#include "tests/check_run.h"
 
 #define STEP_US   10000u /* the fast workers' ready-to-ready interval */
 #define WARM      12     /* rounds that teach the core everyone's pace */
@@ -278,5 +279,5 @@ static Suite *arrival_suite(void)
 
 int main(void)
 {
-    return sf_main(arrival_suite());
+    return check_run(arrival_suite());
 }

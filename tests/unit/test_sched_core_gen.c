@@ -13,6 +13,7 @@
 #include "daemon/base/conf.h"
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
+#include "tests/check_run.h"
 
 /* ---- group generator -------------------------------------------------- */
 
@@ -494,5 +495,5 @@ static Suite *sched_core_gen_suite(void)
 
 int main(void)
 {
-    return sf_main(sched_core_gen_suite());
+    return check_run(sched_core_gen_suite());
 }

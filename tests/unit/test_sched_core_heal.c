@@ -12,6 +12,7 @@
 
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
+#include "tests/check_run.h"
 
 /* Workers 0 and 1 average at version `v`: the job reaches v. */
 #define PROGRESS(v, at)                                                        \
@@ -244,5 +245,5 @@ static Suite *heal_suite(void)
 
 int main(void)
 {
-    return sf_main(heal_suite());
+    return check_run(heal_suite());
 }

@@ -13,6 +13,7 @@
 #include "daemon/base/conf.h"
 #include "daemon/sched/core/sched_core.h"
 #include "tests/unit/sched_fixture.h"
+#include "tests/check_run.h"
 
 /* ---- adaptive hold: workers with a pace, on a fake clock ---------------- */
 
@@ -378,5 +379,5 @@ static Suite *sched_core_hold_suite(void)
 
 int main(void)
 {
-    return sf_main(sched_core_hold_suite());
+    return check_run(sched_core_hold_suite());
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon/sched/sched_ring.h"
+#include "tests/check_run.h"
 
 #define MAXN 16
 #define FAST 100e6
@@ -172,9 +173,5 @@ static Suite *ring_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ring_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(ring_suite());
 }

@@ -10,6 +10,7 @@
 #include "daemon/sched/core/sched_core.h"
 #include "daemon/sim/model.h"
 #include "daemon/sim/scenario.h"
+#include "tests/check_run.h"
 
 #include <check.h>
 #include <errno.h>
@@ -509,11 +510,5 @@ static Suite *sim_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sim_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(sim_suite());
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "daemon/base/log.h"
+#include "tests/check_run.h"
 
 #define N 16
 
@@ -170,9 +171,5 @@ static Suite *stranger_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(stranger_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(stranger_suite());
 }

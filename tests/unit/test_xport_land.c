@@ -25,6 +25,7 @@
 #include "daemon/base/log.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
+#include "tests/check_run.h"
 
 #define LIMIT_MS   20000
 #define MAX_CHUNK  (64u << 20)
@@ -433,9 +434,5 @@ int main(void)
     /* Links closed inside a frame warn; keep the output to errors. */
     pr_log_set_level(PR_LOG_ERROR);
     signal(SIGPIPE, SIG_IGN);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

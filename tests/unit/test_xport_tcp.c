@@ -14,6 +14,7 @@
 
 #include "daemon/xport/tcp/xport_tcp.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
+#include "tests/check_run.h"
 
 #define LIMIT_MS 5000
 
@@ -217,9 +218,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }
