@@ -88,49 +88,11 @@ void pr_engine_set_stash_ms(struct pr_engine *e, uint32_t stash_ms)
     e->stash_ms = stash_ms ? stash_ms : PR_ENGINE_STASH_MS;
 }
 
-static void scratch_release(struct pr_engine *e, float *p)
-{
-    if (p && e->mem_free)
-        e->mem_free(e->mem_ctx, p);
-    else
-        free(p);
-}
-
-/*
- * The last scratch vector freed is kept for the next group of its size (or
- * down to half of it): a fresh vector of many MiB comes from mmap and
- * costs a page fault per 4 KiB on first touch, about as much as the sums
- * over it, and with RDMA a registration.
- */
-static float *scratch_get(struct pr_engine *e, size_t bytes)
-{
-    if (e->spare && e->spare_bytes >= bytes && e->spare_bytes / 2 <= bytes) {
-        float *p = e->spare;
-        e->spare = NULL;
-        return p;
-    }
-    return e->mem_alloc ? e->mem_alloc(e->mem_ctx, bytes) : malloc(bytes);
-}
-
-static void scratch_put(struct pr_engine *e, float *p, size_t bytes)
-{
-    if (!p)
-        return;
-    scratch_release(e, e->spare);
-    e->spare = NULL;
-    if (e->closing) {
-        scratch_release(e, p);
-        return;
-    }
-    e->spare = p;
-    e->spare_bytes = bytes;
-}
-
 static void group_free(struct group *g)
 {
     free(g->ring);
     free(g->local);
-    scratch_put(g->e, g->scratch, g->total * sizeof(float));
+    pr_engine_scratch_put(g->e, g->scratch, g->total * sizeof(float));
     for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
         free(g->steps[i].spans);
     free(g->steps);
@@ -211,7 +173,7 @@ void pr_engine_destroy(struct pr_engine *e)
         e->stash = s->next;
         free(s);
     }
-    scratch_release(e, e->spare);
+    pr_engine_scratch_release(e, e->spare);
     e->spare = NULL;
     e->closing = 1;
     uv_close((uv_handle_t *)&e->sweep, engine_free_cb);
@@ -742,7 +704,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->local = malloc(spec->nlocal * sizeof(*g->local));
     /* A group of this daemon alone sums straight into its members. */
     if (m > 1)
-        g->scratch = scratch_get(e, spec->total * sizeof(float));
+        g->scratch = pr_engine_scratch_get(e, spec->total * sizeof(float));
     g->steps = calloc(m > 1 ? 2 * (m - 1) : 1, sizeof(*g->steps));
     if (!g->ring || !g->local || (m > 1 && !g->scratch) || !g->steps) {
         group_free(g);

@@ -2,9 +2,10 @@
 /*
  * What engine.c (a group's life: chunks in and out, deadlines, the stash),
  * engine_chunk.c (whether a chunk fits its group), engine_local.c (a
- * group's arithmetic over its local members' memory) and engine_jobs.c
- * (that arithmetic on the thread pool) share. engine.c calls the others;
- * only engine_jobs.c calls back, for what a job does once it is back.
+ * group's arithmetic over its local members' memory), engine_jobs.c
+ * (that arithmetic on the thread pool) and engine_scratch.c (the scratch
+ * vectors) share. engine.c calls the others; only engine_jobs.c calls
+ * back, for what a job does once it is back.
  * Private to the engine: other modules use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
@@ -186,6 +187,15 @@ int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
                    size_t n);
 void pr_engine_finish(struct group *g, int status);
 void pr_engine_kick(struct pr_engine *e);
+
+/*
+ * engine_scratch.c: a scratch vector of `bytes` (the spare one when it
+ * fits, else a new one; NULL on ENOMEM), one given back (kept as the
+ * spare unless the engine closes), and one freed for good.
+ */
+float *pr_engine_scratch_get(struct pr_engine *e, size_t bytes);
+void pr_engine_scratch_put(struct pr_engine *e, float *p, size_t bytes);
+void pr_engine_scratch_release(struct pr_engine *e, float *p);
 
 /*
  * engine_chunk.c: whether a chunk fits the group (its length, ring step,
