@@ -168,11 +168,7 @@ void pr_engine_destroy(struct pr_engine *e)
             pp = &g->next;
         }
     }
-    while (e->stash) {
-        struct stashed *s = e->stash;
-        e->stash = s->next;
-        free(s);
-    }
+    pr_engine_stash_clear(e);
     pr_engine_scratch_release(e, e->spare);
     e->spare = NULL;
     e->closing = 1;
@@ -540,8 +536,8 @@ static void absorb_and_forward(struct group *g, const struct pr_chunk_hdr *h,
 static void land_cb(struct pr_landing *l, uint32_t from,
                     const struct pr_chunk_hdr *h, int status);
 
-static void apply_chunk(struct group *g, uint32_t from,
-                        const struct pr_chunk_hdr *h, const float *data)
+void pr_engine_apply_chunk(struct group *g, uint32_t from,
+                           const struct pr_chunk_hdr *h, const float *data)
 {
     /*
      * A chunk after the deadline (the loop was held up, or the sweep has
@@ -618,32 +614,6 @@ static void land_cb(struct pr_landing *l, uint32_t from,
         pr_engine_kick(e);
     if (wake)
         pr_engine_kick(e);
-}
-
-static void stash_drop(struct pr_engine *e, struct stashed **pp)
-{
-    struct stashed *s = *pp;
-    *pp = s->next;
-    if (!*pp)
-        e->stash_tail = pp;
-    e->stash_bytes -= s->h.nfloats * sizeof(float);
-    free(s);
-}
-
-/* Replays the chunks that arrived before this group, in arrival order. */
-static void replay(struct pr_engine *e, struct group *g)
-{
-    struct stashed **pp = &e->stash;
-    while (*pp) {
-        struct stashed *s = *pp;
-        if (s->h.group_id != g->id) {
-            pp = &s->next;
-            continue;
-        }
-        if (g->state == G_RUNNING)
-            apply_chunk(g, s->from, &s->h, s->data);
-        stash_drop(e, pp);
-    }
 }
 
 /* The most a shadow group of `total` floats over m daemons puts back. */
@@ -737,41 +707,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
         finish(g, rc);
     g->saved = g->shadow;
     /* Even a failed group takes its early chunks out of the stash. */
-    replay(e, g);
+    pr_engine_stash_replay(e, g);
     return 0;
-}
-
-static void stash_chunk(struct pr_engine *e, uint32_t from,
-                        const struct pr_chunk_hdr *h, const float *data)
-{
-    size_t bytes = (size_t)h->nfloats * sizeof(float);
-    if (e->stash_bytes + bytes > e->stash_max) {
-        e->st.chunks_dropped++;
-        pr_warn("group %llu: early chunk from node %u dropped: stash full "
-                "(%zu bytes)",
-                (unsigned long long)h->group_id, from, e->stash_bytes);
-        return;
-    }
-    struct stashed *s = malloc(sizeof(*s) + bytes);
-    if (!s) {
-        e->st.chunks_dropped++;
-        return;
-    }
-    s->next = NULL;
-    s->from = from;
-    s->h = *h;
-    /*
-     * An early chunk waits for its group as long as a reduce may take (the
-     * node's reduce timeout): a group that has not started by then has
-     * failed on the nodes that sent it, and its chunks only fill the stash.
-     */
-    s->expires_ms = uv_now(e->loop) + e->stash_ms;
-    memcpy(s->data, data, bytes);
-    *e->stash_tail = s;
-    e->stash_tail = &s->next;
-    e->stash_bytes += bytes;
-    e->st.chunks_stashed++;
-    arm_sweep(e);
 }
 
 void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
@@ -780,7 +717,7 @@ void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
     struct group *g = find(e, h->group_id);
     if (g) {
         if (g->state == G_RUNNING)
-            apply_chunk(g, from, h, data);
+            pr_engine_apply_chunk(g, from, h, data);
         return;
     }
     if (h->group_id <= e->max_started) {
@@ -789,7 +726,8 @@ void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
                (unsigned long long)h->group_id, from);
         return;
     }
-    stash_chunk(e, from, h, data);
+    if (pr_engine_stash_chunk(e, from, h, data) == 0)
+        arm_sweep(e);
 }
 
 void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
@@ -807,13 +745,7 @@ void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status)
         }
     }
     /* Early chunks from that node belong to groups that cannot finish. */
-    struct stashed **pp = &e->stash;
-    while (*pp) {
-        if ((*pp)->from == node)
-            stash_drop(e, pp);
-        else
-            pp = &(*pp)->next;
-    }
+    pr_engine_stash_drop_from(e, node);
 }
 
 void pr_engine_new_session(struct pr_engine *e, uint64_t id_base)
@@ -896,15 +828,7 @@ static void sweep_cb(uv_timer_t *t)
                 l->ops->reset(l, -ETIMEDOUT);
         }
     }
-    struct stashed **pp = &e->stash;
-    while (*pp) {
-        if (now >= (*pp)->expires_ms) {
-            e->st.chunks_dropped++;
-            stash_drop(e, pp);
-        } else {
-            pp = &(*pp)->next;
-        }
-    }
+    pr_engine_stash_expire(e, now);
     if (!e->groups && !e->stash)
         uv_timer_stop(&e->sweep);
 }

@@ -3,9 +3,11 @@
  * What engine.c (a group's life: chunks in and out, deadlines, the stash),
  * engine_chunk.c (whether a chunk fits its group), engine_local.c (a
  * group's arithmetic over its local members' memory), engine_jobs.c
- * (that arithmetic on the thread pool) and engine_scratch.c (the scratch
- * vectors) share. engine.c calls the others; only engine_jobs.c calls
- * back, for what a job does once it is back.
+ * (that arithmetic on the thread pool), engine_scratch.c (the scratch
+ * vectors) and engine_stash.c (chunks that came before their group)
+ * share. engine.c calls the others; only engine_jobs.c calls back, for
+ * what a job does once it is back, and engine_stash.c, to hand a started
+ * group its early chunks.
  * Private to the engine: other modules use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
@@ -187,6 +189,13 @@ int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
                    size_t n);
 void pr_engine_finish(struct group *g, int status);
 void pr_engine_kick(struct pr_engine *e);
+/*
+ * engine.c, for engine_stash.c: a chunk from `from` into running group g
+ * (data valid during the call): checked, absorbed, forwarded; a bad or
+ * late one fails the group, one from elsewhere than the left is dropped.
+ */
+void pr_engine_apply_chunk(struct group *g, uint32_t from,
+                           const struct pr_chunk_hdr *h, const float *data);
 
 /*
  * engine_scratch.c: a scratch vector of `bytes` (the spare one when it
@@ -196,6 +205,20 @@ void pr_engine_kick(struct pr_engine *e);
 float *pr_engine_scratch_get(struct pr_engine *e, size_t bytes);
 void pr_engine_scratch_put(struct pr_engine *e, float *p, size_t bytes);
 void pr_engine_scratch_release(struct pr_engine *e, float *p);
+
+/*
+ * engine_stash.c: an early chunk copied into the stash (0; -ENOBUFS when
+ * the stash is full, -ENOMEM; counted as dropped then); the chunks that
+ * came before group g handed to it in arrival order (those of a group
+ * that has failed only dropped); those from a node, or expired at now_ms
+ * (uv_now), dropped; and all freed when the engine closes.
+ */
+int pr_engine_stash_chunk(struct pr_engine *e, uint32_t from,
+                          const struct pr_chunk_hdr *h, const float *data);
+void pr_engine_stash_replay(struct pr_engine *e, struct group *g);
+void pr_engine_stash_drop_from(struct pr_engine *e, uint32_t node);
+void pr_engine_stash_expire(struct pr_engine *e, uint64_t now_ms);
+void pr_engine_stash_clear(struct pr_engine *e);
 
 /*
  * engine_chunk.c: whether a chunk fits the group (its length, ring step,
