@@ -12,23 +12,6 @@
 /* How often deadlines and the stash are swept. */
 #define ENGINE_SWEEP_MS 50
 /*
- * The write-back of a group's results is counted at this many bytes per
- * microsecond (1 GB/s, far below what memcpy manages, with room for a
- * loaded machine): a write-back that would not end by the deadline is not
- * started.
- */
-#define COPY_BYTES_PER_US 1000
-/*
- * The shadow (engine_int.h) is used only where putting a failed group's
- * floats back (at most its own and its completed segment) takes about a
- * quarter of a second at COPY_BYTES_PER_US: a group that fails at its
- * deadline (the trainer's plus PR_NODE_GRACE_MS) restores before done(),
- * and so before its trainer is answered, which the library waits a
- * second past the trainer's deadline for. Larger models are written back
- * at the end, as before.
- */
-#define SHADOW_MAX_RESTORE_BYTES (256ull << 20)
-/*
  * How long past the deadline a landing into a shadow member may take to
  * end by itself before the link it comes over is reset (sweep_cb): a
  * landing nearly done on a slow link is not worth the link.
@@ -36,7 +19,6 @@
 #define SHADOW_LAND_GRACE_NS (100ull * 1000000)
 
 static void finish(struct group *g, int status);
-static void shadow_settle(struct group *g, int status);
 static void sweep_cb(uv_timer_t *t);
 static void kick_cb(uv_timer_t *t);
 
@@ -156,7 +138,7 @@ void pr_engine_destroy(struct pr_engine *e)
              * which ends them all (a caller that did not would have them
              * write or read the member after its done()).
              */
-            shadow_settle(g, status);
+            pr_engine_shadow_settle(g, status);
             if (g->done)
                 g->done(g->arg, g->id, status);
         }
@@ -313,18 +295,6 @@ static void fail_late(struct group *g)
 }
 
 /*
- * Whether the results can be written into the members' tensors before the
- * deadline (see COPY_BYTES_PER_US): a trainer whose daemon writes after it
- * may have been told already, or have decided, that the reduce failed.
- */
-static int write_back_fits(const struct group *g)
-{
-    uint64_t bytes =
-        (uint64_t)pr_engine_write_back_floats(g) * sizeof(float) * g->nlocal;
-    return uv_hrtime() + bytes * 1000 / COPY_BYTES_PER_US <= g->deadline_ns;
-}
-
-/*
  * The one transition out of G_RUNNING: records the status and schedules
  * done(). The group stays allocated while sends that read its scratch
  * vector are posted.
@@ -333,7 +303,7 @@ static void finish(struct group *g, int status)
 {
     if (g->state != G_RUNNING)
         return;
-    if (status == 0 && !g->in_place && !write_back_fits(g)) {
+    if (status == 0 && !g->in_place && !pr_engine_write_back_fits(g)) {
         pr_warn("group %llu: complete, but too late to write its results "
                 "(%zu floats for %zu local members) before the deadline",
                 (unsigned long long)g->id, g->total, g->nlocal);
@@ -363,18 +333,6 @@ void pr_engine_finish(struct group *g, int status)
     finish(g, status);
 }
 
-/*
- * Just before a shadow group's done(), once nothing writes or reads its
- * member's memory: a failed group puts back the floats it replaced.
- */
-static void shadow_settle(struct group *g, int status)
-{
-    if (!g->shadow || status == 0)
-        return;
-    pr_engine_shadow_restore(g);
-    g->e->st.groups_restored++;
-}
-
 void pr_engine_kick(struct pr_engine *e)
 {
     if (!e->closing)
@@ -397,7 +355,7 @@ static void kick_cb(uv_timer_t *t)
             g->rx_member == 0 &&
             (!g->reads_member || g->sends_done == g->sends_posted)) {
             g->reported = 1;
-            shadow_settle(g, g->status);
+            pr_engine_shadow_settle(g, g->status);
             if (g->done)
                 g->done(g->arg, g->id, g->status);
             /* done() may have started or aborted groups: rescan. */
@@ -616,12 +574,6 @@ static void land_cb(struct pr_landing *l, uint32_t from,
         pr_engine_kick(e);
 }
 
-/* The most a shadow group of `total` floats over m daemons puts back. */
-static uint64_t shadow_restore_bytes(size_t total, uint32_t m)
-{
-    return ((uint64_t)total + m - 1) / m * 2 * sizeof(float);
-}
-
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 {
     if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
@@ -654,19 +606,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->pos = spec->pos;
     g->personal = spec->personal;
     g->mean_scale = pr_engine_uniform_scale(spec);
-    /* Forwarding from the member's memory needs direct sends. */
-    g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
-                  !spec->personal && e->direct;
-    /*
-     * The shadow (struct group) keeps the own segment's originals where
-     * the scratch vector is free: it is when that segment goes to the
-     * wire from the member's memory (pr_engine_direct_src).
-     */
-    g->shadow =
-        m > 1 && spec->nlocal == 1 && !g->in_place && !spec->personal &&
-        e->direct && !spec->local[0].detached &&
-        (g->mean_scale != 0 || spec->local[0].weight == 1.0) &&
-        shadow_restore_bytes(spec->total, m) <= SHADOW_MAX_RESTORE_BYTES;
+    pr_engine_choose_mode(g, spec);
     g->done = spec->done;
     g->arg = spec->arg;
     g->nlocal = spec->nlocal;

@@ -4,11 +4,11 @@
  * engine_chunk.c (whether a chunk fits its group), engine_local.c (a
  * group's arithmetic over its local members' memory), engine_jobs.c
  * (that arithmetic on the thread pool), engine_scratch.c (the scratch
- * vectors) and engine_stash.c (chunks that came before their group)
- * share. engine.c calls the others; only engine_jobs.c calls back, for
- * what a job does once it is back, and engine_stash.c, to hand a started
- * group its early chunks.
- * Private to the engine: other modules use engine.h.
+ * vectors), engine_stash.c (chunks that came before their group) and
+ * engine_mode.c (in place, shadow or write-back) share. engine.c calls the
+ * others; only engine_jobs.c calls back, for what a job does once it is back,
+ * and engine_stash.c, to hand a started group its early chunks. Private to the
+ * engine: other modules use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
 #define PR_ENGINE_INT_H
@@ -70,12 +70,12 @@ struct group {
      * there by the same pass that sums each chunk, over the chunk read
      * there (`folded` records which). A group that fails puts back what
      * may have been written (the own segment's claimed chunks, the folded
-     * ones) before done() (shadow_settle in engine.c), once no landing or
+     * ones) before done() (pr_engine_shadow_settle), once no landing or
      * send uses the member's memory. A member that leaves ends the shadow:
      * nothing more goes into it and nothing is put back. Only the other
      * m - 2 segments are written back at the end: none between 2 daemons.
      * Not for models so large that putting back would hold the answer
-     * past what the trainer waits (SHADOW_MAX_RESTORE_BYTES).
+     * past what the trainer waits (SHADOW_MAX_RESTORE_BYTES, engine_mode.c).
      */
     int shadow;
     int saved;
@@ -219,6 +219,16 @@ void pr_engine_stash_replay(struct pr_engine *e, struct group *g);
 void pr_engine_stash_drop_from(struct pr_engine *e, uint32_t node);
 void pr_engine_stash_expire(struct pr_engine *e, uint64_t now_ms);
 void pr_engine_stash_clear(struct pr_engine *e);
+
+/*
+ * engine_mode.c: sets g->in_place and g->shadow for the group spec
+ * describes (g->e and g->mean_scale set); whether the write-back still
+ * ends before the deadline; and, just before a shadow group's done() once
+ * nothing uses its member's memory, a failed group's floats put back.
+ */
+void pr_engine_choose_mode(struct group *g, const struct pr_engine_group *spec);
+int pr_engine_write_back_fits(const struct group *g);
+void pr_engine_shadow_settle(struct group *g, int status);
 
 /*
  * engine_chunk.c: whether a chunk fits the group (its length, ring step,

@@ -74,9 +74,10 @@ int pr_engine_submit(struct group *g, enum jkind kind, size_t off, size_t n)
     if (!gj)
         return -ENOMEM;
     /*
-     * A write-back goes ahead of the sums waiting: write_back_fits()
-     * judged its deadline as if it began now, and behind other groups'
-     * sums it could end after the trainer gave up on it.
+     * A write-back goes ahead of the sums waiting:
+     * pr_engine_write_back_fits() judged its deadline as if it began now,
+     * and behind other groups' sums it could end after the trainer gave up
+     * on it.
      */
     gj->j = (struct pr_pool_job){.fn = job_slice,
                                  .arg = gj,
