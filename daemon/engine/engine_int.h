@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What engine.c (a group's life: chunks in and out, deadlines, the stash),
- * engine_chunk.c (whether a chunk fits its group), engine_local.c (a
- * group's arithmetic over its local members' memory), engine_jobs.c
- * (that arithmetic on the thread pool), engine_scratch.c (the scratch
- * vectors), engine_stash.c (chunks that came before their group) and
- * engine_mode.c (in place, shadow or write-back) share. engine.c calls the
- * others; only engine_jobs.c calls back, for what a job does once it is back,
- * and engine_stash.c, to hand a started group its early chunks. Private to the
- * engine: other modules use engine.h.
+ * What the engine's files share. engine.c: a group's life (start, posts,
+ * the end and done(), deadlines, link loss). Around it: engine_rx.c (a
+ * received chunk's way into its group), engine_chunk.c (whether a chunk
+ * fits its group), engine_local.c (a group's arithmetic over its local
+ * members' memory), engine_jobs.c (that arithmetic on the thread pool),
+ * engine_mode.c (in place, shadow or write-back), engine_scratch.c (the
+ * scratch vectors) and engine_stash.c (chunks that came before their
+ * group). engine.c calls the others. Calls back into engine.c come only
+ * from engine_rx.c and engine_jobs.c, for what a chunk or a job leads to
+ * (a post, the group's end); engine_stash.c calls only engine_rx.c, to
+ * hand a started group its early chunks.
+ * Private to the engine: other modules use engine.h.
  */
 #ifndef PR_ENGINE_INT_H
 #define PR_ENGINE_INT_H
@@ -190,12 +193,38 @@ int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
 void pr_engine_finish(struct group *g, int status);
 void pr_engine_kick(struct pr_engine *e);
 /*
- * engine.c, for engine_stash.c: a chunk from `from` into running group g
- * (data valid during the call): checked, absorbed, forwarded; a bad or
- * late one fails the group, one from elsewhere than the left is dropped.
+ * engine.c, for engine_rx.c too: post floats [off, off + n) from src
+ * (NULL: the scratch vector; 0 or the link's error); the group of that
+ * id, or NULL; free g if nothing uses it any more (the engine too, once
+ * closing); fail a group whose deadline passed, logged.
+ */
+int pr_engine_post_from(struct group *g, uint32_t step, uint32_t seg,
+                        size_t off, size_t n, const float *src);
+struct group *pr_engine_find(struct pr_engine *e, uint64_t id);
+void pr_engine_maybe_free(struct group *g);
+void pr_engine_fail_late(struct group *g);
+
+/*
+ * The group's deadline has passed: read from the clock, not the loop's
+ * cached time (struct group, deadline_ns).
+ */
+static inline int pr_engine_past_deadline(const struct group *g)
+{
+    return uv_hrtime() >= g->deadline_ns;
+}
+
+/*
+ * engine_rx.c: a chunk from `from` into running group g (data valid
+ * during the call): checked, absorbed, forwarded; a bad or late one fails
+ * the group, one from elsewhere than the left is dropped. And for a
+ * transport that reads payloads into place (pr_link_sink.reserve): 1 with
+ * *out where chunk h lands (claimed now; out->land absorbs it), or 0 when
+ * it takes the usual way (on_chunk).
  */
 void pr_engine_apply_chunk(struct group *g, uint32_t from,
                            const struct pr_chunk_hdr *h, const float *data);
+int pr_engine_reserve(struct pr_engine *e, uint32_t from,
+                      const struct pr_chunk_hdr *h, struct pr_landing *out);
 
 /*
  * engine_scratch.c: a scratch vector of `bytes` (the spare one when it

@@ -20,7 +20,7 @@
  *    copy and write-back are what "tensors unchanged on failure" costs
  *    with several local members.
  *    Over TCP a chunk from the left is read by the kernel straight into
- *    its place in scratch (engine.c reserve(), conn.c maybe_land()), and
+ *    its place in scratch (engine_rx.c, conn.c maybe_land()), and
  *    the fold sums there in place (in == out): no copy out of a read
  *    buffer, which was one more read and write of every received float.
  *  - m > 1, default mode, k == 1 (the shadow, engine_int.h): the segment

@@ -109,10 +109,11 @@ static void group_refuse(struct pr_node *n, uint64_t id,
  * How long the engine may run this group, in ms: the scheduler's group
  * timeout, but never past a local member's reduce deadline plus
  * PR_NODE_GRACE_MS. The engine writes no result into a member's tensors
- * after that (engine.c finish, apply_chunk), and its trainer has its answer
- * by then, well before its library gives up: a trainer told that its
- * reduce failed, or that gave up on it, finds its tensors untouched. A
- * member already past it gets 0: the group fails without writing.
+ * after that (engine.c finish, engine_rx.c pr_engine_apply_chunk), and
+ * its trainer has its answer by then, well before its library gives up: a
+ * trainer told that its reduce failed, or that gave up on it, finds its
+ * tensors untouched. A member already past it gets 0: the group fails
+ * without writing.
  */
 static uint32_t group_deadline(struct pr_node *n, const Pr__V1__Group *gm,
                                const struct node_group *g)
