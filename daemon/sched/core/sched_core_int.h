@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private to the scheduler core (sched_core.c, sched_gen.c,
- * sched_weights.c): the core's state and its calls into the other two
- * (sched_core.c calls sched_gen.c and sched_weights.c, never back).
- * Nothing outside these three files includes it.
+ * sched_weights.c, sched_window.c): the core's state and its calls into
+ * the other three (sched_core.c calls sched_gen.c, sched_weights.c and
+ * sched_window.c, never back). Nothing outside these four files includes
+ * it.
  */
 #ifndef PR_SCHED_CORE_INT_H
 #define PR_SCHED_CORE_INT_H
@@ -136,6 +137,16 @@ void pr_sched_gen_select(struct pr_sched_core *c, uint32_t n,
 void pr_sched_gen_formed(struct pr_sched_core *c,
                          const struct pr_sched_member *m, uint32_t n);
 void pr_sched_gen_check(struct pr_sched_core *c);
+
+/*
+ * sched_window.c: the dynamic window, with a worker queued (c->head
+ * valid): when it opened (the oldest queued READY, or when min_workers
+ * were reached if later), when the one opened at t0 closes, and its
+ * adaptation after a dynamic group of n.
+ */
+uint64_t pr_sched_window_open_us(const struct pr_sched_core *c);
+uint64_t pr_sched_window_close_us(const struct pr_sched_core *c, uint64_t t0);
+void pr_sched_window_adapt(struct pr_sched_core *c, uint32_t n);
 
 /* sched_weights.c: staleness weights written into m[i].weight. */
 int pr_sched_weights_members(struct pr_sched_member *m, uint32_t n,
