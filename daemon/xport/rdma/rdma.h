@@ -2,11 +2,11 @@
 /*
  * The RDMA verbs data path between node daemons (libibverbs, RC queue
  * pairs), behind the transport interface of xport.h. The TCP link between
- * two daemons (xport_tcp.c) stays up as the control connection: the queue
+ * two daemons (xport/tcp) stays up as the control connection: the queue
  * pair numbers, GIDs, PSNs and the receive-slot address and rkey travel in
- * its Hello/Welcome (pr.v1.RdmaInfo); then chunks go as RDMA WRITE WITH
- * IMMEDIATE into the slots the peer advertised, under credits
- * (rdma_flow.h).
+ * its Hello/Welcome (pr.v1.RdmaInfo, xport_handshake.c); then chunks go as
+ * RDMA WRITE WITH IMMEDIATE into the slots the peer advertised, under
+ * credits (rdma_flow.h).
  *
  * Per peer, in order:
  *  1. pr_rdma_qp_create(): a QP in INIT, receive slots registered, receive

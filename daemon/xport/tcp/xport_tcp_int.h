@@ -1,9 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What xport_tcp.c (peer links: connecting, the hello exchange, chunks in
- * and out) and xport_accept.c (the listener: connections before their
- * hello, and the deadlines of link setup) share. Private to the TCP
- * transport: other modules use xport_tcp.h.
+ * What the TCP transport's files share. Private to it: other modules use
+ * xport_tcp.h. The files call each other in layers, each only those
+ * below it:
+ *
+ *   xport_tcp.c        the public calls: create, peers, destroy, stats
+ *   xport_accept.c     the listener: strangers, deadlines of link setup
+ *        |      \
+ *        v       v
+ *   xport_handshake.c  hello and welcome, both sides, every connection;
+ *        |             a link's dial, loss and redial
+ *        v
+ *   xport_link.c       a peer link for the engine: sends, queue, up,
+ *        |             chunks in
+ *        v
+ *   xport_streams.c    a link's further connections: which, and which
+ *                      takes the next chunk
+ *
+ * xport_tcp.c calls xport_handshake.c, xport_link.c and xport_streams.c;
+ * xport_accept.c calls xport_handshake.c and xport_link.c.
  */
 #ifndef PR_XPORT_TCP_INT_H
 #define PR_XPORT_TCP_INT_H
@@ -51,8 +66,9 @@ struct pending {
 };
 
 /*
- * One of a link's connections beyond its first (transport.streams > 1),
- * xport_streams.c. The dialling side owns it through its own hello
+ * One of a link's connections beyond its first (transport.streams > 1):
+ * xport_streams.c, and its hellos xport_handshake.c. The dialling side
+ * owns it through its own hello
  * exchange (owner: this struct); once welcomed, or on the accepting side
  * once joined, its conn carries chunks as the first one does (owner: the
  * tpeer). The first connection stays the link: its close, or any
@@ -126,52 +142,34 @@ struct pr_tcp_xport {
     uv_timer_t sweep;              /* hello and link-setup deadlines */
 };
 
-/* xport_tcp.c */
-extern const struct pr_conn_ops pr_tcp_peer_ops;
+/*
+ * xport_link.c: the peer of that id, or NULL; a peer the scheduler has not
+ * listed yet (addr may be ""): NULL on ENOMEM; its queue pair closed; its
+ * queued sends completed with status; the link carries chunks: queued
+ * sends go. And the chunk frames of a peer's connections (pr_conn_ops).
+ */
 struct tpeer *pr_tcp_peer_find(struct pr_tcp_xport *x, uint32_t id);
-/* A peer the scheduler has not listed yet (addr may be ""): NULL on ENOMEM. */
 struct tpeer *pr_tcp_peer_add(struct pr_tcp_xport *x, uint32_t id,
                               const char *addr);
 void pr_tcp_peer_drop_qp(struct tpeer *p);
-void pr_tcp_peer_link_down(struct tpeer *p, int status);
-/* The link carries chunks: queued sends go. */
-void pr_tcp_peer_up(struct tpeer *p);
 void pr_tcp_peer_fail_pending(struct tpeer *p, int status);
+void pr_tcp_peer_up(struct tpeer *p);
+int pr_tcp_peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n);
+int pr_tcp_peer_on_data_begin(struct pr_conn *c, const uint8_t *prefix,
+                              size_t rest, void **dst, void **token);
+void pr_tcp_peer_on_data_end(struct pr_conn *c, void *token, int status);
+
 /*
- * Answers the peer's challenge on c, one of p's connections: the hello
- * with our id and the key's proof (the nonces kept for the welcome's
- * check), the link's streams, this one's index and the link id, and `ri`
- * when it offers RDMA. 0, or < 0 (logged).
+ * xport_handshake.c: dial p's link (its first connection; the hello
+ * exchange follows, then the further streams), and the message handler
+ * of a connection that has not said hello yet (a struct stranger's, from
+ * xport_accept.c): its hello checked, then a welcome and the conn handed
+ * to its peer, or the conn failed.
  */
-int pr_tcp_send_hello(struct tpeer *p, struct pr_conn *c,
-                      const Pr__V1__Challenge *ch,
-                      uint8_t our_nonce[PR_AUTH_NONCE_LEN],
-                      uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
-                      uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri);
-/*
- * The dialling side's check of a Welcome on one of p's connections
- * (`stream`, for logs): our protocol version, the expected node, the
- * key's proof against the nonces of that connection's hello. 0, or
- * -EPROTO / -EACCES (logged).
- */
-int pr_tcp_check_welcome(const struct tpeer *p, const Pr__V1__Welcome *w,
-                         const uint8_t our_nonce[PR_AUTH_NONCE_LEN],
-                         const uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
-                         uint32_t stream);
-/* The link is lost with all its connections, as if its first closed. */
-void pr_tcp_peer_lost(struct tpeer *p, int status);
+void pr_tcp_handshake_dial(struct tpeer *p);
+int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m);
 
 /* xport_streams.c */
-/* Dials connections 1..nstreams-1 after the first's welcome: 0 or < 0. */
-int pr_tcp_streams_dial(struct tpeer *p);
-/*
- * Accepting side: a checked hello naming stream > 0 joins its link (the
- * welcome goes out on c, whose owner becomes p): 0, or < 0 when no link
- * of that peer waits for it (c is then failed, the link left as it is).
- */
-int pr_tcp_streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
-                        const Pr__V1__Hello *h, const uint8_t *proof,
-                        size_t plen);
 /* Closes every connection but the first (detached: no callbacks). */
 void pr_tcp_streams_drop(struct tpeer *p);
 /* c is one of p's connections beyond the first: its tstream, or NULL. */
@@ -183,9 +181,5 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p);
  * just took a whole chunk, and those inside a frame.
  */
 uint32_t pr_tcp_streams_busy(struct tpeer *p, const struct pr_conn *self);
-/* The welcome on c: our id, the proof, our queue pair, the streams. */
-int pr_tcp_send_welcome(struct pr_tcp_xport *x, struct pr_conn *c,
-                        const uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri,
-                        uint32_t streams);
 
 #endif
