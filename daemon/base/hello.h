@@ -6,7 +6,7 @@
  * an Error the peer can read, and returns the errno; the caller then
  * returns without touching the connection further. Which roles and names
  * a listener accepts stays its own business (node_ipc.c, sched.c,
- * xport_accept.c).
+ * xport_handshake.c).
  */
 #ifndef PR_HELLO_H
 #define PR_HELLO_H

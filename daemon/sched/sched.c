@@ -77,7 +77,7 @@ static void node_forget(struct pr_sched *s, struct sched_node *n,
  * cluster key: 0 and the proof for our Welcome (*plen bytes), or -1 with
  * the reason logged and n's connection failed.
  */
-static int check_hello(struct sched_node *n, const Pr__V1__Hello *h,
+static int hello_check(struct sched_node *n, const Pr__V1__Hello *h,
                        uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
     if (pr_hello_version(n->conn, h) < 0)
@@ -166,7 +166,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     struct pr_sched *s = n->s;
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen;
-    if (check_hello(n, h, proof, &plen) < 0)
+    if (hello_check(n, h, proof, &plen) < 0)
         return 0;
     /* A known node: no stranger, and its frames may be control-sized. */
     pr_stranger_remove(&n->st);

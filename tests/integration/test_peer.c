@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The node daemons' peer data port (daemon/xport/tcp/xport_tcp.c) driven by
- * hand: the test speaks the peer protocol over a plain socket to real daemons.
+ * The node daemons' peer data port (daemon/xport/tcp/, its accept and
+ * handshake) driven by hand: the test speaks the peer protocol over a plain
+ * socket to real daemons.
  *
  *  1. A connection that never says hello is closed once the handshake
  *     deadline (node.connect_timeout_ms) passes.

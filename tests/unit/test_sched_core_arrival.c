@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The dynamic policy's arrival-aware window (window_wait > 0,
- * sched_core.c window_close_us(), docs/algorithm.md): whom a group waits
- * for, until when, and when it no longer waits.
+ * sched_window.c pr_sched_window_close_us(), docs/algorithm.md): whom a group
+ * waits for, until when, and when it no longer waits.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Chunks read straight into place by the TCP transport (xport_tcp.c
- * peer_on_data_begin/end, the sink's reserve and land), with two real
+ * Chunks read straight into place by the TCP transport (xport_link.c
+ * pr_tcp_peer_on_data_begin/end, the sink's reserve and land), with two real
  * transports on loopback and a private loop: node 2 dials node 1, and
  * the receiving side's sink hands out a buffer per chunk (or has no
  * reserve at all).
