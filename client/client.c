@@ -50,6 +50,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -364,6 +365,8 @@ static int on_error(struct preduce_client *c, const Pr__V1__Error *e)
         return 0;
     }
     c->daemon_err = e->code;
+    if (!c->welcomed)
+        set_last_error(c, e->reason); /* why the connect was refused */
     return c->daemon_err;
 }
 
@@ -372,6 +375,7 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
     if (w->version != PR_PROTO_VERSION || w->id > INT_MAX)
         return -EPROTO;
     c->rank = w->id;
+    snprintf(c->job, sizeof(c->job), "%s", w->job ? w->job : "");
     /*
      * A daemon that does not say its grace is one from before it (5 s):
      * waiting only 1 s past a deadline, the library would give up while
@@ -637,12 +641,19 @@ static int open_notify(struct preduce_client *c)
 }
 
 static int say_hello(struct preduce_client *c, const char *name,
-                     int64_t deadline)
+                     const struct preduce_options *o, int64_t deadline)
 {
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
+    char *settings[PR_CLIENT_SETTINGS_MAX];
     hello.version = PR_PROTO_VERSION;
     hello.role = PR__V1__ROLE__ROLE_CLIENT;
     hello.name = (char *)name;
+    if (o->has_job)
+        hello.job = (char *)o->job;
+    for (size_t i = 0; i < o->nsettings; i++)
+        settings[i] = (char *)o->settings[i];
+    hello.n_settings = o->nsettings;
+    hello.settings = settings;
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     int rc = pr_client_send(c, &m, deadline);
     if (rc < 0)
@@ -650,38 +661,71 @@ static int say_hello(struct preduce_client *c, const char *name,
     return pr_client_pump(c, &c->welcomed, deadline);
 }
 
+/* Why this thread's last connect failed: preduce_last_error(NULL). */
+static _Thread_local char connect_error[256];
+
 int preduce_connect(const char *socket_path, const char *name, int timeout_ms,
                     preduce_client_t **out)
 {
+    return preduce_connect_with(socket_path, name, NULL, timeout_ms, out);
+}
+
+int preduce_connect_with(const char *socket_path, const char *name,
+                         const preduce_options_t *options, int timeout_ms,
+                         preduce_client_t **out)
+{
+    struct preduce_options o;
+    connect_error[0] = '\0';
     if (out)
         *out = NULL;
-    if (!socket_path || !out || timeout_ms < 0 || !valid_name(name))
+    if (!socket_path || !out || timeout_ms < 0 || !valid_name(name)) {
+        snprintf(connect_error, sizeof(connect_error),
+                 "bad arguments: a socket path, a worker name of 1..63 bytes "
+                 "without control characters, a timeout >= 0");
         return -EINVAL;
+    }
+    int rc = pr_client_options_resolve(options, &o);
+    if (rc < 0) {
+        snprintf(connect_error, sizeof(connect_error),
+                 "PREDUCE_JOB, PREDUCE_POLICY or PREDUCE_JOB_SETTINGS: not a "
+                 "job name of 1..63 printable bytes, or not key=value "
+                 "settings (at most 16 of 127 bytes)");
+        return rc;
+    }
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     size_t len = strlen(socket_path);
-    if (len == 0 || len >= sizeof(sa.sun_path))
+    if (len == 0 || len >= sizeof(sa.sun_path)) {
+        snprintf(connect_error, sizeof(connect_error),
+                 "socket path of %zu bytes: 1..%zu", len,
+                 sizeof(sa.sun_path) - 1);
         return -EINVAL;
+    }
     memcpy(sa.sun_path, socket_path, len + 1);
     int64_t deadline = pr_client_deadline(timeout_ms);
 
     struct preduce_client *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        snprintf(connect_error, sizeof(connect_error), "out of memory");
         return -ENOMEM;
+    }
     c->fd = -1;
     c->epfd = -1;
     c->evfd = -1;
     c->created_fd = -1;
-    int rc = pr_frame_reader_init(&c->rd, PR_CLIENT_MAX_FRAME);
+    rc = pr_frame_reader_init(&c->rd, PR_CLIENT_MAX_FRAME);
     if (rc == 0)
         rc = open_socket(c, &sa, deadline);
     if (rc == 0)
         rc = open_notify(c);
     if (rc == 0)
-        rc = say_hello(c, name, deadline);
+        rc = say_hello(c, name, &o, deadline);
     if (rc < 0) {
+        snprintf(connect_error, sizeof(connect_error), "%s",
+                 c->last_error[0] ? c->last_error : preduce_strerror(rc));
         preduce_close(c);
         return rc;
     }
+    connect_error[0] = '\0';
     *out = c;
     return 0;
 }
@@ -718,6 +762,11 @@ int preduce_rank(const preduce_client_t *c)
     return c->err ? pr_client_err(c) : (int)c->rank;
 }
 
+const char *preduce_job(const preduce_client_t *c)
+{
+    return c ? c->job : "";
+}
+
 int preduce_fd(const preduce_client_t *c)
 {
     return c ? c->epfd : -EINVAL;
@@ -725,5 +774,5 @@ int preduce_fd(const preduce_client_t *c)
 
 const char *preduce_last_error(const preduce_client_t *c)
 {
-    return c ? c->last_error : "";
+    return c ? c->last_error : connect_error;
 }

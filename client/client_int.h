@@ -67,6 +67,23 @@ struct preduce_tensor {
     bool busy;     /* used by the reduce in flight */
 };
 
+/* Connect options (options.c): the job and its settings. */
+#define PR_CLIENT_SETTINGS_MAX 16
+#define PR_CLIENT_SETTING_MAX  127
+struct preduce_options {
+    bool has_job, has_settings; /* set by preduce_options_set() */
+    char job[PR_CLIENT_NAME_MAX + 1];
+    char settings[PR_CLIENT_SETTINGS_MAX][PR_CLIENT_SETTING_MAX + 1];
+    size_t nsettings;
+};
+/*
+ * The options a connect uses: `given` (NULL: none) with the environment
+ * (PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS) where it says
+ * nothing. 0, or -EINVAL / -E2BIG for a bad value in the environment.
+ */
+int pr_client_options_resolve(const preduce_options_t *given,
+                              struct preduce_options *o);
+
 /* The wait past a deadline for a daemon that does not say its grace. */
 #define PR_CLIENT_OLD_DAEMON_SLACK_MS 10000
 
@@ -76,6 +93,7 @@ struct preduce_client {
     int evfd; /* eventfd: signalled while an answer waits in memory */
     uint32_t rank;
     bool welcomed;
+    char job[PR_CLIENT_NAME_MAX + 1]; /* Welcome.job: the job joined */
     /* How long past a reduce's deadline it waits (Welcome.grace_ms). */
     int slack_ms;
 

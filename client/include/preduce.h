@@ -83,6 +83,41 @@ PREDUCE_API int preduce_connect(const char *socket_path, const char *name,
                                 int timeout_ms, preduce_client_t **out);
 
 /*
+ * Jobs. One daemon serves many jobs; a trainer joins the job it names,
+ * and only that job's workers are ever averaged with it. Without options
+ * preduce_connect() takes them from the environment: PREDUCE_JOB (the
+ * job's name; unset: the daemon's `job`), PREDUCE_POLICY (the job's
+ * scheduler.policy) and PREDUCE_JOB_SETTINGS ("key=value,..." of the
+ * scheduler keys preduced.conf(5) lets a job set). A job's first worker
+ * starts it with its settings; a later worker that asks for others is
+ * refused (-EINVAL, preduce_last_error() says why). Options set here
+ * replace the environment's: a job set here ignores PREDUCE_JOB, and any
+ * setting set here ignores both PREDUCE_POLICY and PREDUCE_JOB_SETTINGS.
+ */
+typedef struct preduce_options preduce_options_t;
+/* Empty options (all from the environment). 0, -EINVAL, -ENOMEM. */
+PREDUCE_API int preduce_options_create(preduce_options_t **out);
+/*
+ * key "job": the job's name, 1..63 printable bytes without spaces or
+ * quotes; key "setting": one "key=value" job setting, at most 127 bytes,
+ * up to 16 (each call adds one). 0, -EINVAL (unknown key, bad value) or
+ * -E2BIG (too many settings).
+ */
+PREDUCE_API int preduce_options_set(preduce_options_t *o, const char *key,
+                                    const char *value);
+PREDUCE_API void preduce_options_destroy(preduce_options_t *o);
+/*
+ * preduce_connect() with options (NULL: as preduce_connect()). Also
+ * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY or PREDUCE_JOB_SETTINGS,
+ * and whatever the scheduler refuses in a job's settings.
+ */
+PREDUCE_API int preduce_connect_with(const char *socket_path, const char *name,
+                                     const preduce_options_t *options,
+                                     int timeout_ms, preduce_client_t **out);
+/* The job the worker joined, as its daemon named it; "" if c is NULL. */
+PREDUCE_API const char *preduce_job(const preduce_client_t *c);
+
+/*
  * Closes the connection. Tensors still open are unmapped and freed: their
  * data pointers become invalid. Always returns 0; NULL is a no-op.
  */
@@ -220,6 +255,9 @@ PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
  * job reduces 200 (...)"), or "" when it gave none. Each reduce or tensor
  * create clears it (a failure the library found itself, -EBUSY or
  * -EINVAL, has none). Valid until the next call on c; never NULL.
+ * With c NULL: why this thread's last preduce_connect() or
+ * preduce_connect_with() failed (the daemon's or the scheduler's reason,
+ * say a job's settings that differ), "" after one that succeeded.
  */
 PREDUCE_API const char *preduce_last_error(const preduce_client_t *c);
 /* A short English text for a return code (never NULL). */

@@ -463,8 +463,9 @@ static char *trim(char *s)
     return s;
 }
 
-int pr_conf_set(struct pr_conf *c, const char *assignment,
-                struct pr_conf_err *err)
+/* One "section.name=value" into c; scalar: numbers and names only. */
+static int set_one(struct pr_conf *c, const char *assignment, int scalar,
+                   struct pr_conf_err *err)
 {
     struct pr_conf_err dummy;
     const struct entry *e;
@@ -494,14 +495,29 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
         key = dot + 1;
     }
     e = lookup(section, key, err);
+    if (e && scalar && e->type == T_STR) {
+        e = NULL;
+        pr_conf_seterr(err, -EINVAL, section, key, "not a number or a name");
+    }
     rc = e ? set_value(c, e, value, err) : -EINVAL;
     if (!rc)
         c->set_keys[e - pr_conf_keys] = 1;
-    if (!rc)
-        rc = finish(c);
 out:
     free(copy);
     return rc;
+}
+
+int pr_conf_set(struct pr_conf *c, const char *assignment,
+                struct pr_conf_err *err)
+{
+    int rc = set_one(c, assignment, 0, err);
+    return rc ? rc : finish(c);
+}
+
+int pr_conf_set_scalar(struct pr_conf *c, const char *assignment,
+                       struct pr_conf_err *err)
+{
+    return set_one(c, assignment, 1, err);
 }
 
 int pr_conf_parse_hostport(const char *s, char *host, size_t hostlen,
@@ -583,6 +599,18 @@ int pr_conf_addr_list(const char *s, char (*out)[PR_CONF_ADDR_MAX], size_t max)
  * Per-key checks for pr_conf_validate(): the bounds again, because a struct
  * filled in code never saw the setters, and host:port syntax.
  */
+/* A job's name (F_NAME): it appears in logs and metrics labels. */
+static int name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isgraph((unsigned char)s[i]) || s[i] == '"' || s[i] == '\\')
+            return 0;
+    return 1;
+}
+
 static int check_entry(const struct pr_conf *c, const struct entry *e,
                        struct pr_conf_err *err)
 {
@@ -603,6 +631,11 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
                        sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
         if ((e->flags & F_SOCKPATH) && !*s)
             return bad(err, -EINVAL, e, "empty path");
+        if ((e->flags & F_NAME) && !name_ok(s))
+            return bad(err, -EINVAL, e,
+                       "'%.64s' is not 1..63 printable bytes without spaces "
+                       "or quotes",
+                       s);
         if (!(e->flags & F_ADDR) || (!*s && (e->flags & F_EMPTY)))
             return 0;
         if (e->flags & F_LIST) {

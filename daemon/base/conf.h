@@ -52,7 +52,7 @@ enum pr_reload_missing {
 struct pr_conf {
     /* global */
     enum pr_role role;
-    char *job; /* job name; daemons of one job share a scheduler */
+    char *job; /* the job of a trainer that names none */
     enum pr_reload_missing reload_missing;
 
     /* [node] */
@@ -94,6 +94,7 @@ struct pr_conf {
     uint32_t sched_node_timeout_ms;
     uint32_t sched_group_timeout_ms;
     uint32_t sched_max_workers_node; /* registrations one node may hold */
+    char *sched_job_settings;        /* keys a job may set, comma-separated */
 
     /* [transport] */
     enum pr_xport_kind xport_type;
@@ -146,6 +147,15 @@ int pr_conf_load(struct pr_conf *c, const char *path, struct pr_conf_err *err);
 /* "section.name=value" (or "name=value" for global keys). */
 int pr_conf_set(struct pr_conf *c, const char *assignment,
                 struct pr_conf_err *err);
+
+/*
+ * pr_conf_set() for a key that holds a number or a name (-EINVAL for a
+ * string key), without the defaults pr_conf_set() fills in after: it
+ * neither allocates nor frees, so it may set a shallow copy of a live
+ * config (a scheduler job's settings, daemon/sched/sched_job.c).
+ */
+int pr_conf_set_scalar(struct pr_conf *c, const char *assignment,
+                       struct pr_conf_err *err);
 
 /* Cross-key checks (group_min <= group_max, window bounds, ...). */
 int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err);

@@ -23,6 +23,7 @@ enum {
     F_PORT0 = 8,  /* F_ADDR: port 0 is allowed (listen on any free port) */
     F_SOCKPATH = 16, /* T_STR: a Unix socket path (fits sockaddr_un) */
     F_LIST = 32,     /* F_ADDR: a comma-separated list of them */
+    F_NAME = 64,     /* T_STR: 1..63 printable bytes, no space or quote */
 };
 
 struct entry {

@@ -32,8 +32,8 @@ static const struct pr_name missing[] = {{"refuse", PR_RELOAD_MISSING_REFUSE},
 static const struct entry rows[] = {
     {"", "role", T_ENUM, OFF(role), "node", 0, 0, roles, 0,
      "node or scheduler"},
-    {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, 0,
-     "job name; a job's daemons share one scheduler"},
+    {"", "job", T_STR, OFF(job), "default", 0, 0, NULL, F_NAME,
+     "the job of a trainer that names none (PREDUCE_JOB)"},
     {"", "reload_missing", T_ENUM, OFF(reload_missing), "refuse", 0, 0, missing,
      F_RELOAD,
      "SIGHUP with a file lacking keys the last one set: refuse or default"},
@@ -132,6 +132,11 @@ static const struct entry rows[] = {
     {"scheduler", "max_workers_per_node", T_U32, OFF(sched_max_workers_node),
      "1024", 1, 65536, NULL, F_RELOAD,
      "workers one node daemon may register; past it -EUSERS"},
+    {"scheduler", "job_settings", T_STR, OFF(sched_job_settings),
+     "policy,group_size,group_min,group_max,min_workers,weighting,"
+     "staleness_alpha,isolation_bound",
+     0, 0, NULL, 0,
+     "scheduler keys a job may set when it starts; empty = none"},
 
     {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
      "auto, rdma or tcp"},

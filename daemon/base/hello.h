@@ -17,6 +17,16 @@
 #include "daemon/base/auth.h"
 #include "daemon/base/conn.h"
 
+/*
+ * A job as a trainer's Hello names it (Hello.job, Hello.settings) and a
+ * node passes it on in WorkerJoin: a name of at most PR_JOB_NAME_MAX
+ * printable bytes, and at most PR_JOB_SETTINGS_MAX "key=value" settings of
+ * at most PR_JOB_SETTING_MAX bytes each.
+ */
+#define PR_JOB_NAME_MAX     63
+#define PR_JOB_SETTINGS_MAX 16
+#define PR_JOB_SETTING_MAX  127
+
 /* 0, or -EPROTO: the peer speaks another protocol version. */
 int pr_hello_version(struct pr_conn *c, const Pr__V1__Hello *h);
 

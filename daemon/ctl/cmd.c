@@ -62,6 +62,20 @@ static int flush_out(void)
     return 1;
 }
 
+/* Each command's printer, by enum pr_ctl_cmd. */
+static void (*const json[])(struct pr_json *, const struct pr_ctl_view *,
+                            const char *) = {
+    [PR_CTL_STATUS] = pr_ctl_json_status,
+    [PR_CTL_WORKERS] = pr_ctl_json_workers,
+    [PR_CTL_JOBS] = pr_ctl_json_jobs,
+};
+static void (*const table[])(FILE *, const struct pr_ctl_view *,
+                             const char *) = {
+    [PR_CTL_STATUS] = pr_ctl_table_status,
+    [PR_CTL_WORKERS] = pr_ctl_table_workers,
+    [PR_CTL_JOBS] = pr_ctl_table_jobs,
+};
+
 int pr_ctl_run(const struct pr_ctl_args *a)
 {
     struct pr_json j;
@@ -79,14 +93,15 @@ int pr_ctl_run(const struct pr_ctl_args *a)
             if (a->json)
                 pr_ctl_json_error(&j, addr, why);
             failed = 1;
-        } else if (a->json) {
-            (a->cmd == PR_CTL_STATUS ? pr_ctl_json_status
-                                     : pr_ctl_json_workers)(&j, &v, addr);
         } else {
-            if (shown++)
+            if (a->job)
+                pr_ctl_view_keep_job(&v, a->job);
+            if (!a->json && shown++)
                 printf("\n");
-            (a->cmd == PR_CTL_STATUS ? pr_ctl_table_status
-                                     : pr_ctl_table_workers)(stdout, &v, addr);
+            if (a->json)
+                json[a->cmd](&j, &v, addr);
+            else
+                table[a->cmd](stdout, &v, addr);
         }
         pr_ctl_view_free(&v);
         pr_promtext_free(&m);

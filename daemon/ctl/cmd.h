@@ -10,11 +10,13 @@
 enum pr_ctl_cmd {
     PR_CTL_STATUS,  /* each daemon's figures and its workers */
     PR_CTL_WORKERS, /* each daemon's workers (a node's trainers) */
+    PR_CTL_JOBS,    /* each scheduler's jobs */
 };
 
 struct pr_ctl_args {
     enum pr_ctl_cmd cmd;
-    int json; /* one JSON document instead of the tables */
+    const char *job; /* workers JOB: that job's alone; NULL: all */
+    int json;        /* one JSON document instead of the tables */
     const char *addrs[PR_CTL_MAX_DAEMONS]; /* HOST:PORT each */
     int naddrs;
     int default_addr; /* no --metrics: addrs holds PR_CTL_DEFAULT_METRICS */

@@ -12,8 +12,8 @@
  *    "workers_live", "workers_waiting", "groups_formed", "mean_group_size",
  *    "group_sizes": [{"from", "to", "groups"}...] ("to" null: no bound),
  *    "stragglers": [name...],
- *    "workers": [{"name", "rank", "node", "version", "staleness", "steps",
- *                 "updates_per_s", "step_ms", "straggler"}...]}
+ *    "workers": [{"job", "name", "rank", "node", "version", "staleness",
+ *                 "steps", "updates_per_s", "step_ms", "straggler"}...]}
  * `workers --json` has the keys up to "job" (and a node's "node_id"),
  * then "workers".
  */
@@ -38,6 +38,8 @@ static void workers(struct pr_json *j, const struct pr_ctl_view *v)
     for (size_t k = 0; k < v->nworkers; k++) {
         const struct pr_ctl_worker *w = &v->workers[k];
         pr_json_open_object(j, NULL);
+        if (v->role == PR_CTL_SCHED)
+            pr_json_str(j, "job", w->job);
         pr_json_str(j, "name", w->name);
         pr_json_num(j, "rank", w->rank);
         if (v->role == PR_CTL_SCHED)
@@ -123,6 +125,29 @@ void pr_ctl_json_workers(struct pr_json *j, const struct pr_ctl_view *v,
     pr_json_open_object(j, NULL);
     who(j, v, addr);
     workers(j, v);
+    pr_json_close_object(j);
+}
+
+void pr_ctl_json_jobs(struct pr_json *j, const struct pr_ctl_view *v,
+                      const char *addr)
+{
+    pr_json_open_object(j, NULL);
+    who(j, v, addr);
+    if (v->role == PR_CTL_SCHED) {
+        pr_json_open_array(j, "jobs");
+        for (size_t k = 0; k < v->njobs; k++) {
+            const struct pr_ctl_job *x = &v->jobs[k];
+            pr_json_open_object(j, NULL);
+            pr_json_str(j, "name", x->name);
+            pr_json_num(j, "id", x->id);
+            pr_json_str(j, "policy", x->policy);
+            pr_json_num(j, "workers", x->workers);
+            pr_json_num(j, "waiting", x->queued);
+            pr_json_num(j, "groups", x->groups);
+            pr_json_close_object(j);
+        }
+        pr_json_close_array(j);
+    }
     pr_json_close_object(j);
 }
 

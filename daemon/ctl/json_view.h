@@ -14,6 +14,10 @@
 void pr_ctl_json_status(struct pr_json *j, const struct pr_ctl_view *v,
                         const char *addr);
 /* `workers --json`: who the daemon is and its "workers" array. */
+/* {"address", "role", "name", "job", "jobs": [{"name", "id", "policy",
+ * "workers", "waiting", "groups"}...]} (a node's: no "jobs"). */
+void pr_ctl_json_jobs(struct pr_json *j, const struct pr_ctl_view *v,
+                      const char *addr);
 void pr_ctl_json_workers(struct pr_json *j, const struct pr_ctl_view *v,
                          const char *addr);
 /* A daemon that could not be read: {"address": addr, "error": why}. */

@@ -2,8 +2,8 @@
 /*
  * preducectl: a person's view of running preduced daemons.
  *
- *   preducectl status|workers [--json] [--metrics HOST:PORT]...
- *                             [--timeout-ms MS]
+ *   preducectl status|jobs|workers [JOB] [--json]
+ *              [--metrics HOST:PORT]... [--timeout-ms MS]
  *
  * For each daemon, in order: fetch http://HOST:PORT/metrics (the daemon's
  * [metrics] listen address; default 127.0.0.1:9464) with one plain HTTP/1.0
@@ -12,7 +12,8 @@
  * with --json as one JSON document for all (json_view.c). `status`: for a
  * node, its trainers, reduces and bytes by transport; for a scheduler, its
  * workers, groups, group sizes, per-worker versions and rates, and
- * stragglers. `workers`: a scheduler's workers, a node's trainers.
+ * stragglers. `jobs`: a scheduler's jobs. `workers`: a scheduler's
+ * workers (with JOB, that job's alone), a node's trainers.
  *
  * Each daemon's connect, request and answer together must finish within
  * --timeout-ms (2000). Exit status: 0, 1 when a daemon could not be
@@ -31,16 +32,19 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: preducectl status|workers [--json] "
+            "usage: preducectl status|jobs|workers [JOB] [--json] "
             "[--metrics HOST:PORT]...\n"
             "                  [--timeout-ms MS]\n"
             "Shows the state of running preduced daemons, read from their\n"
             "metrics endpoints ([metrics] listen in preduced.conf).\n"
             "\n"
             "  status               each daemon's figures and workers\n"
-            "  workers              a scheduler's workers: rank, node,\n"
-            "                       version, staleness, steps, pace,\n"
-            "                       straggler; a node's trainers\n"
+            "  jobs                 a scheduler's jobs: id, policy,\n"
+            "                       workers, waiting, groups\n"
+            "  workers [JOB]        a scheduler's workers (JOB's alone):\n"
+            "                       job, rank, node, version, staleness,\n"
+            "                       steps, pace, straggler; a node's\n"
+            "                       trainers\n"
             "  --json               one JSON array, an object per daemon\n"
             "  --metrics HOST:PORT  a daemon's metrics address; repeat for\n"
             "                       several (default " PR_CTL_DEFAULT_METRICS
@@ -67,16 +71,21 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc < 2 ||
-        (strcmp(argv[1], "status") != 0 && strcmp(argv[1], "workers") != 0)) {
+    static const char *const cmds[] = {[PR_CTL_STATUS] = "status",
+                                       [PR_CTL_WORKERS] = "workers",
+                                       [PR_CTL_JOBS] = "jobs"};
+    int cmd = -1;
+    for (int i = 0; argc >= 2 && i < (int)(sizeof(cmds) / sizeof(*cmds)); i++)
+        if (!strcmp(argv[1], cmds[i]))
+            cmd = i;
+    if (cmd < 0) {
         fprintf(stderr, "preducectl: %s%s\n",
                 argc < 2 ? "a command is needed" : "unknown command ",
                 argc < 2 ? "" : argv[1]);
         usage(stderr);
         return 2;
     }
-    struct pr_ctl_args a = {.cmd = !strcmp(argv[1], "status") ? PR_CTL_STATUS
-                                                              : PR_CTL_WORKERS,
+    struct pr_ctl_args a = {.cmd = (enum pr_ctl_cmd)cmd,
                             .timeout_ms = DEFAULT_TIMEOUT_MS};
     /* getopt's messages name argv[0]: the program's, not the command's. */
     static char prog[] = "preducectl";
@@ -115,6 +124,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* workers JOB: one argument after the options (getopt moved it). */
+    if (a.cmd == PR_CTL_WORKERS && optind == argc - 2)
+        a.job = argv[optind++ + 1];
     if (optind < argc - 1) {
         fprintf(stderr, "preducectl: unexpected argument '%s'\n",
                 argv[optind + 1]);

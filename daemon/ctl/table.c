@@ -74,21 +74,32 @@ static void trainers(FILE *f, const struct pr_ctl_view *v)
     }
 }
 
-/* A scheduler's workers: a row each, with its pace. */
+/* The widest job name of the workers, at least min. */
+static int job_width(const struct pr_ctl_view *v, int min)
+{
+    int w = min;
+    for (size_t k = 0; k < v->nworkers; k++)
+        if ((int)strlen(v->workers[k].job) > w)
+            w = (int)strlen(v->workers[k].job);
+    return w;
+}
+
+/* A scheduler's workers: a row each, by job, with its pace. */
 static void workers(FILE *f, const struct pr_ctl_view *v)
 {
-    int w = name_width(v, 6);
+    int w = name_width(v, 6), jw = job_width(v, 3);
     if (v->nworkers == 0)
         fprintf(f, "  no workers\n");
     else
-        fprintf(f, "  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s\n", w, "worker",
-                "rank", "node", "version", "stale", "steps", "updates/s",
-                "step ms");
+        fprintf(f, "  %-*s  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s\n", jw,
+                "job", w, "worker", "rank", "node", "version", "stale", "steps",
+                "updates/s", "step ms");
     for (size_t k = 0; k < v->nworkers; k++) {
         const struct pr_ctl_worker *x = &v->workers[k];
-        char c[7][32], s[128];
-        fprintf(f, "  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s%s\n", w,
-                shown(x->name, s), num(x->rank, 0, 1, c[0], sizeof(c[0])),
+        char c[7][32], s[128], js[128];
+        fprintf(f, "  %-*s  %-*s  %5s  %4s  %8s  %5s  %8s  %9s  %8s%s\n", jw,
+                shown(x->job, js), w, shown(x->name, s),
+                num(x->rank, 0, 1, c[0], sizeof(c[0])),
                 num(x->node, 0, 1, c[1], sizeof(c[1])),
                 num(x->version, 0, 1, c[2], sizeof(c[2])),
                 num(x->staleness, 0, 1, c[3], sizeof(c[3])),
@@ -180,6 +191,32 @@ void pr_ctl_table_status(FILE *f, const struct pr_ctl_view *v, const char *addr)
         node(f, v);
     else
         sched(f, v);
+}
+
+void pr_ctl_table_jobs(FILE *f, const struct pr_ctl_view *v, const char *addr)
+{
+    title(f, v, addr);
+    if (v->role == PR_CTL_NODE) {
+        fprintf(f, "  a node daemon: its scheduler lists the jobs\n");
+        return;
+    }
+    if (v->njobs == 0) {
+        fprintf(f, "  no jobs\n");
+        return;
+    }
+    int w = 3;
+    for (size_t k = 0; k < v->njobs; k++)
+        if ((int)strlen(v->jobs[k].name) > w)
+            w = (int)strlen(v->jobs[k].name);
+    fprintf(f, "  %-*s  %5s  %-9s  %7s  %7s  %8s\n", w, "job", "id", "policy",
+            "workers", "waiting", "groups");
+    for (size_t k = 0; k < v->njobs; k++) {
+        const struct pr_ctl_job *x = &v->jobs[k];
+        char c[4][32], s[128], p[128];
+        fprintf(f, "  %-*s  %5s  %-9s  %7s  %7s  %8s\n", w, shown(x->name, s),
+                N(x->id, c[0]), shown(x->policy, p), N(x->workers, c[1]),
+                N(x->queued, c[2]), N(x->groups, c[3]));
+    }
 }
 
 void pr_ctl_table_workers(FILE *f, const struct pr_ctl_view *v,

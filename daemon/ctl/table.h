@@ -15,6 +15,8 @@ void pr_ctl_table_status(FILE *f, const struct pr_ctl_view *v,
  * `preducectl workers`: the daemon's first line, then a row per worker
  * (a scheduler's) or trainer (a node's).
  */
+/* A scheduler's jobs: name, id, policy, workers, waiting, groups. */
+void pr_ctl_table_jobs(FILE *f, const struct pr_ctl_view *v, const char *addr);
 void pr_ctl_table_workers(FILE *f, const struct pr_ctl_view *v,
                           const char *addr);
 

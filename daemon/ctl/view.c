@@ -41,8 +41,24 @@ static int cmp_num(double x, double y)
 static int cmp_worker(const void *a, const void *b)
 {
     const struct pr_ctl_worker *x = a, *y = b;
-    int c = cmp_num(x->rank, y->rank);
+    int c = strcmp(x->job, y->job);
+    if (c)
+        return c;
+    c = cmp_num(x->rank, y->rank);
     return c ? c : strcmp(x->name, y->name);
+}
+
+static int cmp_job(const void *a, const void *b)
+{
+    return strcmp(((const struct pr_ctl_job *)a)->name,
+                  ((const struct pr_ctl_job *)b)->name);
+}
+
+/* A sample's job label into job[128]; "" without one (a node's). */
+static void job_of(const struct pr_prom_sample *s, char *job)
+{
+    if (pr_promtext_label(s, "job", job, 128) < 0)
+        job[0] = '\0';
 }
 
 static void worker_init(struct pr_ctl_worker *w)
@@ -58,6 +74,7 @@ static struct pr_ctl_worker *row_of(const struct pr_ctl_view *v,
     struct pr_ctl_worker key;
     if (pr_promtext_label(s, "worker", key.name, sizeof(key.name)) < 0)
         return NULL;
+    job_of(s, key.job);
     key.rank = label_num(s, "rank");
     return bsearch(&key, v->workers, v->nworkers, sizeof(key), cmp_worker);
 }
@@ -81,6 +98,7 @@ static int build_workers(const struct pr_promtext *m, struct pr_ctl_view *v)
             pr_promtext_label(s, "worker", w->name, sizeof(w->name)) < 0)
             continue;
         worker_init(w);
+        job_of(s, w->job);
         w->rank = label_num(s, "rank");
         w->node = label_num(s, "node");
         w->version = s->value;
@@ -173,6 +191,50 @@ static void build_node(const struct pr_promtext *m, struct pr_ctl_view *v)
     }
 }
 
+/* A scheduler's jobs: a row per preduce_sched_job_info, then figures. */
+static int build_jobs(const struct pr_promtext *m, struct pr_ctl_view *v)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < m->n; k++)
+        n += !strcmp(m->s[k].name, "preduce_sched_job_info");
+    v->jobs = calloc(n ? n : 1, sizeof(*v->jobs));
+    if (!v->jobs)
+        return -ENOMEM;
+    for (size_t k = 0; k < m->n; k++) {
+        const struct pr_prom_sample *s = &m->s[k];
+        struct pr_ctl_job *j = &v->jobs[v->njobs];
+        if (strcmp(s->name, "preduce_sched_job_info") != 0 ||
+            pr_promtext_label(s, "job", j->name, sizeof(j->name)) < 0)
+            continue;
+        if (pr_promtext_label(s, "policy", j->policy, sizeof(j->policy)) < 0)
+            strcpy(j->policy, "?");
+        j->id = label_num(s, "id");
+        j->workers =
+            pr_promtext_get(m, "preduce_sched_job_workers", "job", j->name);
+        j->queued =
+            pr_promtext_get(m, "preduce_sched_job_queued", "job", j->name);
+        j->groups = pr_promtext_get(m, "preduce_sched_job_groups_total", "job",
+                                    j->name);
+        v->njobs++;
+    }
+    qsort(v->jobs, v->njobs, sizeof(*v->jobs), cmp_job);
+    return 0;
+}
+
+void pr_ctl_view_keep_job(struct pr_ctl_view *v, const char *job)
+{
+    size_t w = 0;
+    for (size_t k = 0; k < v->nworkers; k++)
+        if (!strcmp(v->workers[k].job, job))
+            v->workers[w++] = v->workers[k];
+    v->nworkers = w;
+    w = 0;
+    for (size_t k = 0; k < v->njobs; k++)
+        if (!strcmp(v->jobs[k].name, job))
+            v->jobs[w++] = v->jobs[k];
+    v->njobs = w;
+}
+
 static void build_sched(const struct pr_promtext *m, struct pr_ctl_view *v)
 {
     v->nodes = get(m, "preduce_sched_nodes");
@@ -206,13 +268,17 @@ int pr_ctl_view_build(const struct pr_promtext *m, struct pr_ctl_view *v)
     else
         build_sched(m, v);
     int rc = build_workers(m, v);
+    if (rc == 0)
+        rc = build_jobs(m, v);
     return rc < 0 ? rc : build_sizes(m, v);
 }
 
 void pr_ctl_view_free(struct pr_ctl_view *v)
 {
     free(v->workers);
+    free(v->jobs);
     free(v->sizes);
     v->workers = NULL;
+    v->jobs = NULL;
     v->sizes = NULL;
 }

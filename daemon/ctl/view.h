@@ -15,6 +15,7 @@ enum pr_ctl_role { PR_CTL_NODE, PR_CTL_SCHED };
 
 /* A scheduler's worker, or a node's trainer (which has only a version). */
 struct pr_ctl_worker {
+    char job[128]; /* a scheduler's worker: its job; a node's: "" */
     char name[128];
     double rank; /* a node's trainer not registered yet: -1 */
     double node; /* the node id (scheduler) */
@@ -22,6 +23,12 @@ struct pr_ctl_worker {
     double rate;      /* updates per second */
     double step_s;    /* its own step time, seconds */
     double straggler; /* 1 or 0 */
+};
+
+/* A scheduler's job. */
+struct pr_ctl_job {
+    char name[128], policy[32];
+    double id, workers, queued, groups;
 };
 
 /* Groups of from..to members (to: INFINITY for the last bucket). */
@@ -45,7 +52,10 @@ struct pr_ctl_view {
     double nodes, live, queued, groups, members;
     struct pr_ctl_sizes *sizes; /* only the sizes seen; heap */
     size_t nsizes;
-    /* Both: in rank order (then by name); heap. */
+    /* A scheduler's: by name; heap. */
+    struct pr_ctl_job *jobs;
+    size_t njobs;
+    /* Both: by job, then rank order (then by name); heap. */
     struct pr_ctl_worker *workers;
     size_t nworkers;
 };
@@ -57,5 +67,7 @@ struct pr_ctl_view {
  */
 int pr_ctl_view_build(const struct pr_promtext *m, struct pr_ctl_view *v);
 void pr_ctl_view_free(struct pr_ctl_view *v);
+/* Keeps only job's workers and job (preducectl workers JOB). */
+void pr_ctl_view_keep_job(struct pr_ctl_view *v, const char *job);
 
 #endif

@@ -54,7 +54,7 @@ static void on_peer_list(struct pr_node *n, const Pr__V1__PeerList *pl)
 
 static void on_reject(struct pr_node *n, const Pr__V1__Reject *r)
 {
-    struct node_trainer *c = pr_node_trainer_by_rank(n, r->rank);
+    struct node_trainer *c = pr_node_trainer_by_rank(n, r->job, r->rank);
     if (!c || c->seq != r->seq ||
         (c->rstate != R_QUEUED && c->rstate != R_CANCELLING))
         return;
@@ -105,6 +105,7 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         pr_engine_new_session(n->engine, base);
         n->sched_id_base = base;
     }
+    /* "joined job": tests and Slurm scripts wait for these words. */
     pr_info("joined job '%s' as node %u (scheduler %s)", n->conf->job, n->self,
             pr_node_sched_addr(n));
     char differs[160];
@@ -129,10 +130,11 @@ static void on_worker_joined(struct pr_node *n, const Pr__V1__WorkerJoined *j)
 {
     struct node_trainer *c = pr_node_trainer_by_cookie(n, j->cookie);
     if (c) {
-        pr_node_trainer_joined(c, j->status, j->rank);
+        pr_node_trainer_joined(c, j);
     } else if (j->status == 0) {
         Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
         l.rank = j->rank;
+        l.job = j->job;
         Pr__V1__Msg r = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
         pr_node_send(n, &r);
     }

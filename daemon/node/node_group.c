@@ -196,7 +196,7 @@ static void group_match_local(struct pr_node *n, const Pr__V1__Group *gm,
         const Pr__V1__Member *mb = gm->members[i];
         if (mb->node_id != n->self)
             continue;
-        struct node_trainer *c = pr_node_trainer_by_rank(n, mb->rank);
+        struct node_trainer *c = pr_node_trainer_by_rank(n, gm->job, mb->rank);
         int dup = 0;
         for (size_t j = 0; c && j < g->nlocal; j++)
             dup |= g->local[j].trainer == c;

@@ -19,6 +19,7 @@
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
 #include "daemon/base/conn.h"
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
 #include "daemon/base/stranger.h"
@@ -56,6 +57,15 @@ struct node_trainer {
     struct pr_conn *conn; /* NULL once the trainer hung up */
     uint32_t cookie;
     char name[64];
+    /*
+     * Its job (Hello.job, else the node's `job`) and settings, sent with
+     * every WorkerJoin; job_id is the scheduler's id of it, which every
+     * message about the worker carries with its rank.
+     */
+    char job[PR_JOB_NAME_MAX + 1];
+    char **settings;
+    size_t nsettings;
+    uint32_t job_id;
     int64_t rank;      /* -1 until the scheduler answered */
     int64_t prev_rank; /* the rank of the last scheduler session, or -1 */
     enum trainer_state state;
@@ -256,8 +266,12 @@ int pr_node_ipc_listen(struct pr_node *n);
 void pr_node_ipc_close(struct pr_node *n);
 struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
                                                uint32_t cookie);
-struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t rank);
-void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank);
+/* The trainer that is worker `rank` of job `job` here, or NULL. */
+struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t job,
+                                             uint32_t rank);
+/* The scheduler's WorkerJoined for trainer c (reason: a refusal's why). */
+void pr_node_trainer_joined(struct node_trainer *c,
+                            const Pr__V1__WorkerJoined *j);
 /*
  * Answers the trainer's reduce (its status through pr_reduce_status) and
  * releases its tensors.

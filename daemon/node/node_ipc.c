@@ -67,10 +67,11 @@ struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
     return NULL;
 }
 
-struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t rank)
+struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t job,
+                                             uint32_t rank)
 {
     for (struct node_trainer *c = n->trainers; c; c = c->next)
-        if (c->rank == (int64_t)rank)
+        if (c->rank == (int64_t)rank && c->job_id == job)
             return c;
     return NULL;
 }
@@ -91,6 +92,7 @@ static void send_leave(struct node_trainer *c)
         return;
     Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
     l.rank = (uint32_t)c->rank;
+    l.job = c->job_id;
     Pr__V1__Msg m = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
     pr_node_send(c->node, &m);
 }
@@ -114,6 +116,9 @@ static void trainer_free(struct node_trainer *c)
         pr_node_tensor_free(c->node, &c->tensors[i]);
     free(c->tensors);
     free(c->parts);
+    for (size_t i = 0; i < c->nsettings; i++)
+        free(c->settings[i]);
+    free(c->settings);
     free(c);
 }
 
@@ -208,6 +213,49 @@ static int has_control_chars(const char *name, size_t len)
     return 0;
 }
 
+/*
+ * The job the trainer's hello names (or the node's `job`) and its
+ * settings, copied into c; checked for size and control characters only,
+ * since the scheduler judges the rest. 0, or -1 with c's connection
+ * failed and told why.
+ */
+static int take_job(struct node_trainer *c, const Pr__V1__Hello *h)
+{
+    const char *job = h->job && h->job[0] ? h->job : c->node->conf->job;
+    size_t len = strlen(job);
+    const char *why = NULL;
+    if (len > PR_JOB_NAME_MAX || has_control_chars(job, len))
+        why = "a job name has 1..63 bytes and no control characters";
+    else if (h->n_settings > PR_JOB_SETTINGS_MAX)
+        why = "a job has at most 16 settings";
+    for (size_t i = 0; !why && i < h->n_settings; i++) {
+        size_t k = strlen(h->settings[i]);
+        if (k > PR_JOB_SETTING_MAX || has_control_chars(h->settings[i], k))
+            why = "a job setting has at most 127 bytes and no control "
+                  "characters";
+    }
+    if (why) {
+        pr_warn("%s: %s: closing", c->conn->name, why);
+        pr_conn_fail(c->conn, -EINVAL, why);
+        return -1;
+    }
+    memcpy(c->job, job, len + 1);
+    if (h->n_settings > 0) {
+        c->settings = calloc(h->n_settings, sizeof(*c->settings));
+        for (size_t i = 0; c->settings && i < h->n_settings; i++) {
+            c->settings[i] = strdup(h->settings[i]);
+            if (!c->settings[i])
+                break;
+            c->nsettings++;
+        }
+        if (c->nsettings < h->n_settings) {
+            pr_conn_fail(c->conn, -ENOMEM, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
@@ -240,6 +288,8 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
         pr_conn_fail(c->conn, -EUSERS, "too many trainers on this node");
         return 0;
     }
+    if (take_job(c, h) < 0)
+        return 0;
     pr_stranger_remove(&c->st);
     c->greeted = 1;
     n->ngreeted++;
@@ -265,6 +315,9 @@ static int send_join(struct node_trainer *c)
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = c->cookie;
     j.name = c->name;
+    j.job = c->job;
+    j.n_settings = c->nsettings;
+    j.settings = c->settings;
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
     int rc = pr_node_send(n, &m);
     if (rc < 0) {
@@ -275,12 +328,30 @@ static int send_join(struct node_trainer *c)
     return 0;
 }
 
-void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
+void pr_node_trainer_joined(struct node_trainer *c,
+                            const Pr__V1__WorkerJoined *j)
 {
+    int status = j->status;
+    uint32_t rank = j->rank;
+    const char *reason = j->reason && j->reason[0] ? j->reason : NULL;
     if (status != 0)
         status = join_fail_status(status);
-    if (status == 0)
+    if (status == 0) {
         c->rank = rank;
+        c->job_id = j->job;
+        /*
+         * A scheduler from before jobs answers 0 and puts every worker in
+         * its one job: a trainer of another job would be averaged with
+         * strangers, so it is refused and its registration undone.
+         */
+        if (j->job == 0 && strcmp(c->job, c->node->conf->job) != 0) {
+            send_leave(c);
+            c->rank = -1;
+            status = -EPROTO;
+            reason = "the scheduler is older than jobs: it serves only this "
+                     "node's job";
+        }
+    }
     if (!c->conn) {
         /*
          * The trainer left while joining: undo the registration, unless a
@@ -293,26 +364,31 @@ void pr_node_trainer_joined(struct node_trainer *c, int status, uint32_t rank)
     if (c->state == C_UP) {
         /* A re-join after the scheduler came back. */
         if (status < 0) {
-            pr_conn_fail(c->conn, status, "re-registration refused");
+            pr_conn_fail(c->conn, status,
+                         reason ? reason : "re-registration refused");
             c->rank = -1;
         }
         return;
     }
     if (status < 0) {
+        if (reason)
+            pr_warn("trainer '%s' refused by the scheduler: %s", c->name,
+                    reason);
         pr_conn_fail(c->conn, status,
-                     status == -EEXIST ? "worker name already in use"
-                                       : "registration refused");
+                     reason              ? reason
+                     : status == -EEXIST ? "worker name already in use"
+                                         : "registration refused");
         return;
     }
     c->state = C_UP;
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
     w.id = rank;
-    w.job = c->node->conf->job;
+    w.job = c->job;
     w.grace_ms = PR_NODE_GRACE_MS;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
-    pr_info("trainer '%s' is worker %u", c->name, rank);
+    pr_info("trainer '%s' is worker %u of job '%s'", c->name, rank, c->job);
 }
 
 static void reduce_refuse(struct node_trainer *c, uint64_t seq, int status,
@@ -400,6 +476,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     c->reduce_deadline_ns = reduce_deadline(n, r);
     Pr__V1__Ready rd = PR__V1__READY__INIT;
     rd.rank = (uint32_t)c->rank;
+    rd.job = c->job_id;
     rd.version = r->version;
     rd.nfloats = total;
     rd.seq = r->seq;
@@ -449,6 +526,7 @@ static void send_cancel(struct node_trainer *c)
 {
     Pr__V1__Cancel k = PR__V1__CANCEL__INIT;
     k.rank = (uint32_t)c->rank;
+    k.job = c->job_id;
     k.seq = c->seq;
     Pr__V1__Msg m = PR_MSG_OF(CANCEL, cancel, &k);
     pr_node_set_rstate(c, R_CANCELLING);
@@ -700,6 +778,9 @@ void pr_node_ipc_sched_up(struct pr_node *n)
         Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
         j.cookie = c->cookie;
         j.name = c->name;
+        j.job = c->job;
+        j.n_settings = c->nsettings;
+        j.settings = c->settings;
         j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
         Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
         pr_node_send(n, &m);

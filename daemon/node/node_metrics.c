@@ -235,16 +235,17 @@ static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
 /* One line per local trainer that said its name: its model version. */
 static void render_workers(struct pr_metrics_buf *b, const struct pr_node *n)
 {
-    char name[2 * 64 + 1];
+    char name[2 * 64 + 1], job[2 * 64 + 1];
     pr_metrics_header(b, "preduce_worker_version", "gauge",
                       "Model version of each local trainer after its last "
                       "reduce (rank -1: not registered).");
+    /* Names are unique within a job: the job label keeps series apart. */
     for (const struct node_trainer *w = n->trainers; w; w = w->next) {
         if (!w->conn || !w->name[0])
             continue;
-        pr_metrics_printf(b,
-                          "preduce_worker_version{worker=\"%s\",rank=\"%lld\"}"
-                          " %llu\n",
+        pr_metrics_printf(b, "preduce_worker_version{job=\"%s\",",
+                          pr_metrics_escape(w->job, job, sizeof(job)));
+        pr_metrics_printf(b, "worker=\"%s\",rank=\"%lld\"} %llu\n",
                           pr_metrics_escape(w->name, name, sizeof(name)),
                           (long long)w->rank, (unsigned long long)w->version);
     }

@@ -15,25 +15,6 @@
 #include "daemon/sched/core/sched_core.h"
 #include "daemon/sched/sched_int.h"
 
-static void params_from_conf(const struct pr_conf *c, struct pr_sched_params *p)
-{
-    memset(p, 0, sizeof(*p));
-    p->policy = c->sched_policy;
-    p->group_size = c->sched_group_size;
-    p->min_workers = c->sched_min_workers;
-    p->group_min = c->sched_group_min;
-    p->group_max = c->sched_group_max;
-    p->window_ms = c->sched_window_ms;
-    p->window_min_ms = c->sched_window_min_ms;
-    p->window_max_ms = c->sched_window_max_ms;
-    p->window_wait = c->sched_window_wait;
-    p->weighting = c->sched_weighting;
-    p->staleness_alpha = c->sched_staleness_alpha;
-    p->isolation_bound = c->sched_isolation_bound;
-    p->gen_hold_ms = c->sched_gen_hold_ms;
-    p->gen_hold_max_ms = c->sched_gen_hold_max_ms;
-}
-
 static void broadcast_peers(struct pr_sched *s)
 {
     size_t n = 0;
@@ -194,7 +175,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
      * (fewer than one group a microsecond), so a daemon never takes a new
      * group for a stale one, and a trainer's group ids keep rising.
      */
-    if (!s->groups && only_node(s, n))
+    if (!s->groups && !s->jobs && only_node(s, n))
         s->id_base = wall_us();
     /*
      * A node that comes from another scheduler (a standby and the first
@@ -218,7 +199,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     broadcast_peers(s);
     /* Without the workers forgotten, a group may be due. */
     if (forgot)
-        pr_sched_schedule(s);
+        pr_sched_schedule_all(s);
     return 0;
 }
 
@@ -323,7 +304,7 @@ static void node_on_close(struct pr_conn *c, int status)
     free(n->rates);
     free(n);
     broadcast_peers(s);
-    pr_sched_schedule(s);
+    pr_sched_schedule_all(s);
 }
 
 static const struct pr_conn_ops node_ops = {
@@ -449,28 +430,52 @@ static int render_rates(const struct pr_sched *s, struct pr_metrics_buf *b)
 static int render_metrics(void *ctx, struct pr_metrics_buf *out)
 {
     struct pr_sched *s = ctx;
-    struct pr_sched_stats st;
-    pr_sched_core_stats(s->core, &st);
     struct pr_sched_view v = {.job = s->conf->job,
                               .now_us = pr_sched_now_us(),
                               .live = pr_sched_live_workers(s),
-                              .queued = pr_sched_core_queued(s->core),
                               .workers_refused = s->workers_refused,
-                              .window_ms = pr_sched_core_window_ms(s->core),
-                              .core = &st,
+                              .groups_formed = s->groups_formed,
+                              .window_ms = s->conf->sched_window_ms,
+                              .members = s->members,
                               .sizes = s->sizes};
     for (struct sched_node *n = s->nodes; n; n = n->next)
         v.nodes += n->id != 0;
-    struct pr_sched_worker_view *w =
-        calloc(s->nworkers_cap ? s->nworkers_cap : 1, sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        if (s->workers[r].live)
-            w[v.nworkers++] = (struct pr_sched_worker_view){
-                s->workers[r].name, r, s->workers[r].node, &s->workers[r].st};
-    v.workers = w;
-    int rc = pr_sched_metrics_render(&v, out);
+    size_t nw = 0;
+    for (const struct sched_job *j = s->jobs; j; j = j->next)
+        nw += pr_sched_core_live(j->core);
+    struct pr_sched_job_view *jv = calloc(s->njobs + 1, sizeof(*jv));
+    struct pr_sched_stats *st = calloc(s->njobs + 1, sizeof(*st));
+    struct pr_sched_worker_view *w = calloc(nw + 1, sizeof(*w));
+    int rc = -ENOMEM;
+    if (!jv || !st || !w)
+        goto out;
+    size_t used = 0;
+    for (const struct sched_job *j = s->jobs; j; j = j->next) {
+        struct pr_sched_job_view *x = &jv[v.njobs];
+        pr_sched_core_stats(j->core, &st[v.njobs]);
+        *x = (struct pr_sched_job_view){
+            .name = j->name,
+            .id = j->id,
+            .policy = pr_policy_name(j->policy),
+            .queued = pr_sched_core_queued(j->core),
+            .window_ms = pr_sched_core_window_ms(j->core),
+            .core = &st[v.njobs],
+            .workers = w + used,
+        };
+        for (uint32_t r = 0; r < j->nworkers_cap && used < nw; r++)
+            if (j->workers[r].live)
+                w[used + x->nworkers++] = (struct pr_sched_worker_view){
+                    j->workers[r].name, r, j->workers[r].node,
+                    &j->workers[r].st};
+        used += x->nworkers;
+        v.queued += x->queued;
+        v.njobs++;
+    }
+    v.jobs = jv;
+    rc = pr_sched_metrics_render(&v, out);
+out:
+    free(jv);
+    free(st);
     free(w);
     if (rc == 0)
         rc = render_rates(s, out);
@@ -480,19 +485,14 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
 int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
                     const struct pr_auth_key *key, struct pr_sched **out)
 {
-    struct pr_sched_params p;
-    params_from_conf(conf, &p);
+    if (pr_sched_check_conf(conf) < 0)
+        return -EINVAL;
     struct pr_sched *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->loop = loop;
     s->conf = conf;
     s->key = key;
-    s->core = pr_sched_core_create(&p);
-    if (!s->core) {
-        free(s);
-        return -EINVAL;
-    }
     s->id_base = wall_us();
     char host[96];
     uint16_t port;
@@ -529,8 +529,9 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
         pr_sched_destroy(s);
         return rc;
     }
-    pr_info("scheduler for job '%s' listening on %s:%u, policy %s", conf->job,
-            host, s->port, pr_policy_name(conf->sched_policy));
+    pr_info("scheduler listening on %s:%u, policy %s; trainers that name "
+            "no job join '%s'",
+            host, s->port, pr_policy_name(conf->sched_policy), conf->job);
     *out = s;
     return 0;
 }
@@ -538,19 +539,19 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
 int pr_sched_check_conf(const struct pr_conf *conf)
 {
     struct pr_sched_params p;
-    params_from_conf(conf, &p);
+    char why[512];
+    if (pr_sched_job_settings_check(conf, why, sizeof(why)) < 0) {
+        pr_err("%s", why);
+        return -EINVAL;
+    }
+    pr_sched_params_from_conf(conf, &p);
     return pr_sched_core_check_params(&p);
 }
 
 int pr_sched_reload(struct pr_sched *s)
 {
-    struct pr_sched_params p;
-    params_from_conf(s->conf, &p);
-    int rc = pr_sched_core_set_params(s->core, &p);
-    if (rc == 0) {
-        pr_sched_drop_tagged(s);
-        pr_sched_schedule(s);
-    }
+    int rc = pr_sched_jobs_reload(s);
+    pr_sched_schedule_all(s);
     return rc;
 }
 
@@ -563,8 +564,8 @@ uint16_t pr_sched_port(const struct pr_sched *s)
 static void sched_release(struct pr_sched *s)
 {
     if (--s->handles == 0) {
-        pr_sched_job_fini(s);
-        pr_sched_core_destroy(s->core);
+        pr_sched_groups_fini(s);
+        pr_sched_jobs_fini(s);
         free(s);
     }
 }

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The scheduler role: one per job. Node daemons connect over TCP; the
- * scheduler registers their workers, feeds READY events to the decision
- * core (sched_core.h), and sends each group it forms to the daemons that
- * host its members.
+ * The scheduler role: one serves many jobs (sched_job.c). Node daemons
+ * connect over TCP; the scheduler registers their workers in the job each
+ * names, feeds READY events to that job's decision core (sched_core.h),
+ * and sends each group it forms to the daemons that host its members.
  *
  * Protocol with a node daemon, in order:
  *  0. scheduler -> Challenge{nonce, required} on accept (auth.h).
  *  1. node -> Hello{version, role NODE, name, data_addr, auth}; scheduler
  *     checks the proof, -> Welcome{id = node id, auth}, then PeerList to
  *     every node.
- *  2. node -> WorkerJoin{cookie, name} -> WorkerJoined{cookie, status, rank}
- *  3. node -> Ready{rank, version, nfloats, seq}: queued; or Reject.
+ *  2. node -> WorkerJoin{cookie, name, job, settings}
+ *     -> WorkerJoined{cookie, status, rank, job id, reason}; from here on
+ *     a worker is (job id, rank) in every message.
+ *  3. node -> Ready{rank, job, version, nfloats, seq}: queued; or Reject.
  *  4. scheduler -> Group{id, members, ring, ...} to each daemon in the ring.
  *  5. node -> GroupDone{id, status}; a failure makes the scheduler send
  *     GroupAbort to the group's other daemons.
@@ -74,16 +76,28 @@ struct pr_sched_worker_view {
 
 struct pr_sched_stats;
 struct pr_metrics_buf;
-struct pr_sched_view {
-    const char *job;
-    uint64_t now_us;
-    uint32_t nodes, live, queued;
-    uint64_t workers_refused;          /* past scheduler.max_workers_per_node */
+/* A job as its metrics show it. */
+struct pr_sched_job_view {
+    const char *name;
+    uint32_t id;
+    const char *policy;
+    uint32_t queued;
     double window_ms;                  /* the dynamic policy's window */
     const struct pr_sched_stats *core; /* groups, members, generator */
-    const uint64_t *sizes; /* [k]: groups of k members; [0]: larger ones */
     const struct pr_sched_worker_view *workers; /* the live ones */
     size_t nworkers;
+};
+struct pr_sched_view {
+    const char *job; /* the default job: that of a trainer that names none */
+    uint64_t now_us;
+    uint32_t nodes, live, queued; /* live, queued: all jobs' */
+    uint64_t workers_refused;     /* past scheduler.max_workers_per_node */
+    uint64_t groups_formed;       /* all jobs', those ended included */
+    double window_ms;             /* scheduler.window_ms */
+    uint64_t members;             /* their member-updates */
+    const uint64_t *sizes; /* [k]: groups of k members; [0]: larger ones */
+    const struct pr_sched_job_view *jobs;
+    size_t njobs;
 };
 /* The Prometheus text of a scheduler. 0 or out->err. */
 int pr_sched_metrics_render(const struct pr_sched_view *v,

@@ -17,6 +17,7 @@
 #include "daemon/base/auth.h"
 #include "daemon/base/conf.h"
 #include "daemon/base/conn.h"
+#include "daemon/base/hello.h"
 #include "daemon/base/metrics.h"
 #include "daemon/sched/sched.h"
 #include "daemon/sched/core/sched_core.h"
@@ -61,7 +62,7 @@ struct sched_node {
     uint64_t rates_ms;
 };
 
-/* A worker, by rank in pr_sched.workers (sched_work.c owns them). */
+/* A worker, by rank in its job's workers (sched_work.c owns them). */
 struct sched_worker {
     int live;
     uint32_t node;
@@ -73,15 +74,21 @@ struct sched_worker {
 /* A group in flight (sched_work.c owns them). */
 struct sched_group;
 
-struct pr_sched {
-    uv_loop_t *loop;
-    struct pr_conf *conf;
-    uv_tcp_t listener;
-    uv_timer_t deadline; /* the core's next due time */
-    uv_timer_t heartbeat;
+/*
+ * A job: the workers that named it, their layout and their decision core
+ * (sched_job.c makes and frees them, sched_work.c runs them). A job starts
+ * with its first worker and ends with its last; its groups still in
+ * flight then finish without it (they name it by id).
+ */
+struct sched_job {
+    struct sched_job *next;
+    struct pr_sched *s;
+    uint32_t id; /* on the wire: WorkerJoined.job and every message after */
+    char name[PR_JOB_NAME_MAX + 1];
+    /* Its settings, "key=value" as the first worker gave them (checked). */
+    char *settings[PR_JOB_SETTINGS_MAX];
+    size_t nsettings;
     struct pr_sched_core *core;
-    struct sched_node *nodes;
-    uint32_t next_node_id;
     struct sched_worker *workers; /* by rank */
     uint32_t nworkers_cap;
     /*
@@ -89,19 +96,38 @@ struct pr_sched {
      * it: the layout most live workers reduce (check_layout in
      * sched_work.c).
      */
-    uint64_t job_nfloats;
-    uint32_t job_holders;
+    uint64_t nfloats;
+    uint32_t holders;
+    enum pr_policy policy; /* its core's, for the checks of a READY */
+    uint64_t groups_formed;
+    int64_t due_us; /* its core's next due time; -1: none */
+};
+
+struct pr_sched {
+    uv_loop_t *loop;
+    struct pr_conf *conf;
+    uv_tcp_t listener;
+    uv_timer_t deadline; /* the jobs' earliest due time */
+    uv_timer_t heartbeat;
+    struct sched_job *jobs;
+    uint32_t njobs;
+    uint32_t next_job_id;
+    struct sched_node *nodes;
+    uint32_t next_node_id;
     struct sched_group *groups;
     uint16_t port;
     int handles;
-    uint64_t last_beat_ms; /* when heartbeat_cb last ran */
-    uint64_t groups_formed;
+    uint64_t last_beat_ms;    /* when heartbeat_cb last ran */
+    uint64_t groups_formed;   /* all jobs', those ended included */
     uint64_t workers_refused; /* registrations past a node's cap */
-    uint64_t id_base;         /* wire group id = id_base + the core's id */
+    uint64_t id_base;         /* wire group id = id_base + group_seq */
+    uint64_t group_seq;       /* groups dispatched, all jobs */
     int stopping;
     struct pr_metrics *metrics;
     const struct pr_auth_key *key;      /* NULL: no authentication */
-    uint64_t sizes[PR_SCHED_SIZES + 1]; /* groups by size; [0]: larger */
+    uint64_t sizes[PR_SCHED_SIZES + 1]; /* all jobs' groups by size;
+                                           [0]: larger */
+    uint64_t members;         /* all jobs' member-updates: the sum of sizes */
     uint64_t rings_reordered; /* rings not in node id order (sched_ring.c) */
     struct pr_strangers strangers; /* connections before their hello */
 };
@@ -112,8 +138,34 @@ static inline uint64_t pr_sched_now_us(void)
 }
 
 /*
+ * sched_job.c: the jobs, by name and by id. pr_sched_job_get() finds the
+ * job `name` or starts it with `settings` (a worker's: "key=value", keys
+ * of scheduler.job_settings); a worker whose settings differ from a
+ * running job's is refused. 0 and *out, or -EINVAL / -EPERM with why[]
+ * filled in, or -ENOMEM.
+ */
+/* Its params from a config (sched_job.c; the policy and window keys). */
+void pr_sched_params_from_conf(const struct pr_conf *c,
+                               struct pr_sched_params *p);
+int pr_sched_job_get(struct pr_sched *s, const char *name,
+                     char *const *settings, size_t nsettings,
+                     struct sched_job **out, char *why, size_t why_len);
+struct sched_job *pr_sched_job_by_id(struct pr_sched *s, uint32_t id);
+/* Ends job j if it has no live worker left. */
+void pr_sched_job_end_if_idle(struct sched_job *j);
+/* The scheduler's params with job j's settings over them. */
+int pr_sched_job_params(const struct sched_job *j, struct pr_sched_params *p);
+/* After a reload: every job's core takes the new params. */
+int pr_sched_jobs_reload(struct pr_sched *s);
+/* Whether scheduler.job_settings names only keys a job may set. */
+int pr_sched_job_settings_check(const struct pr_conf *conf, char *why,
+                                size_t why_len);
+/* Frees every job (the scheduler's end). */
+void pr_sched_jobs_fini(struct pr_sched *s);
+
+/*
  * sched_work.c, which sched.c calls and which calls nothing in sched.c:
- * the job's workers and groups, and sending to a node.
+ * the jobs' workers and groups, and sending to a node.
  */
 /* Sends m to node n; a failure closes n's connection (logged). */
 void pr_sched_send(struct sched_node *n, Pr__V1__Msg *m);
@@ -123,7 +175,7 @@ void pr_sched_on_worker_leave(struct sched_node *n,
                               const Pr__V1__WorkerLeave *l);
 void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r);
 void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c);
-void pr_sched_drop_tagged(struct pr_sched *s);
+void pr_sched_drop_tagged(struct sched_job *j);
 void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d);
 /*
  * Node `node` is gone: its workers leave, and each group in flight on it is
@@ -132,10 +184,12 @@ void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d);
 void pr_sched_forget_node(struct pr_sched *s, uint32_t node);
 /* Forgets the groups whose daemons never answered by their expiry. */
 void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms);
-/* Frees the groups in flight and the worker table (the scheduler's end). */
-void pr_sched_job_fini(struct pr_sched *s);
+/* Frees the groups in flight (the scheduler's end). */
+void pr_sched_groups_fini(struct pr_sched *s);
 uint32_t pr_sched_live_workers(const struct pr_sched *s);
-/* Forms and dispatches every group that is due; re-arms the deadline. */
-void pr_sched_schedule(struct pr_sched *s);
+/* Forms and dispatches every group of job j that is due; re-arms. */
+void pr_sched_schedule(struct sched_job *j);
+/* The same for every job (the deadline timer, a node gone, a reload). */
+void pr_sched_schedule_all(struct pr_sched *s);
 
 #endif

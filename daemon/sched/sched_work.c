@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The scheduler's job: workers join (a rank each, kept across a scheduler
- * restart when free) and leave, READY and Cancel feed the decision core
- * (sched_core.c), and the groups it forms go to their nodes as Group
- * messages; a GroupDone per node closes each, a failure aborts it on the
- * others. It owns the groups in flight (struct sched_group is its alone) and
- * the worker table; it reads the node list that sched.c keeps, and calls
- * nothing in sched.c.
+ * The scheduler's jobs at work: workers join a job (a rank each within
+ * it, kept across a scheduler restart when free) and leave, READY and
+ * Cancel feed the job's decision core (sched_core.c), and the groups it
+ * forms go to their nodes as Group messages; a GroupDone per node closes
+ * each, a failure aborts it on the others. It owns the groups in flight
+ * (struct sched_group is its alone) and the jobs' worker tables; it reads
+ * the node list that sched.c keeps, and calls nothing in sched.c. Every
+ * message about a worker names it by (job id, rank): a job's ranks are
+ * its own, and a message naming another node's worker, or a job that
+ * ended, changes nothing.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ struct sched_group {
     uint64_t formed_us; /* pr_sched_now_us() at dispatch */
     uint32_t *ranks;    /* its members, told its reduce time at the end */
     uint32_t nranks;
+    uint32_t job; /* its job's id: the job may end before the group */
 };
 
 static struct sched_node *node_by_id(struct pr_sched *s, uint32_t id)
@@ -78,7 +82,7 @@ static void send_abort(struct pr_sched *s, struct sched_group *g,
 
 static void deadline_cb(uv_timer_t *t)
 {
-    pr_sched_schedule(t->data);
+    pr_sched_schedule_all(t->data);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -138,8 +142,9 @@ static uint32_t group_ring(struct pr_sched *s, const struct pr_sched_group *g,
     return m;
 }
 
-static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
+static void dispatch(struct sched_job *j, const struct pr_sched_group *g)
 {
+    struct pr_sched *s = j->s;
     struct sched_group *sg = calloc(1, sizeof(*sg));
     uint32_t *ring = calloc(g->n, sizeof(*ring));
     Pr__V1__Member *mem = calloc(g->n, sizeof(*mem));
@@ -157,18 +162,21 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
         mp[i] = &mem[i];
     }
     Pr__V1__Group gm = PR__V1__GROUP__INIT;
-    gm.id = s->id_base + g->id;
+    /* Each job's core counts its own: the wire id counts all jobs'. */
+    gm.id = s->id_base + ++s->group_seq;
     gm.n_members = g->n;
     gm.members = mp;
     gm.n_ring = m;
     gm.ring = ring;
     gm.max_version = g->max_version;
-    gm.nfloats = s->job_nfloats;
+    gm.nfloats = j->nfloats;
+    gm.job = j->id;
     gm.personal = g->personal != 0;
     gm.timeout_ms = s->conf->sched_group_timeout_ms;
     Pr__V1__Msg msg = PR_MSG_OF(GROUP, group, &gm);
 
     sg->id = gm.id;
+    sg->job = j->id;
     sg->nnodes = m;
     sg->nodes = malloc(m * sizeof(*sg->nodes));
     sg->done = calloc(m, 1);
@@ -188,12 +196,16 @@ static void dispatch(struct pr_sched *s, const struct pr_sched_group *g)
         if (n)
             pr_sched_send(n, &msg);
     }
-    pr_dbg("group %llu: %u members on %u nodes", (unsigned long long)g->id,
-           g->n, m);
+    pr_dbg("job '%s': group %llu: %u members on %u nodes", j->name,
+           (unsigned long long)gm.id, g->n, m);
     sg->next = s->groups;
     s->groups = sg;
     sg = NULL;
+    /* Counted together, so that the histogram's count is its +Inf. */
     s->groups_formed++;
+    s->sizes[g->n <= PR_SCHED_SIZES ? g->n : 0]++;
+    s->members += g->n;
+    j->groups_formed++;
 out:
     if (sg) {
         pr_err("group %llu: out of memory: dropped", (unsigned long long)g->id);
@@ -204,21 +216,33 @@ out:
     free(mp);
 }
 
-void pr_sched_schedule(struct pr_sched *s)
+/* Forms job j's due groups and keeps its next due time; arms nothing. */
+static void schedule_job(struct sched_job *j)
 {
     struct pr_sched_group g;
     int rc;
-    while ((rc = pr_sched_core_next_group(s->core, pr_sched_now_us(), &g)) ==
+    while ((rc = pr_sched_core_next_group(j->core, pr_sched_now_us(), &g)) ==
            1) {
-        s->sizes[g.n <= PR_SCHED_SIZES ? g.n : 0]++;
         for (uint32_t i = 0; i < g.n; i++)
-            s->workers[g.members[i].rank].st.grouped_us = pr_sched_now_us();
-        dispatch(s, &g);
+            j->workers[g.members[i].rank].st.grouped_us = pr_sched_now_us();
+        dispatch(j, &g);
         pr_sched_group_fini(&g);
     }
     if (rc < 0)
-        pr_err("scheduler core: %s", strerror(-rc));
-    int64_t due = pr_sched_core_deadline_us(s->core);
+        pr_err("job '%s': scheduler core: %s", j->name, strerror(-rc));
+    j->due_us = pr_sched_core_deadline_us(j->core);
+}
+
+/*
+ * The deadline timer at the jobs' earliest due time. One pass over the
+ * jobs: a scheduler holds few, and a READY costs far more than a pass.
+ */
+static void arm(struct pr_sched *s)
+{
+    int64_t due = -1;
+    for (const struct sched_job *j = s->jobs; j; j = j->next)
+        if (j->due_us >= 0 && (due < 0 || j->due_us < due))
+            due = j->due_us;
     if (due < 0) {
         uv_timer_stop(&s->deadline);
         return;
@@ -228,52 +252,71 @@ void pr_sched_schedule(struct pr_sched *s)
     uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
 }
 
-static int ensure_workers(struct pr_sched *s, uint32_t rank)
+void pr_sched_schedule(struct sched_job *j)
 {
-    if (rank < s->nworkers_cap)
+    schedule_job(j);
+    arm(j->s);
+}
+
+void pr_sched_schedule_all(struct pr_sched *s)
+{
+    for (struct sched_job *j = s->jobs; j; j = j->next)
+        schedule_job(j);
+    arm(s);
+}
+
+static int ensure_workers(struct sched_job *j, uint32_t rank)
+{
+    if (rank < j->nworkers_cap)
         return 0;
-    uint32_t cap = s->nworkers_cap ? s->nworkers_cap : 64;
+    uint32_t cap = j->nworkers_cap ? j->nworkers_cap : 64;
     while (cap <= rank)
         cap *= 2;
-    struct sched_worker *w = realloc(s->workers, cap * sizeof(*w));
+    struct sched_worker *w = realloc(j->workers, cap * sizeof(*w));
     if (!w)
         return -ENOMEM;
-    memset(w + s->nworkers_cap, 0, (cap - s->nworkers_cap) * sizeof(*w));
-    s->workers = w;
-    s->nworkers_cap = cap;
+    memset(w + j->nworkers_cap, 0, (cap - j->nworkers_cap) * sizeof(*w));
+    j->workers = w;
+    j->nworkers_cap = cap;
     return 0;
 }
 
 uint32_t pr_sched_live_workers(const struct pr_sched *s)
 {
-    return pr_sched_core_live(s->core);
+    uint32_t n = 0;
+    for (const struct sched_job *j = s->jobs; j; j = j->next)
+        n += pr_sched_core_live(j->core);
+    return n;
 }
 
 /* Worker w no longer holds a layout (it left, or its model changed). */
-static void drop_layout(struct pr_sched *s, struct sched_worker *w)
+static void drop_layout(struct sched_job *j, struct sched_worker *w)
 {
-    if (w->nfloats && w->nfloats == s->job_nfloats && s->job_holders > 0)
-        s->job_holders--;
+    if (w->nfloats && w->nfloats == j->nfloats && j->holders > 0)
+        j->holders--;
     w->nfloats = 0;
 }
 
-static void remove_worker(struct pr_sched *s, uint32_t rank)
+/* The caller ends the job if it was the last (pr_sched_job_end_if_idle). */
+static void remove_worker(struct sched_job *j, uint32_t rank)
 {
-    if (rank >= s->nworkers_cap || !s->workers[rank].live)
+    if (rank >= j->nworkers_cap || !j->workers[rank].live)
         return;
-    s->workers[rank].live = 0;
-    struct sched_node *n = node_by_id(s, s->workers[rank].node);
+    j->workers[rank].live = 0;
+    struct sched_node *n = node_by_id(j->s, j->workers[rank].node);
     if (n && n->workers > 0)
         n->workers--;
-    drop_layout(s, &s->workers[rank]);
-    pr_sched_core_remove_worker(s->core, rank, pr_sched_now_us());
-    pr_info("worker %u (%s) left", rank, s->workers[rank].name);
+    drop_layout(j, &j->workers[rank]);
+    pr_sched_core_remove_worker(j->core, rank, pr_sched_now_us());
+    pr_info("job '%s': worker %u (%s) left", j->name, rank,
+            j->workers[rank].name);
 }
 
-static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
-                   int status, const char *reason)
+static void reject(struct sched_node *n, uint32_t job, uint32_t rank,
+                   uint64_t seq, int status, const char *reason)
 {
     Pr__V1__Reject r = PR__V1__REJECT__INIT;
+    r.job = job;
     r.rank = rank;
     r.seq = seq;
     r.status = status;
@@ -283,11 +326,11 @@ static void reject(struct sched_node *n, uint32_t rank, uint64_t seq,
 }
 
 /* Live workers whose last READY was of nfloats floats. */
-static uint32_t wanting(const struct pr_sched *s, uint64_t nfloats)
+static uint32_t wanting(const struct sched_job *j, uint64_t nfloats)
 {
     uint32_t n = 0;
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        n += s->workers[r].live && s->workers[r].nfloats == nfloats;
+    for (uint32_t r = 0; r < j->nworkers_cap; r++)
+        n += j->workers[r].live && j->workers[r].nfloats == nfloats;
     return n;
 }
 
@@ -296,33 +339,33 @@ static uint32_t wanting(const struct pr_sched *s, uint64_t nfloats)
  * READYs of the old one still queued are withdrawn and refused, or a
  * group could mix the two.
  */
-static void switch_layout(struct pr_sched *s, uint64_t nfloats,
+static void switch_layout(struct sched_job *j, uint64_t nfloats,
                           uint32_t holders)
 {
-    uint64_t old = s->job_nfloats;
+    uint64_t old = j->nfloats;
     char why[192];
 
     if (old)
-        pr_info("the job's layout is now %llu floats (was %llu: %u live "
+        pr_info("job '%s': its layout is now %llu floats (was %llu: %u live "
                 "worker%s against %u)",
-                (unsigned long long)nfloats, (unsigned long long)old, holders,
-                holders == 1 ? "" : "s", s->job_holders);
-    s->job_nfloats = nfloats;
-    s->job_holders = holders;
+                j->name, (unsigned long long)nfloats, (unsigned long long)old,
+                holders, holders == 1 ? "" : "s", j->holders);
+    j->nfloats = nfloats;
+    j->holders = holders;
     snprintf(why, sizeof(why),
              "reduce of %llu floats, but this job now reduces %llu (the "
              "layout of most live workers)",
              (unsigned long long)old, (unsigned long long)nfloats);
-    for (uint32_t rank = 0; old && rank < s->nworkers_cap; rank++) {
+    for (uint32_t rank = 0; old && rank < j->nworkers_cap; rank++) {
         uint32_t tag;
         uint64_t seq;
-        if (!s->workers[rank].live || s->workers[rank].nfloats != old ||
-            pr_sched_core_queued_tag(s->core, rank, &tag, &seq) < 0 ||
-            pr_sched_core_cancel(s->core, rank, seq, pr_sched_now_us()) < 0)
+        if (!j->workers[rank].live || j->workers[rank].nfloats != old ||
+            pr_sched_core_queued_tag(j->core, rank, &tag, &seq) < 0 ||
+            pr_sched_core_cancel(j->core, rank, seq, pr_sched_now_us()) < 0)
             continue;
-        struct sched_node *n = node_by_id(s, s->workers[rank].node);
+        struct sched_node *n = node_by_id(j->s, j->workers[rank].node);
         if (n)
-            reject(n, rank, seq, -EINVAL, why);
+            reject(n, j->id, rank, seq, -EINVAL, why);
     }
 }
 
@@ -335,27 +378,27 @@ static void switch_layout(struct pr_sched *s, uint64_t nfloats,
  * rolling upgrade to a changed model takes over as its trainers do.
  * Returns 0, or -EINVAL with why[] filled in.
  */
-static int check_layout(struct pr_sched *s, struct sched_worker *w,
+static int check_layout(struct sched_job *j, struct sched_worker *w,
                         uint64_t nfloats, char *why, size_t why_len)
 {
     if (w->nfloats != nfloats) {
-        drop_layout(s, w);
+        drop_layout(j, w);
         w->nfloats = nfloats;
-        if (nfloats == s->job_nfloats)
-            s->job_holders++;
+        if (nfloats == j->nfloats)
+            j->holders++;
     }
-    if (nfloats == s->job_nfloats)
+    if (nfloats == j->nfloats)
         return 0;
     /*
      * Counting the others costs a pass over the workers: only when they
      * could outnumber the job's holders, so a wrong trainer's repeated
      * READYs against a larger job cost nothing.
      */
-    uint32_t live = pr_sched_core_live(s->core);
-    if (s->job_holders == 0 || live - s->job_holders > s->job_holders) {
-        uint32_t n = wanting(s, nfloats);
-        if (n > s->job_holders) {
-            switch_layout(s, nfloats, n);
+    uint32_t live = pr_sched_core_live(j->core);
+    if (j->holders == 0 || live - j->holders > j->holders) {
+        uint32_t n = wanting(j, nfloats);
+        if (n > j->holders) {
+            switch_layout(j, nfloats, n);
             return 0;
         }
     }
@@ -363,18 +406,80 @@ static int check_layout(struct pr_sched *s, struct sched_worker *w,
              "reduce of %llu floats, but this job reduces %llu (the layout "
              "of %u live worker%s; the job takes the layout most live "
              "workers reduce)",
-             (unsigned long long)nfloats, (unsigned long long)s->job_nfloats,
-             s->job_holders, s->job_holders == 1 ? "" : "s");
+             (unsigned long long)nfloats, (unsigned long long)j->nfloats,
+             j->holders, j->holders == 1 ? "" : "s");
     return -EINVAL;
 }
 
-void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
+/*
+ * Worker `name` of node n into job j, at the rank it had under an earlier
+ * scheduler (prev_rank_plus1 - 1) when that is free, else the lowest
+ * free one. 0 and *rank, or -EEXIST (the name is taken in j), -ENOSPC
+ * (no rank left, or no memory) or the core's code, with why[] filled in.
+ */
+static int add_worker(struct sched_job *j, struct sched_node *n,
+                      const char *name, uint32_t prev_rank_plus1, uint32_t *out,
+                      char *why, size_t why_len)
+{
+    uint32_t rank, free_rank = UINT32_MAX;
+    for (rank = 0; rank < j->nworkers_cap; rank++) {
+        if (j->workers[rank].live && !strcmp(j->workers[rank].name, name))
+            break;
+        if (!j->workers[rank].live && free_rank == UINT32_MAX)
+            free_rank = rank;
+    }
+    if (rank < j->nworkers_cap) {
+        snprintf(why, why_len, "worker name '%s' is taken in job '%s'", name,
+                 j->name);
+        pr_warn("node %u: %s (rank %u)", n->id, why, rank);
+        return -EEXIST;
+    }
+    rank = free_rank != UINT32_MAX ? free_rank : j->nworkers_cap;
+    /* A worker re-registering after a scheduler restart keeps its rank
+     * when nobody took it in the meantime. */
+    uint32_t want = prev_rank_plus1 - 1;
+    if (prev_rank_plus1 > 0 && want < PR_SCHED_MAX &&
+        (want >= j->nworkers_cap || !j->workers[want].live))
+        rank = want;
+    int rc =
+        rank >= PR_SCHED_MAX || ensure_workers(j, rank) < 0
+            ? -ENOSPC
+            : pr_sched_core_add_worker(j->core, rank, n->id, pr_sched_now_us());
+    if (rc < 0) {
+        snprintf(why, why_len, "job '%s': no rank for worker '%s': %s", j->name,
+                 name, strerror(-rc));
+        return rc;
+    }
+    struct sched_worker *w = &j->workers[rank];
+    w->live = 1;
+    w->node = n->id;
+    n->workers++;
+    w->nfloats = 0;
+    memset(&w->st, 0, sizeof(w->st));
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    /*
+     * A worker of an earlier scheduler session: the job had started, and
+     * min_workers must not wait for workers that left while no scheduler
+     * was there to see them go.
+     */
+    if (prev_rank_plus1 > 0)
+        pr_sched_core_mark_started(j->core, pr_sched_now_us());
+    pr_info("job '%s': worker %u (%s) joined on node %u", j->name, rank, name,
+            n->id);
+    *out = rank;
+    return 0;
+}
+
+void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *wj)
 {
     struct pr_sched *s = n->s;
     Pr__V1__WorkerJoined r = PR__V1__WORKER_JOINED__INIT;
-    r.cookie = j->cookie;
-    const char *name = j->name ? j->name : "";
-    uint32_t rank = 0, free_rank = UINT32_MAX;
+    r.cookie = wj->cookie;
+    const char *name = wj->name ? wj->name : "";
+    /* An older node names no job: the scheduler's own. */
+    const char *jobname = wj->job && wj->job[0] ? wj->job : s->conf->job;
+    char why[384] = "";
+    struct sched_job *j = NULL;
     /*
      * Before the pass over the workers: a node past its cap is refused
      * at once, so its flood costs neither memory nor that pass.
@@ -385,91 +490,75 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j)
                 "workers registered (scheduler.max_workers_per_node)",
                 n->id, n->name, name, n->workers);
         r.status = -EUSERS;
-        Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);
-        pr_sched_send(n, &m);
-        return;
+        goto answer;
     }
-    for (rank = 0; rank < s->nworkers_cap; rank++) {
-        if (s->workers[rank].live && !strcmp(s->workers[rank].name, name))
-            break;
-        if (!s->workers[rank].live && free_rank == UINT32_MAX)
-            free_rank = rank;
-    }
-    if (!name[0] || strlen(name) >= sizeof(s->workers[0].name)) {
+    if (!name[0] || strlen(name) >= sizeof(j->workers[0].name)) {
         r.status = -EINVAL;
-    } else if (rank < s->nworkers_cap) {
-        pr_warn("node %u: worker name '%s' is taken by rank %u", n->id, name,
-                rank);
-        r.status = -EEXIST;
-    } else {
-        rank = free_rank != UINT32_MAX ? free_rank : s->nworkers_cap;
-        /* A worker re-registering after a scheduler restart keeps its rank
-         * when nobody took it in the meantime. */
-        uint32_t want = j->prev_rank_plus1 - 1;
-        if (j->prev_rank_plus1 > 0 && want < PR_SCHED_MAX &&
-            (want >= s->nworkers_cap || !s->workers[want].live))
-            rank = want;
-        if (rank >= PR_SCHED_MAX || ensure_workers(s, rank) < 0) {
-            r.status = -ENOSPC;
-        } else {
-            r.status = pr_sched_core_add_worker(s->core, rank, n->id,
-                                                pr_sched_now_us());
-        }
-        if (r.status == 0) {
-            struct sched_worker *w = &s->workers[rank];
-            w->live = 1;
-            w->node = n->id;
-            n->workers++;
-            w->nfloats = 0;
-            memset(&w->st, 0, sizeof(w->st));
-            snprintf(w->name, sizeof(w->name), "%s", name);
-            r.rank = rank;
-            /*
-             * A worker of an earlier scheduler session: the job had
-             * started, and min_workers must not wait for workers that left
-             * while no scheduler was there to see them go.
-             */
-            if (j->prev_rank_plus1 > 0)
-                pr_sched_core_mark_started(s->core, pr_sched_now_us());
-            pr_info("worker %u (%s) joined on node %u", rank, name, n->id);
-        }
+        snprintf(why, sizeof(why), "a worker name of 1..%zu bytes",
+                 sizeof(j->workers[0].name) - 1);
+        goto answer;
     }
+    r.status = pr_sched_job_get(s, jobname, wj->settings, wj->n_settings, &j,
+                                why, sizeof(why));
+    if (r.status < 0) {
+        pr_warn("node %u (%s): worker '%.64s' refused: %s", n->id, n->name,
+                name, why);
+        goto answer;
+    }
+    r.status =
+        add_worker(j, n, name, wj->prev_rank_plus1, &r.rank, why, sizeof(why));
+    if (r.status == 0)
+        r.job = j->id;
+answer:
+    r.reason = why;
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);
     pr_sched_send(n, &m);
+    if (!j)
+        return;
+    if (r.status < 0) {
+        pr_sched_job_end_if_idle(j); /* it may have started for this one */
+        return;
+    }
     /* allreduce may have been waiting for nobody but this worker's peers */
-    pr_sched_schedule(s);
+    pr_sched_schedule(j);
 }
 
 /* preduce.torch recognises this refusal by its first words. */
 #define TAGS_NEED_ALLREDUCE                                                    \
     "tagged reduces (gradient buckets) need scheduler.policy = allreduce"
 
-static int own_worker(struct sched_node *n, uint32_t rank)
+/* The job of id `job` if `rank` is a live worker of it on node n. */
+static struct sched_job *own_worker(struct sched_node *n, uint32_t job,
+                                    uint32_t rank)
 {
-    struct pr_sched *s = n->s;
-    return rank < s->nworkers_cap && s->workers[rank].live &&
-           s->workers[rank].node == n->id;
+    struct sched_job *j = pr_sched_job_by_id(n->s, job);
+    if (j && rank < j->nworkers_cap && j->workers[rank].live &&
+        j->workers[rank].node == n->id)
+        return j;
+    return NULL;
 }
 
 void pr_sched_on_worker_leave(struct sched_node *n,
                               const Pr__V1__WorkerLeave *l)
 {
-    if (own_worker(n, l->rank)) {
-        remove_worker(n->s, l->rank);
-        pr_sched_schedule(n->s);
-    }
+    struct sched_job *j = own_worker(n, l->job, l->rank);
+    if (!j)
+        return;
+    remove_worker(j, l->rank);
+    pr_sched_schedule(j);
+    pr_sched_job_end_if_idle(j);
 }
 
 void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
 {
-    struct pr_sched *s = n->s;
     char why[256];
-    if (!own_worker(n, r->rank)) {
-        reject(n, r->rank, r->seq, -ENOENT, "unknown worker");
+    struct sched_job *j = own_worker(n, r->job, r->rank);
+    if (!j) {
+        reject(n, r->job, r->rank, r->seq, -ENOENT, "unknown worker");
         return;
     }
     if (r->nfloats == 0) {
-        reject(n, r->rank, r->seq, -EINVAL, "empty reduce");
+        reject(n, j->id, r->rank, r->seq, -EINVAL, "empty reduce");
         return;
     }
     /*
@@ -477,35 +566,34 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
      * job's layout and heal marks the worker, neither of which a READY
      * the core then refuses may leave behind.
      */
-    if (pr_sched_core_is_ready(s->core, r->rank)) {
-        reject(n, r->rank, r->seq, -EALREADY, "already queued");
+    if (pr_sched_core_is_ready(j->core, r->rank)) {
+        reject(n, j->id, r->rank, r->seq, -EALREADY, "already queued");
         return;
     }
-    if (r->tag != 0 && s->conf->sched_policy != PR_POLICY_ALLREDUCE) {
+    if (r->tag != 0 && j->policy != PR_POLICY_ALLREDUCE) {
         /* Tags keep the parts of a bucketed reduce apart; other policies
          * group whoever is ready, so a bucket could meet another bucket. */
-        reject(n, r->rank, r->seq, -EINVAL, TAGS_NEED_ALLREDUCE);
+        reject(n, j->id, r->rank, r->seq, -EINVAL, TAGS_NEED_ALLREDUCE);
         return;
     }
-    if (check_layout(s, &s->workers[r->rank], r->nfloats, why, sizeof(why)) <
-        0) {
-        pr_warn("worker %u (%s): %s", r->rank, s->workers[r->rank].name, why);
-        reject(n, r->rank, r->seq, -EINVAL, why);
+    struct sched_worker *w = &j->workers[r->rank];
+    if (check_layout(j, w, r->nfloats, why, sizeof(why)) < 0) {
+        pr_warn("job '%s': worker %u (%s): %s", j->name, r->rank, w->name, why);
+        reject(n, j->id, r->rank, r->seq, -EINVAL, why);
         return;
     }
-    if (r->heal && pr_sched_core_heal(s->core, r->rank) == 0)
-        pr_info("worker %u (%s) heals: its next group's model, none of its "
-                "own",
-                r->rank, s->workers[r->rank].name);
-    int rc = pr_sched_core_ready_tagged(s->core, r->rank, r->version, r->seq,
+    if (r->heal && pr_sched_core_heal(j->core, r->rank) == 0)
+        pr_info("job '%s': worker %u (%s) heals: its next group's model, "
+                "none of its own",
+                j->name, r->rank, w->name);
+    int rc = pr_sched_core_ready_tagged(j->core, r->rank, r->version, r->seq,
                                         r->tag, pr_sched_now_us());
     if (rc < 0) {
-        reject(n, r->rank, r->seq, rc, "ready refused");
+        reject(n, j->id, r->rank, r->seq, rc, "ready refused");
         return;
     }
-    pr_sched_wstats_ready(&s->workers[r->rank].st, r->version,
-                          pr_sched_now_us());
-    pr_sched_schedule(s);
+    pr_sched_wstats_ready(&w->st, r->version, pr_sched_now_us());
+    pr_sched_schedule(j);
 }
 
 /*
@@ -513,33 +601,33 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
  * withdrawn and refused as a new one would be, since the new policy would
  * group them across tags. Their trainers learn the policy from it.
  */
-void pr_sched_drop_tagged(struct pr_sched *s)
+void pr_sched_drop_tagged(struct sched_job *j)
 {
-    if (s->conf->sched_policy == PR_POLICY_ALLREDUCE)
+    if (j->policy == PR_POLICY_ALLREDUCE)
         return;
-    for (uint32_t rank = 0; rank < s->nworkers_cap; rank++) {
+    for (uint32_t rank = 0; rank < j->nworkers_cap; rank++) {
         uint32_t tag;
         uint64_t seq;
-        if (!s->workers[rank].live ||
-            pr_sched_core_queued_tag(s->core, rank, &tag, &seq) < 0 ||
+        if (!j->workers[rank].live ||
+            pr_sched_core_queued_tag(j->core, rank, &tag, &seq) < 0 ||
             tag == 0 ||
-            pr_sched_core_cancel(s->core, rank, seq, pr_sched_now_us()) < 0)
+            pr_sched_core_cancel(j->core, rank, seq, pr_sched_now_us()) < 0)
             continue;
-        struct sched_node *n = node_by_id(s, s->workers[rank].node);
+        struct sched_node *n = node_by_id(j->s, j->workers[rank].node);
         if (n)
-            reject(n, rank, seq, -EINVAL, TAGS_NEED_ALLREDUCE);
+            reject(n, j->id, rank, seq, -EINVAL, TAGS_NEED_ALLREDUCE);
     }
 }
 
 void pr_sched_on_cancel(struct sched_node *n, const Pr__V1__Cancel *c)
 {
-    if (!own_worker(n, c->rank))
+    struct sched_job *j = own_worker(n, c->job, c->rank);
+    if (!j)
         return;
-    if (pr_sched_core_cancel(n->s->core, c->rank, c->seq, pr_sched_now_us()) ==
-        0)
-        reject(n, c->rank, c->seq, -ETIMEDOUT,
+    if (pr_sched_core_cancel(j->core, c->rank, c->seq, pr_sched_now_us()) == 0)
+        reject(n, j->id, c->rank, c->seq, -ETIMEDOUT,
                "no group formed within the deadline");
-    pr_sched_schedule(n->s);
+    pr_sched_schedule(j);
 }
 
 void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
@@ -570,8 +658,9 @@ void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
     if (all) {
         /* Done everywhere: its members' reduce time, for the window. */
         uint64_t us = pr_sched_now_us() - g->formed_us;
-        for (uint32_t i = 0; d->status >= 0 && i < g->nranks; i++)
-            pr_sched_core_reduced(s->core, g->ranks[i], us);
+        struct sched_job *j = pr_sched_job_by_id(s, g->job);
+        for (uint32_t i = 0; j && d->status >= 0 && i < g->nranks; i++)
+            pr_sched_core_reduced(j->core, g->ranks[i], us);
         *pp = g->next;
         group_free(g);
     }
@@ -579,9 +668,15 @@ void pr_sched_on_group_done(struct sched_node *n, const Pr__V1__GroupDone *d)
 
 void pr_sched_forget_node(struct pr_sched *s, uint32_t node)
 {
-    for (uint32_t r = 0; r < s->nworkers_cap; r++)
-        if (s->workers[r].live && s->workers[r].node == node)
-            remove_worker(s, r);
+    struct sched_job *j = s->jobs;
+    while (j) {
+        struct sched_job *next = j->next;
+        for (uint32_t r = 0; r < j->nworkers_cap; r++)
+            if (j->workers[r].live && j->workers[r].node == node)
+                remove_worker(j, r);
+        pr_sched_job_end_if_idle(j);
+        j = next;
+    }
     struct sched_group **gp = &s->groups;
     while (*gp) {
         struct sched_group *g = *gp;
@@ -612,14 +707,11 @@ void pr_sched_expire_groups(struct pr_sched *s, uint64_t now_ms)
     }
 }
 
-void pr_sched_job_fini(struct pr_sched *s)
+void pr_sched_groups_fini(struct pr_sched *s)
 {
     while (s->groups) {
         struct sched_group *g = s->groups;
         s->groups = g->next;
         group_free(g);
     }
-    free(s->workers);
-    s->workers = NULL;
-    s->nworkers_cap = 0;
 }

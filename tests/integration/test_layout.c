@@ -82,7 +82,7 @@ START_TEST(test_layout_defined_again_after_holders_left)
     preduce_close(old.cl);
     ck_assert(sched_says("(old) left"));
     ck_assert_int_eq(trainer_reduce(&a), 0);
-    ck_assert(sched_says("the job's layout is now 200 floats (was 100"));
+    ck_assert(sched_says("its layout is now 200 floats (was 100"));
     trainer_open(&b, "b", 200, 4.0f);
     ck_assert_int_eq(trainer_reduce(&b), 0);
     ck_assert_int_eq(trainer_reduce(&a), 0);
@@ -143,7 +143,7 @@ START_TEST(test_layout_majority_over_lone_first)
     ck_assert(sched_says("worker 1 (a): reduce of 200 floats, but this job "
                          "reduces 100 (the layout of 1 live worker;"));
     ck_assert_int_eq(trainer_reduce(&b), 0); /* 2 against 1 */
-    ck_assert(sched_says("the job's layout is now 200 floats (was 100: 2 "
+    ck_assert(sched_says("its layout is now 200 floats (was 100: 2 "
                          "live workers against 1)"));
     ck_assert_int_eq(trainer_reduce(&a), 0);
     ck_assert_int_eq(trainer_reduce(&bad), -EINVAL);
@@ -170,7 +170,7 @@ START_TEST(test_layout_sole_holder_changes)
     ck_assert_int_eq(preduce_tensor_create(a.cl, 50, 5000, &t2), 0);
     preduce_tensor_t *both[2] = {a.t, t2};
     ck_assert_int_eq(preduce_reduce(a.cl, both, 2, 10000), 0);
-    ck_assert(sched_says("the job's layout is now 250 floats (was 200"));
+    ck_assert(sched_says("its layout is now 250 floats (was 200"));
     preduce_close(a.cl);
 }
 END_TEST

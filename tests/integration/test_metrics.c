@@ -143,11 +143,11 @@ static void check_workers(uint16_t sport, uint16_t nport)
     ck_assert_int_eq(ctl(args, out, sizeof(out)), 0);
     fprintf(stderr, "%s", out);
     ck_assert_msg(strstr(out, "scheduler (job ") == out, "%s", out);
-    ck_assert_ptr_nonnull(strstr(out, "\n  worker  "));
+    ck_assert_ptr_nonnull(strstr(out, "\n  job      worker  "));
     ck_assert_ptr_null(strstr(out, "groups")); /* status's, not here */
     for (int i = 0; i < 3; i++) {
         char key[32];
-        snprintf(key, sizeof(key), "  %s ", names[i]);
+        snprintf(key, sizeof(key), "  default  %s ", names[i]);
         line_of(out, key, line, sizeof(line));
         ck_assert_msg(line[0] && !strstr(line, " - "), "row of %s: %s",
                       names[i], line);
@@ -190,8 +190,9 @@ static void check_json(uint16_t sport, uint16_t nport)
     ck_assert_ptr_nonnull(strstr(out, ",\"stragglers\":[\"w2\"],"));
     ck_assert_ptr_nonnull(strstr(out, "{\"from\":3,\"to\":3,\"groups\":"));
     for (int i = 0; i < 3; i++) {
-        snprintf(want, sizeof(want),
-                 "{\"name\":\"%s\",\"rank\":", json_names[i]);
+        snprintf(
+            want, sizeof(want),
+            "{\"job\":\"default\",\"name\":\"%s\",\"rank\":", json_names[i]);
         object_of(out, want, obj, sizeof(obj));
         ck_assert_msg(obj[0] && strstr(obj, ",\"steps\":") &&
                           !strstr(obj, "null"),
@@ -223,7 +224,7 @@ static void check_json(uint16_t sport, uint16_t nport)
     assert_json(out);
     ck_assert_ptr_null(strstr(out, "\"groups_formed\""));
     ck_assert_ptr_null(strstr(out, "\"error\""));
-    object_of(out, "{\"name\":\"w2\",", obj, sizeof(obj));
+    object_of(out, "{\"job\":\"default\",\"name\":\"w2\",", obj, sizeof(obj));
     ck_assert_msg(strstr(obj, ",\"straggler\":true}"), "%s", obj);
     /* On the node: name, rank and version alone. */
     snprintf(want, sizeof(want), "{\"address\":\"127.0.0.1:%u\",", nport);
@@ -288,17 +289,24 @@ START_TEST(test_metrics_cluster_and_preducectl)
         h_metric(node, "preduce_node_reduce_seconds_count "));
     ck_assert(h_metric(node, "preduce_node_reduce_seconds_sum ") > 0);
     check_histogram(sched, "preduce_sched_group_size");
-    ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w0\""));
     ck_assert_ptr_nonnull(
-        strstr(sched, "preduce_worker_version{worker=\"w\\\"1\\\\\""));
-    ck_assert_ptr_nonnull(strstr(node, "preduce_worker_version{worker=\"w2\""));
+        strstr(node, "preduce_worker_version{job=\"default\",worker=\"w0\""));
+    ck_assert_ptr_nonnull(
+        strstr(sched, "preduce_worker_version{job=\"default\",worker=\"w\\\"1"
+                      "\\\\\""));
+    ck_assert_ptr_nonnull(
+        strstr(node, "preduce_worker_version{job=\"default\",worker=\"w2\""));
     ck_assert(h_metric(sched, "preduce_sched_groups_total ") > 0);
     ck_assert(h_metric(sched, "preduce_sched_workers_live ") == 3);
     ck_assert(h_metric(sched, "preduce_sched_nodes ") == 2);
     ck_assert(h_metric(sched, "preduce_sched_group_size_bucket{le=\"3\"} ") >
               0);
-    ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w2\"") == 1);
-    ck_assert(h_metric(sched, "preduce_worker_straggler{worker=\"w0\"") == 0);
+    ck_assert(h_metric(sched, "preduce_worker_straggler{job=\"default\","
+                              "worker=\"w2\"") == 1);
+    ck_assert(
+        h_metric(sched,
+                 "preduce_worker_straggler{job=\"default\",worker=\"w0\"") ==
+        0);
     /* Both roles: the release, as preduce.h has it. */
     char build_info[64];
     snprintf(build_info, sizeof(build_info),
@@ -326,7 +334,7 @@ START_TEST(test_metrics_cluster_and_preducectl)
     /* The worker rows: each worker's own gauges, w2 marked. */
     for (int i = 0; i < 3; i++) {
         char key[16], row[256];
-        snprintf(key, sizeof(key), "\n  %s ", names[i]);
+        snprintf(key, sizeof(key), "\n  default  %s ", names[i]);
         const char *at = strstr(out, key);
         ck_assert_msg(at != NULL, "no row for %s", names[i]);
         size_t len = strcspn(at + 1, "\n");
@@ -584,7 +592,8 @@ START_TEST(test_metrics_ctl_usage)
         "",
         "stats",
         "workers --bogus",
-        "workers extra",
+        "workers a b",
+        "jobs extra",
         "status --json=1",
         "workers --timeout-ms 0",
     };
@@ -597,7 +606,7 @@ START_TEST(test_metrics_ctl_usage)
                       out);
     }
     ck_assert_int_eq(ctl("--help 2>/dev/null", out, sizeof(out)), 0);
-    ck_assert_ptr_nonnull(strstr(out, "usage: preducectl status|workers"));
+    ck_assert_ptr_nonnull(strstr(out, "usage: preducectl status|jobs|workers"));
     ck_assert_ptr_nonnull(strstr(out, "--json"));
 }
 END_TEST

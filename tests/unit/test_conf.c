@@ -509,6 +509,43 @@ START_TEST(test_conf_scheduler_list)
 }
 END_TEST
 
+/*
+ * `job` is a name for logs and metrics labels: 1..63 printable bytes, no
+ * spaces or quotes. pr_conf_set_scalar() sets numbers and names alone,
+ * so a shallow copy of a live config may take it without touching the
+ * strings the copy shares (daemon/sched/sched_job.c).
+ */
+START_TEST(test_conf_job_name_and_scalar_set)
+{
+    static const char *const bad[] = {"job=two words", "job=quo\"te",
+                                      "job=back\\slash", "job="};
+    struct pr_conf c, copy;
+    struct pr_conf_err err;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(pr_conf_init(&c), 0);
+        ck_assert_int_eq(pr_conf_set(&c, bad[i], NULL), 0);
+        ck_assert_int_eq(pr_conf_validate(&c, &err), -EINVAL);
+        ck_assert_str_eq(err.key, "job");
+        pr_conf_fini(&c);
+    }
+    ck_assert_int_eq(pr_conf_init(&c), 0);
+    ck_assert_int_eq(pr_conf_set(&c, "job=sweep-1.a_b", NULL), 0);
+    ck_assert_int_eq(pr_conf_validate(&c, NULL), 0);
+    copy = c;
+    ck_assert_int_eq(pr_conf_set_scalar(&copy, "scheduler.group_max=4", &err),
+                     0);
+    ck_assert_int_eq(
+        pr_conf_set_scalar(&copy, "scheduler.policy=dynamic", &err), 0);
+    ck_assert_int_eq(pr_conf_set_scalar(&copy, "node.name=x", &err), -EINVAL);
+    ck_assert_str_eq(err.msg, "not a number or a name");
+    ck_assert_ptr_eq(copy.node_name, c.node_name);
+    ck_assert_ptr_eq(copy.job, c.job);
+    ck_assert_uint_eq(copy.sched_group_max, 4);
+    ck_assert_uint_eq(c.sched_group_max, 0);
+    pr_conf_fini(&c);
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
     Suite *s = suite_create("conf");
@@ -528,6 +565,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, test_conf_set_forms);
     tcase_add_test(tc, test_conf_hostport);
     tcase_add_test(tc, test_conf_scheduler_list);
+    tcase_add_test(tc, test_conf_job_name_and_scalar_set);
     suite_add_tcase(s, tc);
     return s;
 }

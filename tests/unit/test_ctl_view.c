@@ -36,19 +36,39 @@ static const char sched_text[] =
     "preduce_sched_group_size_bucket{le=\"+Inf\"} 10\n"
     "preduce_sched_member_updates_total 29\n"
     /* Out of rank order; w"2 has a quote in its name. */
-    "preduce_worker_version{worker=\"w\\\"2\",rank=\"2\",node=\"1\"} 7\n"
-    "preduce_worker_version{worker=\"w0\",rank=\"0\",node=\"1\"} 9\n"
-    "preduce_worker_version{worker=\"w1\",rank=\"1\",node=\"2\"} 9\n"
-    "preduce_worker_staleness{worker=\"w0\",rank=\"0\",node=\"1\"} 0\n"
-    "preduce_worker_staleness{worker=\"w\\\"2\",rank=\"2\",node=\"1\"} 2\n"
-    "preduce_worker_steps_total{worker=\"w0\",rank=\"0\",node=\"1\"} 9\n"
-    "preduce_worker_update_rate{worker=\"w0\",rank=\"0\",node=\"1\"} 9.5\n"
-    "preduce_worker_step_seconds{worker=\"w0\",rank=\"0\",node=\"1\"} "
+    "preduce_worker_version{job=\"j1\",worker=\"w\\\"2\",rank=\"2\",node=\"1\"}"
+    " 7\n"
+    "preduce_worker_version{job=\"j1\",worker=\"w0\",rank=\"0\",node=\"1\"} 9\n"
+    "preduce_worker_version{job=\"j1\",worker=\"w1\",rank=\"1\",node=\"2\"} 9\n"
+    "preduce_worker_staleness{job=\"j1\",worker=\"w0\",rank=\"0\",node=\"1\"} "
+    "0\n"
+    "preduce_worker_staleness{job=\"j1\",worker=\"w\\\"2\",rank=\"2\",node="
+    "\"1\"} 2\n"
+    "preduce_worker_steps_total{job=\"j1\",worker=\"w0\",rank=\"0\",node=\"1\"}"
+    " 9\n"
+    "preduce_worker_update_rate{job=\"j1\",worker=\"w0\",rank=\"0\",node=\"1\"}"
+    " 9.5\n"
+    "preduce_worker_step_seconds{job=\"j1\",worker=\"w0\",rank=\"0\",node="
+    "\"1\"} "
     "0.0125\n"
-    "preduce_worker_straggler{worker=\"w0\",rank=\"0\",node=\"1\"} 0\n"
-    "preduce_worker_straggler{worker=\"w\\\"2\",rank=\"2\",node=\"1\"} 1\n"
+    "preduce_worker_straggler{job=\"j1\",worker=\"w0\",rank=\"0\",node=\"1\"} "
+    "0\n"
+    "preduce_worker_straggler{job=\"j1\",worker=\"w\\\"2\",rank=\"2\",node="
+    "\"1\"} 1\n"
     /* A series of a worker that has no version: no row of its own. */
-    "preduce_worker_straggler{worker=\"gone\",rank=\"5\",node=\"1\"} 1\n";
+    "preduce_worker_straggler{job=\"j1\",worker=\"gone\",rank=\"5\","
+    "node=\"1\"} 1\n"
+    /* Job j2's w0, rank 0 too: a row of its own. */
+    "preduce_worker_version{job=\"j2\",worker=\"w0\",rank=\"0\",node=\"2\"} 4\n"
+    "preduce_worker_steps_total{job=\"j2\",worker=\"w0\",rank=\"0\","
+    "node=\"2\"} 1\n"
+    "preduce_sched_job_info{job=\"j2\",id=\"7\",policy=\"allreduce\"} 1\n"
+    "preduce_sched_job_info{job=\"j1\",id=\"3\",policy=\"dynamic\"} 1\n"
+    "preduce_sched_job_workers{job=\"j1\"} 3\n"
+    "preduce_sched_job_workers{job=\"j2\"} 1\n"
+    "preduce_sched_job_queued{job=\"j1\"} 1\n"
+    "preduce_sched_job_groups_total{job=\"j1\"} 8\n"
+    "preduce_sched_job_groups_total{job=\"j2\"} 2\n";
 
 static const char node_text[] =
     "preduce_info{role=\"node\",job=\"j1\",name=\"n0\",node_id=\"3\"} 1\n"
@@ -103,6 +123,18 @@ static void table_workers(const struct pr_ctl_view *v, FILE *f)
     pr_ctl_table_workers(f, v, "ADDR");
 }
 
+static void table_jobs(const struct pr_ctl_view *v, FILE *f)
+{
+    pr_ctl_table_jobs(f, v, "ADDR");
+}
+
+static void json_jobs(const struct pr_ctl_view *v, FILE *f)
+{
+    struct pr_json j;
+    pr_json_init(&j, f);
+    pr_ctl_json_jobs(&j, v, "ADDR");
+}
+
 static void json_status(const struct pr_ctl_view *v, FILE *f)
 {
     struct pr_json j;
@@ -142,8 +174,13 @@ START_TEST(test_ctl_view_scheduler)
     ck_assert_int_eq(v->role, PR_CTL_SCHED);
     ck_assert_str_eq(v->job, "j1");
     ck_assert(v->nodes == 2 && v->live == 3 && v->queued == 1);
-    /* Rank order; each series in its worker's row; "gone" has none. */
-    ck_assert_uint_eq(v->nworkers, 3);
+    /*
+     * By job, then rank; each series in its worker's row; "gone" has
+     * none; j2's w0 is not j1's.
+     */
+    ck_assert_uint_eq(v->nworkers, 4);
+    ck_assert_str_eq(v->workers[3].job, "j2");
+    ck_assert(v->workers[3].version == 4 && v->workers[3].steps == 1);
     ck_assert_str_eq(v->workers[0].name, "w0");
     ck_assert_str_eq(v->workers[1].name, "w1");
     ck_assert_str_eq(v->workers[2].name, "w\"2");
@@ -164,45 +201,91 @@ START_TEST(test_ctl_view_scheduler)
                             "  group sizes      2: 2, 3: 7, 17-32: 1\n"
                             "  stragglers       w\"2\n") == t,
                   "%s", t);
-    ck_assert_ptr_nonnull(strstr(t, "\n  w0          0     1         9      0"
-                                    "         9        9.5      12.5\n"));
-    ck_assert_ptr_nonnull(strstr(t, "\n  w1          1     2         9      -"
-                                    "         -          -         -\n"));
+    ck_assert_ptr_nonnull(strstr(t,
+                                 "\n  j1   w0          0     1         9"
+                                 "      0         9        9.5      12.5\n"));
+    ck_assert_ptr_nonnull(strstr(t,
+                                 "\n  j1   w1          1     2         9"
+                                 "      -         -          -         -\n"));
+    ck_assert_ptr_nonnull(strstr(t,
+                                 "\n  j2   w0          0     2         4"
+                                 "      -         1          -         -\n"));
     ck_assert_ptr_nonnull(strstr(t, "  straggler\n"));
     free(t);
 
     t = printed(v, table_workers);
     ck_assert_msg(starts(t, "scheduler (job j1) at ADDR\n"
-                            "  worker   rank  node   version  stale     steps"
-                            "  updates/s   step ms\n"
-                            "  w0 "),
+                            "  job  worker   rank  node   version  stale"
+                            "     steps  updates/s   step ms\n"
+                            "  j1   w0 "),
                   "%s", t);
     free(t);
 
     t = printed(v, json_status);
     ck_assert_str_eq(
-        t, "{\"address\":\"ADDR\",\"role\":\"scheduler\",\"name\":"
-           "\"scheduler\",\"job\":\"j1\",\"nodes\":2,\"workers_live\":3,"
-           "\"workers_waiting\":1,\"groups_formed\":10,"
-           "\"mean_group_size\":2.9,\"group_sizes\":[{\"from\":2,\"to\":2,"
-           "\"groups\":2},{\"from\":3,\"to\":3,\"groups\":7},{\"from\":17,"
-           "\"to\":32,\"groups\":1}],\"stragglers\":[\"w\\\"2\"],"
-           "\"workers\":[{\"name\":\"w0\",\"rank\":0,\"node\":1,\"version\":9,"
-           "\"staleness\":0,\"steps\":9,\"updates_per_s\":9.5,"
-           "\"step_ms\":12.5,\"straggler\":false},{\"name\":\"w1\","
-           "\"rank\":1,\"node\":2,\"version\":9,\"staleness\":null,"
-           "\"steps\":null,\"updates_per_s\":null,\"step_ms\":null,"
-           "\"straggler\":null},{\"name\":\"w\\\"2\",\"rank\":2,\"node\":1,"
-           "\"version\":7,\"staleness\":2,\"steps\":null,"
-           "\"updates_per_s\":null,\"step_ms\":null,\"straggler\":true}]}");
+        t,
+        "{\"address\":\"ADDR\",\"role\":\"scheduler\",\"name\":"
+        "\"scheduler\",\"job\":\"j1\",\"nodes\":2,\"workers_live\":3,"
+        "\"workers_waiting\":1,\"groups_formed\":10,"
+        "\"mean_group_size\":2.9,\"group_sizes\":[{\"from\":2,\"to\":2,"
+        "\"groups\":2},{\"from\":3,\"to\":3,\"groups\":7},{\"from\":17,"
+        "\"to\":32,\"groups\":1}],\"stragglers\":[\"w\\\"2\"],"
+        "\"workers\":[{\"job\":\"j1\",\"name\":\"w0\",\"rank\":0,\"node\":1,"
+        "\"version\":9,"
+        "\"staleness\":0,\"steps\":9,\"updates_per_s\":9.5,"
+        "\"step_ms\":12.5,\"straggler\":false},{\"job\":\"j1\",\"name\":\"w1\","
+        "\"rank\":1,\"node\":2,\"version\":9,\"staleness\":null,"
+        "\"steps\":null,\"updates_per_s\":null,\"step_ms\":null,"
+        "\"straggler\":null},{\"job\":\"j1\",\"name\":\"w\\\"2\",\"rank\":2,"
+        "\"node\":1,"
+        "\"version\":7,\"staleness\":2,\"steps\":null,"
+        "\"updates_per_s\":null,\"step_ms\":null,\"straggler\":true},"
+        "{\"job\":\"j2\",\"name\":\"w0\",\"rank\":0,\"node\":2,\"version\":4,"
+        "\"staleness\":null,\"steps\":1,\"updates_per_s\":null,"
+        "\"step_ms\":null,\"straggler\":null}]}");
     free(t);
 
     t = printed(v, json_workers);
     ck_assert_msg(starts(t, "{\"address\":\"ADDR\",\"role\":\"scheduler\","
                             "\"name\":\"scheduler\",\"job\":\"j1\","
-                            "\"workers\":[{\"name\":\"w0\","),
+                            "\"workers\":[{\"job\":\"j1\",\"name\":\"w0\","),
                   "%s", t);
     free(t);
+    fix_free(&x);
+}
+END_TEST
+
+/* preducectl jobs, and workers JOB: the job's rows alone. */
+START_TEST(test_ctl_view_jobs)
+{
+    struct fix x;
+    ck_assert_int_eq(build(&x, sched_text), 0);
+    struct pr_ctl_view *v = &x.v;
+    ck_assert_uint_eq(v->njobs, 2);
+    ck_assert_str_eq(v->jobs[0].name, "j1");
+    ck_assert(v->jobs[0].id == 3 && v->jobs[0].workers == 3 &&
+              v->jobs[0].queued == 1 && v->jobs[0].groups == 8);
+    ck_assert(isnan(v->jobs[1].queued) && v->jobs[1].groups == 2);
+    char *t = printed(v, table_jobs);
+    ck_assert_str_eq(t,
+                     "scheduler (job j1) at ADDR\n"
+                     "  job     id  policy     workers  waiting    groups\n"
+                     "  j1       3  dynamic          3        1         8\n"
+                     "  j2       7  allreduce        1        -         2\n");
+    free(t);
+    t = printed(v, json_jobs);
+    ck_assert_str_eq(
+        t, "{\"address\":\"ADDR\",\"role\":\"scheduler\",\"name\":"
+           "\"scheduler\",\"job\":\"j1\",\"jobs\":[{\"name\":\"j1\",\"id\":3,"
+           "\"policy\":\"dynamic\",\"workers\":3,\"waiting\":1,\"groups\":8},"
+           "{\"name\":\"j2\",\"id\":7,\"policy\":\"allreduce\",\"workers\":1,"
+           "\"waiting\":null,\"groups\":2}]}");
+    free(t);
+    pr_ctl_view_keep_job(v, "j2");
+    ck_assert(v->nworkers == 1 && v->njobs == 1);
+    ck_assert(!strcmp(v->workers[0].job, "j2") && v->workers[0].version == 4);
+    pr_ctl_view_keep_job(v, "none");
+    ck_assert(v->nworkers == 0 && v->njobs == 0);
     fix_free(&x);
 }
 END_TEST
@@ -324,14 +407,16 @@ START_TEST(test_ctl_view_hostile_labels)
     ck_assert_str_eq(v->workers[3].name, "none");
     char *t = printed(v, table_workers);
     ck_assert_ptr_nonnull(strstr(t, "(job ?[2J)"));
-    ck_assert_ptr_nonnull(strstr(t, "\n  c??  "));
-    ck_assert_ptr_nonnull(strstr(t, "\n  big     4000000000     -  "));
+    ck_assert_ptr_nonnull(strstr(t, "\n       c??  "));
+    ck_assert_ptr_nonnull(strstr(t, "\n       big     4000000000     -  "));
     ck_assert_ptr_null(strchr(t, '\x1b'));
     free(t);
     t = printed(v, json_workers);
     ck_assert_ptr_nonnull(strstr(t, "\"job\":\"\\u001b[2J\""));
-    ck_assert_ptr_nonnull(strstr(t, "{\"name\":\"c\\n\\u0001\",\"rank\":0,"));
-    ck_assert_ptr_nonnull(strstr(t, "{\"name\":\"nan\",\"rank\":null,"));
+    ck_assert_ptr_nonnull(
+        strstr(t, "{\"job\":\"\",\"name\":\"c\\n\\u0001\",\"rank\":0,"));
+    ck_assert_ptr_nonnull(
+        strstr(t, "{\"job\":\"\",\"name\":\"nan\",\"rank\":null,"));
     free(t);
     fix_free(&x);
 }
@@ -403,6 +488,7 @@ static Suite *ctl_view_suite(void)
     TCase *tc = tcase_create("view");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_ctl_view_scheduler);
+    tcase_add_test(tc, test_ctl_view_jobs);
     tcase_add_test(tc, test_ctl_view_node);
     tcase_add_test(tc, test_ctl_view_not_preduced);
     tcase_add_test(tc, test_ctl_view_hostile_labels);

@@ -119,6 +119,16 @@ def _load():
         "preduce_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "preduce_error_retryable": (ctypes.c_int, [ctypes.c_int]),
         "preduce_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "preduce_options_create": (ctypes.c_int, [c_void_pp]),
+        "preduce_options_set": (ctypes.c_int, [ctypes.c_void_p,
+                                               ctypes.c_char_p,
+                                               ctypes.c_char_p]),
+        "preduce_options_destroy": (None, [ctypes.c_void_p]),
+        "preduce_connect_with": (ctypes.c_int, [ctypes.c_char_p,
+                                                ctypes.c_char_p,
+                                                ctypes.c_void_p, ctypes.c_int,
+                                                c_void_pp]),
+        "preduce_job": (ctypes.c_char_p, [ctypes.c_void_p]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -180,7 +190,10 @@ def _connect_text(rc, path):
     """A failed connect's message: the library's text, the socket and,
     for the usual causes, what to do."""
     text = f"{_l().preduce_strerror(rc).decode()} (socket {path})"
-    if -rc in (_errno.ENOENT, _errno.ECONNREFUSED):
+    why = _l().preduce_last_error(None).decode(errors="replace")
+    if why and why != _l().preduce_strerror(rc).decode():
+        text += f": {why}"
+    elif -rc in (_errno.ENOENT, _errno.ECONNREFUSED):
         text += (": no node daemon listens there; start the service "
                  "(systemctl start preduced), run under preduce-run, or "
                  "set PREDUCE_SOCKET to node.socket")
@@ -193,6 +206,31 @@ def _connect_text(rc, path):
         text += (": no permission; join node.socket_group (the preduce "
                  "group) or ask the administrator")
     return text
+
+
+def _options(job, settings):
+    """libpreduce's connect options for job and settings (None: none, so
+    the environment's apply); raises ValueError naming a bad one."""
+    if job is None and settings is None:
+        return None
+    opts = ctypes.c_void_p()
+    if _l().preduce_options_create(ctypes.byref(opts)) < 0:
+        raise MemoryError("preduce_options_create")
+    if isinstance(settings, dict):
+        settings = [f"{k}={v}" for k, v in settings.items()]
+    pairs = [] if job is None else [("job", str(job))]
+    pairs += [("setting", str(s)) for s in settings or ()]
+    for key, value in pairs:
+        rc = _l().preduce_options_set(opts, key.encode(), value.encode())
+        if rc < 0:
+            _l().preduce_options_destroy(opts)
+            raise ValueError(
+                f"{key} {value!r}: " + ("a job name has 1..63 printable "
+                                        "characters, no spaces or quotes"
+                                        if key == "job" else
+                                        "a setting is key=value, at most "
+                                        "127 bytes, at most 16 of them"))
+    return opts
 
 
 class Result:
@@ -266,13 +304,19 @@ class ReduceHandle:
 class Client:
     """A connection to the node daemon as one worker."""
 
-    def __init__(self, socket_path=None, name=None, timeout_ms=5000):
+    def __init__(self, socket_path=None, name=None, timeout_ms=5000, *,
+                 job=None, settings=None):
         """Connects to the node daemon at socket_path as worker `name`.
 
         Either may be None: socket_path is then $PREDUCE_SOCKET or the
         service's socket, name $PREDUCE_NAME, "rank" + $PREDUCE_RANK, or
-        host-pid. Raises PreduceError naming the socket when the daemon
-        cannot be reached."""
+        host-pid. `job` names the job to join ($PREDUCE_JOB, else the
+        daemon's job); `settings` ({"policy": "allreduce"} or
+        ["policy=allreduce"]) are the job's scheduler settings, used when
+        this worker starts it ($PREDUCE_POLICY, $PREDUCE_JOB_SETTINGS).
+        Raises PreduceError naming the socket when the daemon cannot be
+        reached, and with the scheduler's reason when it refuses the job
+        or its settings."""
         if socket_path is None:
             socket_path = os.environ.get("PREDUCE_SOCKET") or SOCKET
         if name is None:
@@ -282,11 +326,21 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
-        rc = _l().preduce_connect(self.socket_path.encode(),
-                                  self.name.encode(), int(timeout_ms),
-                                  ctypes.byref(self._c))
+        opts = _options(job, settings)
+        try:
+            rc = _l().preduce_connect_with(self.socket_path.encode(),
+                                           self.name.encode(), opts,
+                                           int(timeout_ms),
+                                           ctypes.byref(self._c))
+        finally:
+            _l().preduce_options_destroy(opts)
         if rc < 0:
             raise PreduceError(-rc, _connect_text(rc, self.socket_path))
+
+    @property
+    def job(self):
+        """The job this worker joined, as its daemon named it."""
+        return _l().preduce_job(self._c).decode()
 
     @property
     def rank(self):

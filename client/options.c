@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connect options (preduce.h): the job a trainer joins and the settings
+ * it asks for it. Each comes from, in order: preduce_options_set(), the
+ * environment (PREDUCE_JOB; PREDUCE_POLICY and PREDUCE_JOB_SETTINGS), or
+ * nothing, which leaves it to the daemon (its `job`) and the scheduler
+ * (its values). Checked here for what the daemon would refuse anyway, so
+ * a typo fails at once: preduce_options_set() returns -EINVAL, and a bad
+ * environment fails the connect with -EINVAL and its reason in
+ * preduce_last_error(NULL).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client_int.h"
+
+static bool printable(const char *s, size_t n, bool spaces)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch == 0x7f || (!spaces && ch == ' '))
+            return false;
+    }
+    return true;
+}
+
+/* A job name: 1..63 bytes, printable, no spaces or quotes. */
+static bool valid_job(const char *s)
+{
+    size_t n = strnlen(s, PR_CLIENT_NAME_MAX + 1);
+    return n > 0 && n <= PR_CLIENT_NAME_MAX && printable(s, n, false) &&
+           !strpbrk(s, "\"\\");
+}
+
+/* A setting: key=value, 3..127 bytes, printable. */
+static bool valid_setting(const char *s)
+{
+    size_t n = strnlen(s, PR_CLIENT_SETTING_MAX + 1);
+    const char *eq = strchr(s, '=');
+    return n <= PR_CLIENT_SETTING_MAX && eq && eq != s && eq[1] &&
+           printable(s, n, true);
+}
+
+int preduce_options_create(preduce_options_t **out)
+{
+    if (!out)
+        return -EINVAL;
+    *out = calloc(1, sizeof(**out));
+    return *out ? 0 : -ENOMEM;
+}
+
+void preduce_options_destroy(preduce_options_t *o)
+{
+    free(o);
+}
+
+static int add_setting(struct preduce_options *o, const char *s, size_t n)
+{
+    if (o->nsettings >= PR_CLIENT_SETTINGS_MAX)
+        return -E2BIG;
+    if (n > PR_CLIENT_SETTING_MAX)
+        return -EINVAL;
+    char *d = o->settings[o->nsettings];
+    memcpy(d, s, n);
+    d[n] = '\0';
+    if (!valid_setting(d))
+        return -EINVAL;
+    o->nsettings++;
+    return 0;
+}
+
+int preduce_options_set(preduce_options_t *o, const char *key,
+                        const char *value)
+{
+    if (!o || !key || !value)
+        return -EINVAL;
+    if (!strcmp(key, "job")) {
+        if (!valid_job(value))
+            return -EINVAL;
+        strcpy(o->job, value);
+        o->has_job = true;
+        return 0;
+    }
+    if (!strcmp(key, "setting")) {
+        int rc = add_setting(o, value, strlen(value));
+        if (rc == 0)
+            o->has_settings = true;
+        return rc;
+    }
+    return -EINVAL;
+}
+
+/* "a=1,b=2" into o's settings; spaces around items are dropped. */
+static int add_list(struct preduce_options *o, const char *list)
+{
+    const char *p = list;
+    while (*p) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        size_t n = strcspn(p, ",");
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        if (n > 0) {
+            int rc = add_setting(o, p, n);
+            if (rc < 0)
+                return rc;
+        }
+        p += strcspn(p, ",");
+    }
+    return 0;
+}
+
+int pr_client_options_resolve(const preduce_options_t *given,
+                              struct preduce_options *o)
+{
+    if (given)
+        *o = *given;
+    else
+        memset(o, 0, sizeof(*o));
+    const char *env;
+    if (!o->has_job && (env = getenv("PREDUCE_JOB")) && *env) {
+        if (!valid_job(env))
+            return -EINVAL;
+        strcpy(o->job, env);
+        o->has_job = true;
+    }
+    if (o->has_settings)
+        return 0;
+    if ((env = getenv("PREDUCE_POLICY")) && *env) {
+        char s[PR_CLIENT_SETTING_MAX + 1];
+        size_t n = strlen(env);
+        if (n > PR_CLIENT_SETTING_MAX - 7)
+            return -EINVAL;
+        memcpy(s, "policy=", 7);
+        memcpy(s + 7, env, n + 1);
+        int rc = add_setting(o, s, n + 7);
+        if (rc < 0)
+            return rc;
+    }
+    if ((env = getenv("PREDUCE_JOB_SETTINGS")) && *env)
+        return add_list(o, env);
+    return 0;
+}

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for the scheduler's jobs (daemon/sched/sched_job.c) over a
+ * scheduler struct with no loop: a job starts with its first worker's
+ * settings, a later worker's must agree, every kind of bad name and
+ * setting is refused with a reason, and an idle job ends.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/base/conf.h"
+#include "daemon/base/log.h"
+#include "daemon/sched/sched_int.h"
+#include "tests/check_run.h"
+
+static struct pr_conf conf;
+static struct pr_sched sched;
+
+static void setup(void)
+{
+    pr_log_set_level(PR_LOG_ERROR);
+    ck_assert_int_eq(pr_conf_init(&conf), 0);
+    memset(&sched, 0, sizeof(sched));
+    sched.conf = &conf;
+}
+
+static void teardown(void)
+{
+    pr_sched_jobs_fini(&sched);
+    pr_conf_fini(&conf);
+}
+
+/* pr_sched_job_get() with settings s (NULL-terminated); why in why[]. */
+static int get(const char *name, const char *const *s, struct sched_job **j,
+               char *why)
+{
+    size_t n = 0;
+    while (s && s[n])
+        n++;
+    why[0] = '\0';
+    return pr_sched_job_get(&sched, name, (char *const *)s, n, j, why, 512);
+}
+
+START_TEST(test_job_started_with_its_settings)
+{
+    struct sched_job *a, *b;
+    char why[512];
+    const char *const s[] = {"policy=allreduce", " group_max = 4 ", NULL};
+    ck_assert_int_eq(get("a", s, &a, why), 0);
+    ck_assert_int_eq(get("b", NULL, &b, why), 0);
+    ck_assert_ptr_ne(a, b);
+    ck_assert_uint_ne(a->id, b->id);
+    ck_assert_uint_ne(a->id, 0);
+    ck_assert_int_eq(a->policy, PR_POLICY_ALLREDUCE);
+    ck_assert_int_eq(b->policy, conf.sched_policy);
+    struct pr_sched_params p;
+    ck_assert_int_eq(pr_sched_job_params(a, &p), 0);
+    ck_assert_uint_eq(p.group_max, 4);
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, a->id), a);
+    ck_assert_ptr_null(pr_sched_job_by_id(&sched, 0));
+    ck_assert_uint_eq(sched.njobs, 2);
+}
+END_TEST
+
+START_TEST(test_job_later_worker_agrees_or_is_refused)
+{
+    struct sched_job *a, *again;
+    char why[512];
+    const char *const first[] = {"policy=dynamic", NULL};
+    const char *const same[] = {"policy = dynamic", NULL};
+    const char *const other[] = {"policy=constant", NULL};
+    const char *const size7[] = {"group_size=7", NULL};
+    ck_assert_int_eq(get("a", first, &a, why), 0);
+    /* None given: the job's. The same, spelled otherwise: accepted. */
+    ck_assert_int_eq(get("a", NULL, &again, why), 0);
+    ck_assert_ptr_eq(again, a);
+    ck_assert_int_eq(get("a", same, &again, why), 0);
+    ck_assert_ptr_eq(again, a);
+    ck_assert_int_eq(get("a", other, &again, why), -EINVAL);
+    ck_assert_msg(strstr(why, "job 'a' runs with the settings of its first "
+                              "worker (policy=dynamic)"),
+                  "%s", why);
+    /*
+     * A job started without settings refuses a worker whose settings
+     * differ from the scheduler's, not one whose agree.
+     */
+    struct sched_job *b;
+    ck_assert_int_eq(get("b", NULL, &b, why), 0);
+    ck_assert_int_eq(get("b", size7, &again, why), -EINVAL);
+    ck_assert_msg(strstr(why, "none: the scheduler's"), "%s", why);
+    ck_assert_uint_eq(sched.njobs, 2);
+}
+END_TEST
+
+/* Every refusal: its errno and the words of its reason; no job made. */
+START_TEST(test_job_bad_input_refused)
+{
+    static const struct {
+        const char *name;
+        const char *settings[3];
+        int rc;
+        const char *why;
+    } cases[] = {
+        {"", {NULL}, -EINVAL, "job name ''"},
+        {"has space", {NULL}, -EINVAL, "no spaces"},
+        {"quo\"te", {NULL}, -EINVAL, "or quotes"},
+        {"a", {"policy", NULL}, -EINVAL, "'policy' is not key=value"},
+        {"a", {"=dynamic", NULL}, -EINVAL, "is not key=value"},
+        {"a", {"heartbeat_ms=5", NULL}, -EINVAL, "not a key a job may set"},
+        {"a", {"listen=1.2.3.4:5", NULL}, -EINVAL, "not a key a job may set"},
+        {"a", {"policy=fastest", NULL}, -EINVAL, "'fastest' is not one of"},
+        {"a", {"group_size=0", NULL}, -EINVAL, "out of range"},
+        {"a",
+         {"group_min=5", "group_max=3", NULL},
+         -EINVAL,
+         "group_min 5 is above group_max 3"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sched_job *j = NULL;
+        char why[512];
+        ck_assert_int_eq(get(cases[i].name, cases[i].settings, &j, why),
+                         cases[i].rc);
+        ck_assert_msg(strstr(why, cases[i].why), "case %zu: %s", i, why);
+        ck_assert_ptr_null(sched.jobs);
+    }
+    char name[PR_JOB_NAME_MAX + 2];
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    struct sched_job *j;
+    char why[512];
+    ck_assert_int_eq(get(name, NULL, &j, why), -EINVAL);
+    name[PR_JOB_NAME_MAX] = '\0';
+    ck_assert_int_eq(get(name, NULL, &j, why), 0);
+    const char *many[PR_JOB_SETTINGS_MAX + 2];
+    for (int i = 0; i <= PR_JOB_SETTINGS_MAX; i++)
+        many[i] = "policy=dynamic";
+    many[PR_JOB_SETTINGS_MAX + 1] = NULL;
+    ck_assert_int_eq(get("many", many, &j, why), -EINVAL);
+    ck_assert_msg(strstr(why, "at most 16"), "%s", why);
+}
+END_TEST
+
+/* scheduler.job_settings says which keys a job may set: -EPERM past it. */
+START_TEST(test_job_settings_the_admin_allows)
+{
+    struct sched_job *j;
+    char why[512];
+    const char *const pol[] = {"policy=allreduce", NULL};
+    const char *const win[] = {"window_ms=8", NULL};
+    ck_assert_int_eq(
+        pr_conf_set(&conf, "scheduler.job_settings=window_ms", NULL), 0);
+    ck_assert_int_eq(get("a", pol, &j, why), -EPERM);
+    ck_assert_msg(strstr(why, "does not let a job set it"), "%s", why);
+    ck_assert_int_eq(get("a", win, &j, why), 0);
+    ck_assert_int_eq(pr_conf_set(&conf, "scheduler.job_settings=", NULL), 0);
+    ck_assert_int_eq(get("b", win, &j, why), -EPERM);
+    ck_assert_int_eq(pr_sched_job_settings_check(&conf, why, sizeof(why)), 0);
+    ck_assert_int_eq(
+        pr_conf_set(&conf, "scheduler.job_settings=policy, listen", NULL), 0);
+    ck_assert_int_eq(pr_sched_job_settings_check(&conf, why, sizeof(why)),
+                     -EINVAL);
+    ck_assert_msg(strstr(why, "'listen' is not a key a job may set"), "%s",
+                  why);
+}
+END_TEST
+
+/* A job with no live worker ends; another of its name is a new job. */
+START_TEST(test_job_ends_when_idle)
+{
+    struct sched_job *a, *b;
+    char why[512];
+    ck_assert_int_eq(get("a", NULL, &a, why), 0);
+    uint32_t id = a->id;
+    ck_assert_int_eq(pr_sched_core_add_worker(a->core, 0, 1, 0), 0);
+    pr_sched_job_end_if_idle(a);
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, id), a);
+    ck_assert_int_eq(pr_sched_core_remove_worker(a->core, 0, 1), 0);
+    pr_sched_job_end_if_idle(a);
+    ck_assert_ptr_null(pr_sched_job_by_id(&sched, id));
+    ck_assert_uint_eq(sched.njobs, 0);
+    ck_assert_int_eq(get("a", NULL, &b, why), 0);
+    ck_assert_uint_gt(b->id, id);
+}
+END_TEST
+
+/* A reload gives running jobs the new values, but not over their own. */
+START_TEST(test_job_reload_keeps_its_settings)
+{
+    struct sched_job *a, *b;
+    char why[512];
+    const char *const win[] = {"window_ms=8", NULL};
+    ck_assert_int_eq(
+        pr_conf_set(&conf, "scheduler.job_settings=policy,window_ms", NULL), 0);
+    ck_assert_int_eq(get("a", win, &a, why), 0);
+    ck_assert_int_eq(get("b", NULL, &b, why), 0);
+    ck_assert_int_eq(pr_conf_set(&conf, "scheduler.window_ms=3", NULL), 0);
+    ck_assert_int_eq(pr_sched_jobs_reload(&sched), 0);
+    struct pr_sched_params p;
+    ck_assert_int_eq(pr_sched_job_params(a, &p), 0);
+    ck_assert_double_eq(p.window_ms, 8);
+    ck_assert_int_eq(pr_sched_job_params(b, &p), 0);
+    ck_assert_double_eq(p.window_ms, 3);
+}
+END_TEST
+
+static Suite *sched_job_suite(void)
+{
+    Suite *s = suite_create("sched_job");
+    TCase *tc = tcase_create("jobs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_job_started_with_its_settings);
+    tcase_add_test(tc, test_job_later_worker_agrees_or_is_refused);
+    tcase_add_test(tc, test_job_bad_input_refused);
+    tcase_add_test(tc, test_job_settings_the_admin_allows);
+    tcase_add_test(tc, test_job_ends_when_idle);
+    tcase_add_test(tc, test_job_reload_keeps_its_settings);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return check_run(sched_job_suite());
+}
