@@ -98,6 +98,10 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
     }
     n->self = m->welcome->id;
     n->sstate = S_UP;
+    if (m->welcome->peers_dropped)
+        pr_tcp_xport_drop_links(n->xport, "the scheduler had judged this "
+                                          "node gone, and the peers dropped "
+                                          "theirs");
     pr_tcp_xport_set_self(n->xport, n->self);
     /* A new scheduler session numbers groups from its own clock. */
     uint64_t base = m->welcome->group_id_base;
@@ -271,6 +275,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.heartbeat_ms = n->conf->sched_heartbeat_ms;
     h.node_timeout_ms = n->conf->sched_node_timeout_ms;
     h.max_group_id = n->max_group_id;
+    h.prev_node_id = n->self;
     h.auth.data = buf;
     h.auth.len = len;
     Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);

@@ -110,6 +110,57 @@ static int forget_previous_life(struct sched_node *n,
     return forgot;
 }
 
+/*
+ * The id node n gets: `prev`, the one its last scheduler gave it, unless
+ * another live node has it (peers key their links by ids: a node that
+ * keeps its id across a failover keeps its links); else the next free.
+ */
+static uint32_t node_id_for(struct pr_sched *s, const struct sched_node *n,
+                            uint32_t prev)
+{
+    uint32_t id = prev;
+    for (;;) {
+        int taken = id == 0;
+        for (const struct sched_node *o = s->nodes; o && !taken; o = o->next)
+            taken = o != n && o->id == id;
+        if (!taken)
+            break;
+        id = ++s->next_node_id;
+    }
+    if (id > s->next_node_id)
+        s->next_node_id = id;
+    return id;
+}
+
+/*
+ * Node id is gone and the others are told to drop their links to it
+ * (broadcast_peers): if it comes back with its id, it must drop its own.
+ */
+static void remember_gone(struct pr_sched *s, uint32_t id)
+{
+    size_t max = sizeof(s->forgotten) / sizeof(s->forgotten[0]);
+    if (s->nforgotten == max) { /* the oldest goes */
+        memmove(s->forgotten, s->forgotten + 1,
+                (max - 1) * sizeof(s->forgotten[0]));
+        s->nforgotten--;
+    }
+    s->forgotten[s->nforgotten++] = id;
+}
+
+/* Whether id was judged gone here (and no longer is): its peers know. */
+static int unforget(struct pr_sched *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nforgotten; i++) {
+        if (s->forgotten[i] != id)
+            continue;
+        memmove(s->forgotten + i, s->forgotten + i + 1,
+                (s->nforgotten - i - 1) * sizeof(s->forgotten[0]));
+        s->nforgotten--;
+        return 1;
+    }
+    return 0;
+}
+
 /* The wall clock in microseconds: the base of a session's group ids. */
 static uint64_t wall_us(void)
 {
@@ -127,7 +178,8 @@ static int only_node(const struct pr_sched *s, const struct sched_node *n)
     return 1;
 }
 
-static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
+static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen,
+                         int peers_dropped)
 {
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
@@ -138,6 +190,7 @@ static void send_welcome(struct sched_node *n, uint8_t *proof, size_t plen)
     w.group_id_base = n->s->id_base;
     w.heartbeat_ms = n->s->conf->sched_heartbeat_ms;
     w.node_timeout_ms = n->s->conf->sched_node_timeout_ms;
+    w.peers_dropped = peers_dropped != 0;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     pr_sched_send(n, &m);
 }
@@ -156,7 +209,8 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     snprintf(n->data_addr, sizeof(n->data_addr), "%s", h->data_addr);
     const struct sched_node *namesake;
     int forgot = forget_previous_life(n, &namesake);
-    n->id = ++s->next_node_id;
+    n->id = node_id_for(s, n, h->prev_node_id);
+    int dropped = n->id == h->prev_node_id && unforget(s, n->id);
     /*
      * Two live daemons of one name (a copied config, a host cloned): both
      * are served, but logs, metrics and preducectl cannot tell them apart.
@@ -186,7 +240,7 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
      */
     if (h->max_group_id >= s->id_base)
         s->id_base = h->max_group_id + 1;
-    send_welcome(n, proof, plen);
+    send_welcome(n, proof, plen, dropped);
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     char differs[160];
     if (pr_hello_timing_differs(s->conf->sched_heartbeat_ms,
@@ -300,6 +354,7 @@ static void node_on_close(struct pr_conn *c, int status)
         free(n);
         return;
     }
+    remember_gone(s, n->id);
     node_forget(s, n, status ? strerror(-status) : "closed");
     free(n->rates);
     free(n);

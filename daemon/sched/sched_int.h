@@ -127,8 +127,15 @@ struct pr_sched {
     const struct pr_auth_key *key;      /* NULL: no authentication */
     uint64_t sizes[PR_SCHED_SIZES + 1]; /* all jobs' groups by size;
                                            [0]: larger */
-    uint64_t members;         /* all jobs' member-updates: the sum of sizes */
-    uint64_t rings_reordered; /* rings not in node id order (sched_ring.c) */
+    uint64_t members; /* all jobs' member-updates: the sum of sizes */
+    uint64_t rings_reordered;
+    /*
+     * The ids of nodes judged gone, newest last (at most
+     * 64): one that comes back with its id is told its
+     * peers dropped their links to it (Welcome.peers_dropped).
+     */
+    uint32_t forgotten[64];
+    uint32_t nforgotten; /* rings not in node id order (sched_ring.c) */
     struct pr_strangers strangers; /* connections before their hello */
 };
 

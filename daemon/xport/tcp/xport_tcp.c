@@ -158,6 +158,15 @@ void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self)
     x->self = self;
 }
 
+void pr_tcp_xport_drop_links(struct pr_tcp_xport *x, const char *why)
+{
+    if (!x->peers)
+        return;
+    pr_info("dropping every peer link: %s", why);
+    while (x->peers)
+        remove_peer(x->peers);
+}
+
 int pr_tcp_xport_set_peers(struct pr_tcp_xport *x,
                            const struct pr_tcp_peer_info *peers, size_t n)
 {

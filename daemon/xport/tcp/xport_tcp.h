@@ -48,6 +48,8 @@ int pr_tcp_xport_listen(struct pr_tcp_xport *x, const char *host, uint16_t port,
 void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
                            const struct pr_link_sink *sink);
 void pr_tcp_xport_set_self(struct pr_tcp_xport *x, uint32_t self);
+/* Closes every peer link (the peers dropped theirs): set up afresh. */
+void pr_tcp_xport_drop_links(struct pr_tcp_xport *x, const char *why);
 struct pr_auth_key;
 /* Peers must prove the cluster key (auth.h); NULL: none. Set before use. */
 /*
