@@ -67,17 +67,21 @@ def test_standalone_four_trainers_average(tmp_path):
 
 
 def test_uses_a_running_node(tmp_path, cluster):
-    """A node daemon answering at --socket is used; no daemon started."""
+    """A node daemon answering at --socket is used; no daemon started.
+    Two runs at once on it are two jobs: each of 2 trainers (ranks 0 and
+    1, the same names) averages with its own run alone."""
     c = cluster(1, sched_sets=("scheduler.policy=allreduce",
                                "scheduler.min_workers=2"))
-    p = launcher("--socket", c.sock[0], "--nproc-per-node", "2",
-                 script(tmp_path, TRAINER))
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
-    assert f"using the node daemon at {c.sock[0]}" in err
-    assert "private" not in err
-    assert sorted(out.splitlines()) == [
-        f"rank {r} of 2: 0.500 over 2 args []" for r in range(2)]
+    runs = [launcher("--socket", c.sock[0], "--nproc-per-node", "2",
+                     script(tmp_path, TRAINER)) for _ in range(2)]
+    for p in runs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert f"using the node daemon at {c.sock[0]}, job run-" in err
+        assert "private" not in err
+        assert sorted(out.splitlines()) == [
+            f"rank {r} of 2: 0.500 over 2 args []" for r in range(2)]
+    assert c.log("sched").count("' started (id ") == 2
 
 
 def test_a_failing_trainer_stops_the_others(tmp_path):

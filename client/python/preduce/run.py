@@ -6,7 +6,10 @@
 starts four copies of ``python3 train.py --epochs 3``. Each gets
 PREDUCE_SOCKET, PREDUCE_RANK, PREDUCE_LOCAL_RANK, PREDUCE_WORLD_SIZE and
 PREDUCE_LOCAL_WORLD_SIZE in its environment, from which ``preduce.Client()``
-and ``preduce.torch.PartialReduce(model, optimizer)`` take their defaults.
+and ``preduce.torch.PartialReduce(model, optimizer)`` take their defaults,
+and, on a machine's service, PREDUCE_JOB (--job, else $PREDUCE_JOB, else
+run-HOST-PID: a run of its own, never averaged with another's) and
+PREDUCE_POLICY (--policy, when given).
 
 Where the workers' node daemon comes from:
 - the node daemon at --socket (else $PREDUCE_SOCKET, else the service's
@@ -58,9 +61,14 @@ def parse_args(argv):
                    "else " + SERVICE_SOCKET + ")")
     p.add_argument("--standalone", action="store_true",
                    help="always start a private scheduler and node daemon")
-    p.add_argument("--policy", default="dynamic",
+    p.add_argument("--policy", default=None,
                    choices=("dynamic", "constant", "allreduce"),
-                   help="a private scheduler's policy (default dynamic)")
+                   help="the policy: a private scheduler's (default "
+                   "dynamic), or the job's on the service")
+    p.add_argument("--job", metavar="NAME",
+                   help="the job on the service (default $PREDUCE_JOB, "
+                   "else run-HOST-PID; with --nnodes > 1 give the same "
+                   "on every machine)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VAL",
                    help="a setting for the private daemons (preduced.conf "
                    "keys; scheduler.* go to the scheduler)")
@@ -292,6 +300,18 @@ def run(a):
         raise SystemExit("preduce-run: no node daemon answers at "
                          f"{sock}; with --nnodes > 1 give --scheduler "
                          "HOST:PORT (node rank 0 starts it there)")
+    job = a.job or os.environ.get("PREDUCE_JOB")
+    if not private and not job:
+        if a.nnodes > 1:
+            raise SystemExit("preduce-run: on the service with --nnodes > "
+                             "1, give --job NAME, the same on every "
+                             "machine")
+        job = f"run-{socket.gethostname()}-{os.getpid()}"
+    extra = {}
+    if job:
+        extra["PREDUCE_JOB"] = job
+    if a.policy and not private:
+        extra["PREDUCE_POLICY"] = a.policy
     tmp = tempfile.mkdtemp(prefix="preduce-run.") if private else None
     log_dir = a.log_dir or tmp
     daemons = None
@@ -303,7 +323,7 @@ def run(a):
         if private:
             os.makedirs(log_dir, exist_ok=True)
             daemons = Daemons(find_preduced(a.preduced), log_dir, a.set,
-                              a.policy)
+                              a.policy or "dynamic")
             if a.nnodes == 1:
                 sched = f"127.0.0.1:{free_port()}"
                 daemons.scheduler(sched, world)
@@ -320,15 +340,16 @@ def run(a):
                   f"daemon for this run; logs in {log_dir}",
                   file=sys.stderr, flush=True)
         else:
-            print(f"preduce-run: using the node daemon at {sock}",
-                  file=sys.stderr, flush=True)
+            print(f"preduce-run: using the node daemon at {sock}, job "
+                  f"{job}", file=sys.stderr, flush=True)
         cmd = trainer_command(a)
         for local in range(a.nproc_per_node):
             rank = a.node_rank * a.nproc_per_node + local
             env = dict(os.environ, PREDUCE_SOCKET=sock,
                        PREDUCE_RANK=str(rank), PREDUCE_LOCAL_RANK=str(local),
                        PREDUCE_WORLD_SIZE=str(world),
-                       PREDUCE_LOCAL_WORLD_SIZE=str(a.nproc_per_node))
+                       PREDUCE_LOCAL_WORLD_SIZE=str(a.nproc_per_node),
+                       **extra)
             env.pop("PREDUCE_NAME", None)  # one name would be every rank's
             trainers[rank] = subprocess.Popen(cmd, env=env)
         status = supervise(dict(trainers))
