@@ -599,8 +599,7 @@ int pr_conf_addr_list(const char *s, char (*out)[PR_CONF_ADDR_MAX], size_t max)
  * Per-key checks for pr_conf_validate(): the bounds again, because a struct
  * filled in code never saw the setters, and host:port syntax.
  */
-/* A job's name (F_NAME): it appears in logs and metrics labels. */
-static int name_ok(const char *s)
+int pr_conf_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 63)
@@ -631,7 +630,7 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
                        sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
         if ((e->flags & F_SOCKPATH) && !*s)
             return bad(err, -EINVAL, e, "empty path");
-        if ((e->flags & F_NAME) && !name_ok(s))
+        if ((e->flags & F_NAME) && !pr_conf_name_ok(s))
             return bad(err, -EINVAL, e,
                        "'%.64s' is not 1..63 printable bytes without spaces "
                        "or quotes",

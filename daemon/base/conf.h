@@ -157,6 +157,13 @@ int pr_conf_set(struct pr_conf *c, const char *assignment,
 int pr_conf_set_scalar(struct pr_conf *c, const char *assignment,
                        struct pr_conf_err *err);
 
+/*
+ * Whether s may name a job (the `job` key, F_NAME; a trainer's
+ * PREDUCE_JOB): 1..63 printable bytes without spaces, quotes or
+ * backslashes, since it appears in logs and metrics labels.
+ */
+int pr_conf_name_ok(const char *s);
+
 /* Cross-key checks (group_min <= group_max, window bounds, ...). */
 int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err);
 

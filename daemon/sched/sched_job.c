@@ -196,6 +196,9 @@ int pr_sched_job_params(const struct sched_job *j, struct pr_sched_params *p)
     return 0;
 }
 
+/* pr_conf_name_ok() (base, which knows no protocol) bounds names so. */
+_Static_assert(PR_JOB_NAME_MAX == 63, "pr_conf_name_ok's length bound");
+
 static struct sched_job *job_by_name(struct pr_sched *s, const char *name)
 {
     for (struct sched_job *j = s->jobs; j; j = j->next)
@@ -222,19 +225,6 @@ static void job_free(struct sched_job *j)
     pr_sched_core_destroy(j->core);
     free(j->workers);
     free(j);
-}
-
-/* A name a person can read in logs and metrics: printable, no quotes. */
-static int name_ok(const char *name)
-{
-    size_t n = strlen(name);
-    if (n == 0 || n > PR_JOB_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isgraph((unsigned char)name[i]) || name[i] == '"' ||
-            name[i] == '\\')
-            return 0;
-    return 1;
 }
 
 static int job_start(struct pr_sched *s, const char *name,
@@ -284,7 +274,7 @@ int pr_sched_job_get(struct pr_sched *s, const char *name,
                      char *const *settings, size_t nsettings,
                      struct sched_job **out, char *why, size_t why_len)
 {
-    if (!name_ok(name)) {
+    if (!pr_conf_name_ok(name)) {
         snprintf(why, why_len,
                  "job name '%.64s': 1..%d printable characters, no spaces "
                  "or quotes",
