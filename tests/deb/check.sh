@@ -137,7 +137,7 @@ fi
 # The container's own environment, not this shell's (a PATH with
 # /usr/local or pyenv shims would pick other programs than the packages').
 ct() {
-    timeout 120 nsenter -t "$CT_INIT" -a env -i HOME=/root LANG=C.UTF-8 \
+    ct_enter 120 env -i HOME=/root LANG=C.UTF-8 \
         PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 ctenv() { ct env DEBIAN_FRONTEND=noninteractive "$@"; }

@@ -64,6 +64,12 @@ wait_log() {
 #                        CT_NSPAWN and CT_INIT (the container's systemd, for
 #                        nsenter -t); 1 (log in T/nspawn.log) if it did not
 #                        reach basic.target within 60 s
+#   ct_enter S CMD...    CMD in the container, bounded at S seconds: its
+#                        namespaces, and its root and working directory
+#                        taken from its init (-r -w): in a chroot the mount
+#                        namespace's root is the machine's /, not the
+#                        container's, so entering the namespaces alone would
+#                        run CMD on the host's files
 #   ct_stop T            SIGTERM (nspawn shuts the container down in order),
 #                        SIGKILL after 10 s, then the mounts and T removed
 CT_NSPAWN=
@@ -87,14 +93,20 @@ ct_boot() {
     for _ in $(seq 600); do
         leader=$(pgrep -P "$CT_NSPAWN" | head -1)
         [ -n "$leader" ] && CT_INIT=$(pgrep -P "$leader" -x systemd | head -1)
-        if [ -n "$CT_INIT" ] && timeout 5 nsenter -t "$CT_INIT" -a \
-            systemctl is-active -q basic.target 2>/dev/null; then
+        if [ -n "$CT_INIT" ] &&
+            ct_enter 5 systemctl is-active -q basic.target 2>/dev/null; then
             return 0
         fi
         CT_INIT=
         sleep 0.1
     done
     return 1
+}
+
+ct_enter() {
+    local s=$1
+    shift
+    timeout "$s" nsenter -t "$CT_INIT" -a -r -w "$@"
 }
 
 ct_stop() {

@@ -78,7 +78,7 @@ if ! ct_boot "$T" "prt$$"; then
     exit
 fi
 pass "a systemd container boots (basic.target)"
-ct() { timeout 30 nsenter -t "$CT_INIT" -a "$@"; }
+ct() { ct_enter 30 "$@"; }
 
 if ct getent passwd preduce | grep -q ':/usr/sbin/nologin$'; then
     pass "systemd-sysusers made user preduce at boot"
