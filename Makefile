@@ -461,10 +461,21 @@ bench-torch: $(BINS) $(LIB_SO)
 			--out $(BUILD)/bench-torch; done
 
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
-# and files feed the daemon. Each target runs FUZZ_SECONDS (default 60); a
-# crash stops make, the input saved under build/fuzz/crashes/.
+# and files feed the daemon. Each target runs FUZZ_SECONDS (default 60), or
+# FUZZ_BUDGET over the number of targets when that is less (at least 1 s),
+# so that a pass takes about FUZZ_BUDGET however many targets there are
+# (CI: 300 s). One input may take FUZZ_INPUT_S (libFuzzer's -timeout); a
+# target still running 30 s past its time (stuck outside libFuzzer's
+# checks) is interrupted, then killed 10 s later. A crash or a slow input
+# stops make with the input saved under build/fuzz/crashes/ and printed; a
+# target that had to be stopped stops make, saying so.
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
+FUZZ_BUDGET ?=
+FUZZ_INPUT_S ?= 10
+FUZZ_EACH = $(if $(FUZZ_BUDGET),$$(( $(FUZZ_BUDGET) / $(words $(FUZZ_BINS)) \
+	< $(FUZZ_SECONDS) ? $(FUZZ_BUDGET) / $(words $(FUZZ_BINS)) : \
+	$(FUZZ_SECONDS) )),$(FUZZ_SECONDS))
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libprctl.a \
 		$(BUILD)/libpreduced.a
 	@mkdir -p $(dir $@)
@@ -479,14 +490,19 @@ fuzz:
 		OPT="-O1 -g" fuzz-run
 
 fuzz-run: $(FUZZ_BINS)
-	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); \
+	@set -e; s=$(FUZZ_EACH); [ "$$s" -ge 1 ] || s=1; \
+	for f in $(FUZZ_BINS); do n=$$(basename $$f); \
 		mkdir -p $(BUILD)/corpus/$$n $(BUILD)/crashes; \
-		echo "== $$n: $(FUZZ_SECONDS) s"; \
-		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		echo "== $$n: $$s s"; rc=0; \
+		timeout -s INT -k 10 $$((s + 30)) $$f -max_total_time=$$s \
+			-timeout=$(FUZZ_INPUT_S) -print_final_stats=1 \
 			-artifact_prefix=$(BUILD)/crashes/$$n- $(BUILD)/corpus/$$n \
 			tests/fuzz/seeds/$$n $$(ls -d build/seeds/$$n 2>/dev/null) \
-			>$(BUILD)/$$n.log 2>&1 || \
+			>$(BUILD)/$$n.log 2>&1 || rc=$$?; \
+		[ $$rc -eq 0 ] || \
 			{ tail -n 60 $(BUILD)/$$n.log; \
+			[ $$rc -ne 124 ] && [ $$rc -ne 137 ] || \
+			echo "$$n: still running $$((s + 30)) s after its start: stopped"; \
 			for a in $(BUILD)/crashes/$$n-*; do [ -f "$$a" ] || continue; \
 			echo "reproducer $$a (base64; commit it under"; \
 			echo "tests/fuzz/regress/$$n/ once fixed):"; base64 "$$a"; \
