@@ -22,6 +22,7 @@
 #include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
+#include "daemon/node/node_hello.h"
 #include "daemon/base/stranger.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 
@@ -56,7 +57,7 @@ struct node_trainer {
     struct pr_node *node;
     struct pr_conn *conn; /* NULL once the trainer hung up */
     uint32_t cookie;
-    char name[64];
+    char name[PR_NODE_WORKER_NAME_MAX + 1];
     /*
      * Its job (Hello.job, else the node's `job`) and settings, sent with
      * every WorkerJoin; job_id is the scheduler's id of it, which every

@@ -202,44 +202,21 @@ static void group_detach(struct node_trainer *c)
                 (unsigned long long)c->group_id, c->group_rank, strerror(-rc));
 }
 
-/* A worker name must not carry control characters into log lines. */
-static int has_control_chars(const char *name, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        if (ch < 0x20 || ch == 0x7f)
-            return 1;
-    }
-    return 0;
-}
-
 /*
  * The job the trainer's hello names (or the node's `job`) and its
- * settings, copied into c; checked for size and control characters only,
- * since the scheduler judges the rest. 0, or -1 with c's connection
- * failed and told why.
+ * settings, copied into c; checked for size and control characters only
+ * (pr_node_hello_job), since the scheduler judges the rest. 0, or -1
+ * with c's connection failed and told why.
  */
 static int take_job(struct node_trainer *c, const Pr__V1__Hello *h)
 {
-    const char *job = h->job && h->job[0] ? h->job : c->node->conf->job;
-    size_t len = strlen(job);
-    const char *why = NULL;
-    if (len > PR_JOB_NAME_MAX || has_control_chars(job, len))
-        why = "a job name has 1..63 bytes and no control characters";
-    else if (h->n_settings > PR_JOB_SETTINGS_MAX)
-        why = "a job has at most 16 settings";
-    for (size_t i = 0; !why && i < h->n_settings; i++) {
-        size_t k = strlen(h->settings[i]);
-        if (k > PR_JOB_SETTING_MAX || has_control_chars(h->settings[i], k))
-            why = "a job setting has at most 127 bytes and no control "
-                  "characters";
-    }
-    if (why) {
+    const char *job, *why;
+    if (pr_node_hello_job(h, c->node->conf->job, &job, &why) < 0) {
         pr_warn("%s: %s: closing", c->conn->name, why);
         pr_conn_fail(c->conn, -EINVAL, why);
         return -1;
     }
-    memcpy(c->job, job, len + 1);
+    memcpy(c->job, job, strlen(job) + 1);
     if (h->n_settings > 0) {
         c->settings = calloc(h->n_settings, sizeof(*c->settings));
         for (size_t i = 0; c->settings && i < h->n_settings; i++) {
@@ -261,22 +238,14 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
     struct pr_node *n = c->node;
     if (pr_hello_version(c->conn, h) < 0)
         return 0;
-    size_t len = h->name ? strlen(h->name) : 0;
-    if (h->role != PR__V1__ROLE__ROLE_CLIENT || len == 0 ||
-        len >= sizeof(c->name)) {
-        pr_warn("%s: hello with role %d and a name of %zu bytes: closing",
-                c->conn->name, (int)h->role, len);
-        pr_conn_fail(c->conn, -EINVAL, "expected a client hello with a name");
+    const char *reason;
+    char why[96];
+    if (pr_node_hello_name(h, &reason, why, sizeof(why)) < 0) {
+        pr_warn("%s: %s: closing", c->conn->name, why);
+        pr_conn_fail(c->conn, -EINVAL, reason);
         return 0;
     }
-    if (has_control_chars(h->name, len)) {
-        pr_warn("%s: hello with a name of %zu bytes that has control "
-                "characters: closing",
-                c->conn->name, len);
-        pr_conn_fail(c->conn, -EINVAL,
-                     "a worker name may not contain control characters");
-        return 0;
-    }
+    size_t len = strlen(h->name);
     uint32_t trainers = n->ngreeted;
     if (trainers >= n->conf->node_max_clients) {
         /*

@@ -53,6 +53,17 @@ static void sched_release(struct pr_sched *s);
 static void node_forget(struct pr_sched *s, struct sched_node *n,
                         const char *why);
 
+int pr_sched_hello_fields(const Pr__V1__Hello *h, const char **why)
+{
+    char host[96];
+    uint16_t port;
+    if (h->role != PR__V1__ROLE__ROLE_NODE || !h->data_addr ||
+        pr_conf_parse_hostport(h->data_addr, host, sizeof(host), &port) < 0 ||
+        port == 0)
+        return *why = "expected a node hello", -EPROTO;
+    return 0;
+}
+
 /*
  * Whether hello h is a node daemon's of our protocol that proves the
  * cluster key: 0 and the proof for our Welcome (*plen bytes), or -1 with
@@ -63,15 +74,12 @@ static int hello_check(struct sched_node *n, const Pr__V1__Hello *h,
 {
     if (pr_hello_version(n->conn, h) < 0)
         return -1;
-    char host[96];
-    uint16_t port;
-    if (h->role != PR__V1__ROLE__ROLE_NODE || !h->data_addr ||
-        pr_conf_parse_hostport(h->data_addr, host, sizeof(host), &port) < 0 ||
-        port == 0) {
+    const char *why;
+    if (pr_sched_hello_fields(h, &why) < 0) {
         pr_warn("%s: hello is not from a node daemon with a data address: "
                 "closing",
                 n->conn->name);
-        pr_conn_fail(n->conn, -EPROTO, "expected a node hello");
+        pr_conn_fail(n->conn, -EPROTO, why);
         return -1;
     }
     char who[96];

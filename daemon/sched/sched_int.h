@@ -145,6 +145,14 @@ static inline uint64_t pr_sched_now_us(void)
 }
 
 /*
+ * sched.c: a node's Hello, its fields past the protocol version and
+ * before the key's proof: a node daemon's role and a data address of
+ * host:port with a port above 0. 0, or -EPROTO with *why (the Error's
+ * reason).
+ */
+int pr_sched_hello_fields(const Pr__V1__Hello *h, const char **why);
+
+/*
  * sched_job.c: the jobs, by name and by id. pr_sched_job_get() finds the
  * job `name` or starts it with `settings` (a worker's: "key=value", keys
  * of scheduler.job_settings); a worker whose settings differ from a
@@ -176,6 +184,12 @@ void pr_sched_jobs_fini(struct pr_sched *s);
  */
 /* Sends m to node n; a failure closes n's connection (logged). */
 void pr_sched_send(struct sched_node *n, Pr__V1__Msg *m);
+/*
+ * The checks of a WorkerJoin before its job's (pr_sched_job_get): a
+ * worker name of 1..63 bytes (a sched_worker's name). 0, or -EINVAL with
+ * why[] filled in.
+ */
+int pr_sched_worker_name(const char *name, char *why, size_t why_len);
 void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *j);
 /* A node's own worker left (a WorkerLeave for another node's is ignored). */
 void pr_sched_on_worker_leave(struct sched_node *n,

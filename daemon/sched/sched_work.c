@@ -470,6 +470,16 @@ static int add_worker(struct sched_job *j, struct sched_node *n,
     return 0;
 }
 
+int pr_sched_worker_name(const char *name, char *why, size_t why_len)
+{
+    size_t max = sizeof(((struct sched_worker *)0)->name) - 1;
+    if (!name[0] || strlen(name) > max) {
+        snprintf(why, why_len, "a worker name of 1..%zu bytes", max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *wj)
 {
     struct pr_sched *s = n->s;
@@ -492,12 +502,9 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *wj)
         r.status = -EUSERS;
         goto answer;
     }
-    if (!name[0] || strlen(name) >= sizeof(j->workers[0].name)) {
-        r.status = -EINVAL;
-        snprintf(why, sizeof(why), "a worker name of 1..%zu bytes",
-                 sizeof(j->workers[0].name) - 1);
+    r.status = pr_sched_worker_name(name, why, sizeof(why));
+    if (r.status < 0)
         goto answer;
-    }
     r.status = pr_sched_job_get(s, jobname, wj->settings, wj->n_settings, &j,
                                 why, sizeof(why));
     if (r.status < 0) {
