@@ -16,6 +16,7 @@
 
 #include "daemon/engine/engine.h"
 #include "daemon/base/log.h"
+#include "tests/fuzz/fuzz_input.h"
 
 #define TOTAL 1000
 #define CHUNK 64
@@ -87,24 +88,6 @@ static void done_cb(void *arg, uint64_t id, int status)
     ++*(int *)arg;
 }
 
-struct cursor {
-    const uint8_t *p;
-    size_t n;
-};
-
-static uint32_t take(struct cursor *c, int bytes)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < bytes; i++) {
-        v = v << 8 | (c->n ? *c->p : 0);
-        if (c->n) {
-            c->p++;
-            c->n--;
-        }
-    }
-    return v;
-}
-
 /* Starts group `id` at position 1 of the ring 100, 101, 102: 1 if so. */
 static int start_group(struct pr_engine *e, uint64_t id, float *x,
                        struct pr_engine_part *part, int in_place, int *calls_of)
@@ -151,14 +134,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct pr_engine *e =
         pr_engine_create(&loop, CHUNK, 64 * 1024, resolve, NULL);
     pr_engine_set_direct(e, 1);
-    struct cursor c = {data, size};
-    int in_place = (int)take(&c, 1) & 1;
+    struct fuzz_cursor c = {data, size};
+    int in_place = (int)fuzz_take(&c, 1) & 1;
     calls[0] = calls[1] = 0;
     int started[2] = {start_group(e, 10, x[0], &parts[0], in_place, &calls[0]),
                       0};
     int started2 = 0;
     while (c.n > 0) {
-        uint32_t op = take(&c, 1);
+        uint32_t op = fuzz_take(&c, 1);
         if (op >= 0xf8) {
             /* A second group (replays what was stashed for it). */
             if (!started2) {
@@ -179,14 +162,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         struct pr_chunk_hdr h;
         h.group_id = 9 + (op & 3); /* 9 stale, 10 running, 11 early, 12 */
-        uint32_t from = 100 + take(&c, 1) % 4; /* 103: no such peer */
-        h.step = take(&c, 1) % 6;
-        h.seg = take(&c, 1) % 4;
-        h.total = op & 4 ? take(&c, 4) : TOTAL;
-        h.off = take(&c, 2);
-        h.nfloats = op & 8 ? take(&c, 4) : take(&c, 1);
+        uint32_t from = 100 + fuzz_take(&c, 1) % 4; /* 103: no such peer */
+        h.step = fuzz_take(&c, 1) % 6;
+        h.seg = fuzz_take(&c, 1) % 4;
+        h.total = op & 4 ? fuzz_take(&c, 4) : TOTAL;
+        h.off = fuzz_take(&c, 2);
+        h.nfloats = op & 8 ? fuzz_take(&c, 4) : fuzz_take(&c, 1);
         if (op & 16)
-            h.off = (uint64_t)take(&c, 4) << 32 | take(&c, 4);
+            h.off = (uint64_t)fuzz_take(&c, 4) << 32 | fuzz_take(&c, 4);
         /* The payload: at most what a transport could have received. */
         if (h.nfloats > TOTAL)
             h.nfloats = op & 32 ? h.nfloats % (TOTAL + 1) : TOTAL;

@@ -24,6 +24,7 @@
 #include "daemon/base/log.h"
 #include "daemon/node/node_hello.h"
 #include "daemon/sched/sched_int.h"
+#include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -187,15 +188,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int ready;
     if (!ready) {
-        pr_log_set_level(PR_LOG_ERROR);
-        if (pr_conf_init(&conf) < 0 ||
-            pr_conf_set(&conf,
-                        "scheduler.job_settings=policy,group_size,"
-                        "group_min,group_max,min_workers,weighting,"
-                        "staleness_alpha,isolation_bound,window_ms,"
-                        "window_min_ms,window_max_ms,window_wait",
-                        NULL) < 0)
-            abort();
+        fuzz_sched_conf(&conf);
         ready = 1;
     }
     Pr__V1__Msg *m = pr_msg_unpack(data, size);

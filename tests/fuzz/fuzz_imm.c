@@ -19,26 +19,9 @@
 #include <string.h>
 
 #include "daemon/xport/rdma/rdma_flow.h"
+#include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-struct cursor {
-    const uint8_t *p;
-    size_t n;
-};
-
-static uint32_t take(struct cursor *c, int bytes)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < bytes; i++) {
-        v = v << 8 | (c->n ? *c->p : 0);
-        if (c->n) {
-            c->p++;
-            c->n--;
-        }
-    }
-    return v;
-}
 
 /* Decodes imm against `slots` and checks the answer: returns it. */
 static int decode(uint32_t imm, uint32_t slots, uint32_t *n, uint32_t *back)
@@ -88,14 +71,14 @@ static void give(struct pr_credit *cr, uint32_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct cursor c = {data, size};
-    uint32_t own = take(&c, 2) % PR_RDMA_SLOTS_MAX + 1;
-    uint32_t peer = take(&c, 2) % PR_RDMA_SLOTS_MAX + 1;
+    struct fuzz_cursor c = {data, size};
+    uint32_t own = fuzz_take(&c, 2) % PR_RDMA_SLOTS_MAX + 1;
+    uint32_t peer = fuzz_take(&c, 2) % PR_RDMA_SLOTS_MAX + 1;
     /* The peer's slots as this side spends them; its own it holds. */
     struct pr_credit cr;
     pr_credit_init(&cr, peer);
     while (c.n > 0) {
-        uint32_t op = take(&c, 1);
+        uint32_t op = fuzz_take(&c, 1);
         uint32_t n, back;
         if (op & 1) {
             /* This side writes: into a peer slot, while credits last. */
@@ -117,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             continue;
         }
-        int kind = decode(take(&c, 4), own, &n, &back);
+        int kind = decode(fuzz_take(&c, 4), own, &n, &back);
         if (kind < 0)
             continue; /* on_recv fails the link; the next word goes on */
         give(&cr, kind == 1 ? n : back);
