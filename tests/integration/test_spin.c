@@ -104,11 +104,17 @@ START_TEST(test_spin_polls_exact)
     ck_assert_int_eq(failed, 0);
     /*
      * A spell per reduce (its request starts one), unless no CPU was
-     * spare at that moment (a loaded machine): then it was skipped.
+     * spare at that moment (a loaded machine): then it was skipped. On a
+     * machine busy throughout (CI's make check next to other builds) every
+     * one may be, and then there is no spell to time.
      */
     ck_assert(polls0 + skip0 >= 40);
-    ck_assert(polls0 >= 1);
-    ck_assert(secs0 > 0);
+    if (skip0 < 40) {
+        ck_assert(polls0 >= 1);
+        ck_assert(secs0 > 0);
+    } else {
+        fprintf(stderr, "node0: every spell skipped (no CPU spare)\n");
+    }
     ck_assert(polls1 == 0);
     ck_assert(secs1 == 0);
 }
