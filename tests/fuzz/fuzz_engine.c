@@ -17,60 +17,13 @@
 #include "daemon/engine/engine.h"
 #include "daemon/base/log.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_links.h"
 
 #define TOTAL 1000
 #define CHUNK 64
 #define NPEER 3
 
-struct fake_send {
-    struct fake_send *next;
-    pr_send_cb cb;
-    void *arg;
-};
-
-/* The links: sends complete when the loop turns (or fail on a reset). */
-struct fake_link {
-    struct pr_link base;
-    struct fake_send *q;
-};
-
-static struct fake_link links[NPEER];
-
-static int fl_send(struct pr_link *l, const struct pr_chunk_hdr *h,
-                   const float *data, pr_send_cb cb, void *arg)
-{
-    (void)h;
-    (void)data;
-    struct fake_link *f = (struct fake_link *)l;
-    struct fake_send *s = malloc(sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    s->cb = cb;
-    s->arg = arg;
-    s->next = f->q;
-    f->q = s;
-    return 0;
-}
-
-static void complete_all(int status)
-{
-    for (int i = 0; i < NPEER; i++) {
-        while (links[i].q) {
-            struct fake_send *s = links[i].q;
-            links[i].q = s->next;
-            s->cb(s->arg, status);
-            free(s);
-        }
-    }
-}
-
-static void fl_reset(struct pr_link *l, int status)
-{
-    (void)l;
-    (void)status;
-}
-
-static const struct pr_link_ops fl_ops = {.send = fl_send, .reset = fl_reset};
+static struct fuzz_link links[NPEER];
 
 static struct pr_link *resolve(void *ctx, uint32_t node)
 {
@@ -124,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uv_loop_t loop;
     uv_loop_init(&loop);
     for (int i = 0; i < NPEER; i++) {
-        links[i].base.ops = &fl_ops;
+        links[i].base.ops = &fuzz_link_ops;
         links[i].base.node_id = 100 + (uint32_t)i;
         links[i].base.kind = "fuzz";
         links[i].q = NULL;
@@ -156,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         }
         if (op >= 0xf0) {
-            complete_all(op & 1 ? 0 : -EIO);
+            fuzz_links_complete(links, NPEER, op & 1 ? 0 : -EIO);
             uv_run(&loop, UV_RUN_NOWAIT);
             continue;
         }
@@ -175,10 +128,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             h.nfloats = op & 32 ? h.nfloats % (TOTAL + 1) : TOTAL;
         pr_engine_on_chunk(e, from, &h, payload + (op >> 6) % 4);
     }
-    complete_all(0);
+    fuzz_links_complete(links, NPEER, 0);
     uv_run(&loop, UV_RUN_NOWAIT);
     pr_engine_destroy(e);
-    complete_all(-ECANCELED);
+    fuzz_links_complete(links, NPEER, -ECANCELED);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     /* Every group started was answered, once; no other. */

@@ -34,6 +34,7 @@
 #include "daemon/base/conf.h"
 #include "daemon/base/log.h"
 #include "daemon/node/node_int.h"
+#include "tests/fuzz/fuzz_links.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -43,55 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define NPEER    2
 #define NFLOATS  16
 
-struct fake_send {
-    struct fake_send *next;
-    pr_send_cb cb;
-    void *arg;
-};
-
-/* The links to nodes 2 and 3: sends complete when told to. */
-struct fake_link {
-    struct pr_link base;
-    struct fake_send *q;
-};
-
-static struct fake_link links[NPEER];
-
-static int fl_send(struct pr_link *l, const struct pr_chunk_hdr *h,
-                   const float *data, pr_send_cb cb, void *arg)
-{
-    (void)h;
-    (void)data;
-    struct fake_link *f = (struct fake_link *)l;
-    struct fake_send *s = malloc(sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    s->cb = cb;
-    s->arg = arg;
-    s->next = f->q;
-    f->q = s;
-    return 0;
-}
-
-static void complete_all(int status)
-{
-    for (int i = 0; i < NPEER; i++) {
-        while (links[i].q) {
-            struct fake_send *s = links[i].q;
-            links[i].q = s->next;
-            s->cb(s->arg, status);
-            free(s);
-        }
-    }
-}
-
-static void fl_reset(struct pr_link *l, int status)
-{
-    (void)l;
-    (void)status;
-}
-
-static const struct pr_link_ops fl_ops = {.send = fl_send, .reset = fl_reset};
+static struct fuzz_link links[NPEER];
 
 static struct pr_link *resolve(void *ctx, uint32_t node)
 {
@@ -225,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uv_loop_t loop;
     uv_loop_init(&loop);
     for (int i = 0; i < NPEER; i++) {
-        links[i].base.ops = &fl_ops;
+        links[i].base.ops = &fuzz_link_ops;
         links[i].base.node_id = 2 + (uint32_t)i;
         links[i].base.kind = "fuzz";
         links[i].q = NULL;
@@ -281,7 +234,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* nor touch what it did not */
     }
     for (int r = 0; r < 4; r++) {
-        complete_all(0);
+        fuzz_links_complete(links, NPEER, 0);
         uv_run(&loop, UV_RUN_NOWAIT);
     }
     for (int i = 0; i < NTRAINER; i++) {
@@ -297,13 +250,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     pr_node_groups_fail(&n, -ECANCELED);
     for (int r = 0; r < 2; r++) {
-        complete_all(-ECANCELED);
+        fuzz_links_complete(links, NPEER, -ECANCELED);
         uv_run(&loop, UV_RUN_NOWAIT);
     }
     if (n.groups)
         abort(); /* every group answered */
     pr_engine_destroy(n.engine);
-    complete_all(-ECANCELED);
+    fuzz_links_complete(links, NPEER, -ECANCELED);
     int left[NTRAINER]; /* the node freed those that had hung up */
     for (int i = 0; i < NTRAINER; i++)
         left[i] = listed(&n, t[i]);
