@@ -30,6 +30,33 @@ void pr_log_set_ident(const char *s)
     snprintf(ident, sizeof(ident), "%s", s);
 }
 
+/*
+ * Appends msg to line[0..n), at most cap bytes in all, and returns the
+ * new length. Names and addresses in messages come from peers and
+ * trainers: a control byte (a newline, an escape sequence) among them
+ * could forge a line or rewrite the terminal, so it is written as \xNN.
+ * The line is cut where the next byte or escape would not fit.
+ */
+static size_t escape(char *line, size_t n, size_t cap, const char *msg)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p >= 0x20 && *p != 0x7f) {
+            if (n + 1 > cap)
+                break;
+            line[n++] = (char)*p;
+            continue;
+        }
+        if (n + 4 > cap)
+            break;
+        line[n++] = '\\';
+        line[n++] = 'x';
+        line[n++] = hex[*p >> 4];
+        line[n++] = hex[*p & 15];
+    }
+    return n;
+}
+
 /* One line: the prefix, then fmt over ap, then a newline; one write(2). */
 __attribute__((format(printf, 2, 0))) static void
 emit(enum pr_log_level level, const char *fmt, va_list ap)
@@ -48,12 +75,10 @@ emit(enum pr_log_level level, const char *fmt, va_list ap)
         n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ld %s[%d] ",
                               ts.tv_nsec / 1000000, ident, (int)getpid());
     }
-    int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-    if (m < 0)
-        m = 0;
-    n += (size_t)m;
-    if (n > sizeof(line) - 2)
-        n = sizeof(line) - 2;
+    char msg[sizeof(line)];
+    if (vsnprintf(msg, sizeof(msg), fmt, ap) < 0)
+        msg[0] = '\0';
+    n = escape(line, n, sizeof(line) - 1, msg);
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;

@@ -3,8 +3,9 @@
  * Unit tests for the log's rate limit (daemon/base/log_limit.c): a flood
  * of one message is cut to log.burst lines an interval plus one line that
  * counts the rest, other messages still get through, and the counts are
- * right with several threads logging at once. The clock is the test's;
- * stderr is a temporary file read back.
+ * right with several threads logging at once; a message's control bytes
+ * are escaped, so a name from a peer cannot forge a line, and a long one
+ * is cut. The clock is the test's; stderr is a temporary file read back.
  */
 #include <check.h>
 #include <pthread.h>
@@ -187,6 +188,50 @@ START_TEST(test_log_counts_right_across_threads)
 }
 END_TEST
 
+/* The whole of what was written to stderr so far, into buf. */
+static size_t written(char *buf, size_t cap)
+{
+    fflush(captured);
+    rewind(captured);
+    size_t n = fread(buf, 1, cap - 1, captured);
+    buf[n] = '\0';
+    fseek(captured, 0, SEEK_END);
+    return n;
+}
+
+START_TEST(test_log_control_bytes_escaped)
+{
+    char buf[4096];
+    /* A worker name that tries to end the line and start a forged one. */
+    pr_log(PR_LOG_WARN, "worker '%s' joined",
+           "w1\n12:00:00.000 forged\x1b[2J\x7f");
+    size_t n = written(buf, sizeof(buf));
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(buf[n - 1], '\n');
+    ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1); /* one line */
+    ck_assert_ptr_null(strchr(buf, '\x1b'));
+    ck_assert_ptr_nonnull(strstr(
+        buf, "worker 'w1\\x0a12:00:00.000 forged\\x1b[2J\\x7f' joined\n"));
+}
+END_TEST
+
+START_TEST(test_log_long_line_cut_whole)
+{
+    char buf[4096], msg[3000];
+    memset(msg, 'a', sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = '\0';
+    /* Escapes where the cut falls: it never takes half of one. */
+    memset(msg + 900, '\t', 200);
+    pr_log(PR_LOG_WARN, "%s", msg);
+    size_t n = written(buf, sizeof(buf));
+    ck_assert_uint_le(n, 1024);
+    ck_assert_uint_ge(n, 1021);
+    ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1);
+    ck_assert_ptr_null(strchr(buf, '\t'));
+    ck_assert_str_eq(strrchr(buf, '\\'), "\\x09\n");
+}
+END_TEST
+
 static Suite *log_suite(void)
 {
     Suite *s = suite_create("log");
@@ -198,6 +243,11 @@ static Suite *log_suite(void)
     tcase_add_test(tc, test_log_flush_reports_a_stopped_flood);
     tcase_add_test(tc, test_log_limit_off_and_level);
     tcase_add_test(tc, test_log_counts_right_across_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("escape");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_log_control_bytes_escaped);
+    tcase_add_test(tc, test_log_long_line_cut_whole);
     suite_add_tcase(s, tc);
     return s;
 }
