@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +63,7 @@ struct opts {
     long retries;
     double target_loss; /* > 0: stop once the shard loss is this low */
     long eval_every;
+    bool probe; /* --probe: only whether a daemon answers at socket */
 };
 
 /* The worker's shard: n samples of FEATURES floats and their labels. */
@@ -313,6 +316,33 @@ out:
     return rc < 0 ? 1 : 0;
 }
 
+/*
+ * --probe: 0 when a daemon accepts a connection at o->socket, else 1 with
+ * the reason. A bare connect, no Hello: nothing registers, and the daemon
+ * sees a trainer that left before it said anything.
+ */
+static int probe(const struct opts *o)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(o->socket) >= sizeof(sa.sun_path)) {
+        fprintf(stderr, "preduce-trainer: socket path too long: %s\n",
+                o->socket);
+        return 1;
+    }
+    strcpy(sa.sun_path, o->socket);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        fprintf(stderr, "preduce-trainer: no daemon answers at %s: %s\n",
+                o->socket, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    close(fd);
+    printf("preduce-trainer: a daemon answers at %s\n", o->socket);
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -344,7 +374,11 @@ static void usage(FILE *f)
             "                      one (-ETIMEDOUT, -ECONNRESET) (3)\n"
             "  --target-loss X     stop once the loss on the shard is at\n"
             "                      most X, and print when (0: off)\n"
-            "  --eval-every K      check the target every K steps (5)\n",
+            "  --eval-every K      check the target every K steps (5)\n"
+            "  --probe             only say whether a daemon accepts\n"
+            "                      connections at the socket: exit 0 if\n"
+            "                      one does, 1 if not (scripts choose\n"
+            "                      between a running service and their own)\n",
             CLASSES, FEATURES);
 }
 
@@ -389,6 +423,7 @@ enum {
     OPT_RETRIES,
     OPT_TARGET_LOSS,
     OPT_EVAL_EVERY,
+    OPT_PROBE,
 };
 
 /* In the order of the enum: the error message indexes it. */
@@ -411,6 +446,7 @@ static const struct option longopts[] = {
     {"retries", required_argument, NULL, OPT_RETRIES},
     {"target-loss", required_argument, NULL, OPT_TARGET_LOSS},
     {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+    {"probe", no_argument, NULL, OPT_PROBE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -483,6 +519,9 @@ static bool set_opt(int ch, const char *arg, struct opts *o, long *seed)
         return parse_double(arg, 0, 1e9, &o->target_loss);
     case OPT_EVAL_EVERY:
         return parse_long(arg, 1, 1000000, &o->eval_every);
+    case OPT_PROBE:
+        o->probe = true;
+        return true;
     default:
         return false;
     }
@@ -499,7 +538,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             usage(stdout);
             exit(0);
         }
-        if (ch < OPT_SOCKET || ch > OPT_EVAL_EVERY) {
+        if (ch < OPT_SOCKET || ch > OPT_PROBE) {
             usage(stderr);
             return 2;
         }
@@ -529,5 +568,5 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    return train(&o);
+    return o.probe ? probe(&o) : train(&o);
 }

@@ -4,11 +4,16 @@
 # (root only): Debian's slurmctld, slurmd and munge (installed when
 # missing), a private munged and slurm.conf under a scratch directory, and
 # two Slurm nodes, n1 and n2, each its own slurmd on 127.0.0.1 (Slurm's
-# way of testing several nodes on one host). The job (2 nodes, 2 tasks
-# each) must train: 4 trainers finish their steps, the scheduler forms
-# groups, both node daemons join through the job's cluster key; and after
-# it ends no process of it may be left. Bounded: every wait has a
-# deadline, the job a 3-minute limit, the whole under a minute here.
+# way of testing several nodes on one host). With no service answering,
+# the job (2 nodes, 2 tasks each) must bring its own daemons and train: 4
+# trainers finish their steps, the scheduler forms groups, both node
+# daemons join through the job's cluster key; and after it ends no
+# process of it may be left. Then with a service running (a scheduler and
+# a node daemon of the test's, the host's preduced), a second job must
+# train on it as job slurm-JOBID, starting no daemon of its own, and
+# leave the service running; asked for the service when none answers, a
+# job fails, saying so. Bounded: every wait has a deadline, each
+# job a 3-minute limit, the whole about a minute here.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/ops/lib.sh
@@ -33,6 +38,7 @@ T=$(mktemp -d /tmp/preduce-slurm.XXXXXX)
 PIDS=()
 cleanup() {
     local p
+    cluster_stop
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
     rm -rf "$T"
@@ -115,21 +121,31 @@ else
     exit
 fi
 
-# The job, as a user would submit it; sbatch --wait returns its exit code.
+# The job, as a user would submit it: submit NAME SERVICE_SOCKET [VAR=value
+# ...] runs it to its end (sbatch --wait returns its exit code), its
+# output in $T/NAME.out, sbatch's errors in $T/NAME.err, its id in
+# $T/NAME.id. The sockets are under $T too, so that every process of the
+# job names $T.
 cp client/examples/slurm/preduce.sbatch "$T/submit/"
-# The sockets under $T too, so that every process of the job names $T.
-(cd "$T/submit" && PREDUCE_BIN=$BUILD PREDUCE_STEPS=60 \
-    PREDUCE_RUNDIR=$T/run timeout 180 \
-    sbatch --wait --time=3 --nodes=2 --ntasks-per-node=2 \
-    --output="$T/job.out" --parsable preduce.sbatch >"$T/jobid" \
-    2>"$T/sbatch.err")
+submit() {
+    local name=$1 svc=$2
+    shift 2
+    (cd "$T/submit" && env PREDUCE_BIN="$BUILD" PREDUCE_STEPS=60 \
+        PREDUCE_RUNDIR="$T/run" PREDUCE_SERVICE_SOCKET="$svc" "$@" \
+        timeout 180 sbatch --wait --time=3 --nodes=2 --ntasks-per-node=2 \
+        --output="$T/$name.out" --parsable preduce.sbatch >"$T/$name.id" \
+        2>"$T/$name.err")
+}
+
+# No service answers at the socket given: the job's own daemons.
+submit job "$T/none.sock"
 rc=$?
-job=$(cat "$T/jobid")
+job=$(cat "$T/job.id")
 jobdir=$T/submit/preduce-$job
-if [ $rc -eq 0 ]; then
-    pass "job $job ran to its end (exit 0)"
+if [ $rc -eq 0 ] && grep -q "starting the job's own daemons" "$T/job.out"; then
+    pass "job $job, no service answering, ran its own daemons to its end (exit 0)"
 else
-    fail "job ${job:-?} exit 0" "exit $rc: $(cat "$T/sbatch.err" "$T/job.out")"
+    fail "job ${job:-?} exit 0" "exit $rc: $(cat "$T/job.err" "$T/job.out")"
 fi
 done=$(grep -c "done steps=60 " "$T/job.out")
 if [ "$done" -eq 4 ]; then
@@ -158,5 +174,57 @@ if wait_for 10 bash -c "! pgrep -f -- '$mine'"; then
     pass "no process of the job is left"
 else
     fail "no process left" "$(pgrep -a -f -- "$mine")"
+fi
+
+# PREDUCE_SERVICE=yes with no service answering: the job fails at once,
+# saying so, and starts nothing.
+submit job1b "$T/none.sock" PREDUCE_SERVICE=yes
+rc=$?
+job1b=$(cat "$T/job1b.id")
+if [ $rc -ne 0 ] && grep -q "PREDUCE_SERVICE=yes, but the service does not answer" \
+    "$T/job1b.out" && [ ! -e "$T/submit/preduce-$job1b" ]; then
+    pass "PREDUCE_SERVICE=yes and no service: job $job1b failed, saying why"
+else
+    fail "PREDUCE_SERVICE=yes without a service" \
+        "exit $rc: $(cat "$T/job1b.err" "$T/job1b.out")"
+fi
+
+# The host's service: one scheduler and one node daemon that both Slurm
+# nodes' trainers reach (n1 and n2 share this host), policy allreduce by
+# default; the job asks for its own.
+if ! PREDUCED=$BUILD/preduced cluster_start "$T/service" allreduce 1; then
+    fail "service up" "$(cat "$T"/service/*.log)"
+    finish
+    exit
+fi
+svc=$(cluster_socket "$T/service" 0)
+submit job2 "$svc"
+rc=$?
+job2=$(cat "$T/job2.id")
+done=$(grep -c "done steps=60 " "$T/job2.out")
+if [ $rc -eq 0 ] && [ "$done" -eq 4 ] &&
+    grep -q "on the preduced service ($svc) as job slurm-$job2" "$T/job2.out"; then
+    pass "job $job2 trained on the service: 4 trainers, 60 steps each"
+else
+    fail "job ${job2:-?} on the service" \
+        "exit $rc, $done done: $(cat "$T/job2.err" "$T/job2.out")"
+fi
+workers=$(grep -c "is worker [0-9]* of job 'slurm-$job2'" "$T/service/node0.log")
+if [ "$workers" -eq 4 ] &&
+    grep -q "job 'slurm-$job2' started (id [0-9]*), policy dynamic" \
+        "$T/service/sched.log" &&
+    wait_for 10 grep -q "job 'slurm-$job2' ended" "$T/service/sched.log"; then
+    pass "the service ran it as job slurm-$job2 (policy dynamic), then ended it"
+else
+    fail "job slurm-$job2 on the service" \
+        "$workers workers: $(cat "$T"/service/*.log)"
+fi
+alive=0
+for p in "${CLUSTER_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+if [ ! -e "$T/submit/preduce-$job2" ] && [ "$alive" -eq 2 ]; then
+    pass "no daemon of the job's own; the service still runs"
+else
+    fail "service job left the service alone" \
+        "$alive of 2 alive; $(ls -la "$T/submit" 2>&1)"
 fi
 finish
