@@ -10,7 +10,7 @@ PKGS=(
     libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
     check clang-format clang libclang-rt-14-dev python3 python3-numpy
     shellcheck pyflakes3
-    systemd systemd-container groff-base man-db procps
+    systemd systemd-container groff-base man-db procps iproute2
     python3-torch python3-sklearn python3-pytest python3-yaml
     python3-venv python3-pip python3-setuptools python3-wheel
     dpkg-dev debhelper dh-python fakeroot lintian
