@@ -67,6 +67,8 @@ struct pr_conf {
     uint32_t node_max_tensor_mb;       /* per tensor, MiB */
     uint32_t node_trainer_max_tensors; /* per trainer */
     uint32_t node_trainer_max_mb;      /* per trainer, all its tensors */
+    uint32_t node_job_max_tensors;     /* all trainers of one job */
+    uint32_t node_job_max_mb;          /* all trainers of one job */
     uint32_t node_max_tensors;         /* all trainers of this node */
     uint32_t node_reduce_timeout_ms;
     uint32_t node_reduce_threads; /* 0 = the CPUs it may use, at most 8 */

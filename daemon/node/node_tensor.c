@@ -60,10 +60,53 @@ static uint64_t node_tensor_cap(const struct pr_node *n)
     return cap;
 }
 
+/* The bytes of c's tensors. */
+static uint64_t trainer_bytes(const struct node_trainer *c)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < c->ntensors; i++)
+        bytes += (uint64_t)c->tensors[i].n * sizeof(float);
+    return bytes;
+}
+
 /*
- * Per-trainer and per-node limits, checked before anything is allocated:
- * 0, or an errno with why[] filled in: -EDQUOT for the trainer's own
- * quota (count or MiB), -ENOSPC when the node holds all it may.
+ * The limits of c's job on this node, over all its trainers (those that
+ * left but whose tensors a reduce still reads among them): 0, or -EDQUOT
+ * with why[] filled in.
+ */
+static int check_job(const struct node_trainer *c, uint64_t nfloats, char *why,
+                     size_t why_len)
+{
+    const struct pr_conf *conf = c->node->conf;
+    uint64_t count = 0, bytes = nfloats * sizeof(float);
+    for (const struct node_trainer *t = c->node->trainers; t; t = t->next)
+        if (!strcmp(t->job, c->job)) {
+            count += t->ntensors;
+            bytes += trainer_bytes(t);
+        }
+    if (count >= conf->node_job_max_tensors) {
+        snprintf(why, why_len,
+                 "job '%s' holds %llu tensors here, at most %u "
+                 "(node.job_max_tensors)",
+                 c->job, (unsigned long long)count, conf->node_job_max_tensors);
+        return -EDQUOT;
+    }
+    if (bytes > (uint64_t)conf->node_job_max_mb << 20) {
+        snprintf(why, why_len,
+                 "job '%s' would hold %llu MiB here, at most %u "
+                 "(node.job_max_mb)",
+                 c->job, (unsigned long long)((bytes + (1 << 20) - 1) >> 20),
+                 conf->node_job_max_mb);
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+/*
+ * Per-trainer, per-job and per-node limits, checked before anything is
+ * allocated: 0, or an errno with why[] filled in: -EDQUOT for the
+ * trainer's own quota or its job's (count or MiB), -ENOSPC when the node
+ * holds all it may.
  */
 static int check_limits(const struct node_trainer *c, uint64_t nfloats,
                         char *why, size_t why_len)
@@ -76,9 +119,7 @@ static int check_limits(const struct node_trainer *c, uint64_t nfloats,
                  c->ntensors, conf->node_trainer_max_tensors);
         return -EDQUOT;
     }
-    uint64_t bytes = nfloats * sizeof(float);
-    for (size_t i = 0; i < c->ntensors; i++)
-        bytes += (uint64_t)c->tensors[i].n * sizeof(float);
+    uint64_t bytes = nfloats * sizeof(float) + trainer_bytes(c);
     uint64_t max_bytes = (uint64_t)conf->node_trainer_max_mb << 20;
     if (bytes > max_bytes) {
         snprintf(why, why_len,
@@ -88,6 +129,9 @@ static int check_limits(const struct node_trainer *c, uint64_t nfloats,
                  conf->node_trainer_max_mb);
         return -EDQUOT;
     }
+    int rc = check_job(c, nfloats, why, why_len);
+    if (rc < 0)
+        return rc;
     uint64_t cap = node_tensor_cap(c->node);
     if (c->node->ntensors >= cap) {
         snprintf(why, why_len,

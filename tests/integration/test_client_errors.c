@@ -512,6 +512,94 @@ START_TEST(test_client_tensor_quotas)
 }
 END_TEST
 
+/* A node with quotas per job: 5 tensors and 3 MiB for each job. */
+static void setup_job_quotas(void)
+{
+    const char *const sets[] = {"scheduler.policy=dynamic",
+                                "scheduler.window_ms=5", NULL};
+    const char *const node_sets[] = {"node.max_tensor_mb=1",
+                                     "node.job_max_tensors=5",
+                                     "node.job_max_mb=3", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sets, node_sets), 0);
+}
+
+/* A trainer of job `job` on node 0. */
+static preduce_client_t *connect_job(const char *name, const char *job)
+{
+    preduce_options_t *o;
+    preduce_client_t *cl = NULL;
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "job", job), 0);
+    ck_assert_int_eq(preduce_connect_with(c.sock[0], name, o, 5000, &cl), 0);
+    preduce_options_destroy(o);
+    ck_assert_str_eq(preduce_job(cl), job);
+    return cl;
+}
+
+/*
+ * A job's trainers together stay within node.job_max_tensors and
+ * node.job_max_mb: a create past them fails with -EDQUOT naming the job,
+ * while another job on the same node still gets its own; a tensor given
+ * back, or a trainer gone, makes room in its job again.
+ */
+START_TEST(test_client_job_quotas)
+{
+    preduce_client_t *a1 = connect_job("a1", "a");
+    preduce_client_t *a2 = connect_job("a2", "a");
+    preduce_client_t *b1 = connect_job("b1", "b");
+    preduce_tensor_t *ta1[3], *ta2[3], *tb[4];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(preduce_tensor_create(a1, 16, 5000, &ta1[i]), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(preduce_tensor_create(a2, 16, 5000, &ta2[i]), 0);
+    ck_assert_int_eq(preduce_tensor_create(a2, 16, 5000, &ta2[2]), -EDQUOT);
+    ck_assert_str_eq(preduce_last_error(a2),
+                     "job 'a' holds 5 tensors here, at most 5 "
+                     "(node.job_max_tensors)");
+    ck_assert(h_log_contains(&c, "node0",
+                             "trainer 'a2': tensor of 16 floats refused: job "
+                             "'a' holds 5 tensors here, at most 5"));
+
+    /* Job b is not held back by a: by size, 3 MiB in all. */
+    ck_assert_int_eq(preduce_tensor_create(b1, 16, 5000, &tb[0]), 0);
+    ck_assert_int_eq(preduce_tensor_create(b1, MAX_TENSOR_FLOATS, 5000, &tb[1]),
+                     0);
+    ck_assert_int_eq(preduce_tensor_create(b1, MAX_TENSOR_FLOATS, 5000, &tb[2]),
+                     0);
+    ck_assert_int_eq(preduce_tensor_create(b1, MAX_TENSOR_FLOATS, 5000, &tb[3]),
+                     -EDQUOT);
+    ck_assert_str_eq(preduce_last_error(b1),
+                     "job 'b' would hold 4 MiB here, at most 3 "
+                     "(node.job_max_mb)");
+
+    /*
+     * A tensor given back, then a trainer gone, make room in job a. The
+     * destroy has no answer and a2's create comes on another socket: the
+     * node may read that first.
+     */
+    preduce_tensor_destroy(ta1[2]);
+    int rc = -EDQUOT;
+    for (int i = 0; i < 300 && rc == -EDQUOT; i++) {
+        rc = preduce_tensor_create(a2, 16, 5000, &ta2[2]);
+        if (rc == -EDQUOT)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    preduce_tensor_t *more;
+    ck_assert_int_eq(preduce_tensor_create(a2, 16, 5000, &more), -EDQUOT);
+    preduce_close(a1);
+    rc = -EDQUOT;
+    for (int i = 0; i < 300 && rc == -EDQUOT; i++) {
+        rc = preduce_tensor_create(a2, 16, 5000, &more);
+        if (rc == -EDQUOT)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    preduce_close(a2);
+    preduce_close(b1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_client_errors");
@@ -527,6 +615,12 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup_quotas, teardown);
     tcase_add_test(tc, test_client_tensor_quotas);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("job_quotas");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup_job_quotas, teardown);
+    tcase_add_test(tc, test_client_job_quotas);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("scripted_scheduler");
