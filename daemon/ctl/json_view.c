@@ -6,7 +6,7 @@
  *    "groups_ok", "groups_failed", "groups_running",
  *    "bytes": {"tcp": {"sent", "received"}, "rdma": {...}},
  *    "peer_links_up", "rdma_device",
- *    "workers": [{"name", "rank", "version"}...]}
+ *    "workers": [{"job", "name", "rank", "version"}...]}
  * A scheduler's:
  *   {"address", "role": "scheduler", "name", "job", "nodes",
  *    "workers_live", "workers_waiting", "groups_formed", "mean_group_size",
@@ -38,8 +38,7 @@ static void workers(struct pr_json *j, const struct pr_ctl_view *v)
     for (size_t k = 0; k < v->nworkers; k++) {
         const struct pr_ctl_worker *w = &v->workers[k];
         pr_json_open_object(j, NULL);
-        if (v->role == PR_CTL_SCHED)
-            pr_json_str(j, "job", w->job);
+        pr_json_str(j, "job", w->job);
         pr_json_str(j, "name", w->name);
         pr_json_num(j, "rank", w->rank);
         if (v->role == PR_CTL_SCHED)

@@ -57,23 +57,6 @@ static int name_width(const struct pr_ctl_view *v, int min)
     return w;
 }
 
-/* A node's trainers: name, rank, version. */
-static void trainers(FILE *f, const struct pr_ctl_view *v)
-{
-    int w = name_width(v, 7);
-    char a[32], b[32], s[128];
-    if (v->nworkers == 0)
-        fprintf(f, "  no trainers\n");
-    else
-        fprintf(f, "  %-*s  %5s  %8s\n", w, "trainer", "rank", "version");
-    for (size_t k = 0; k < v->nworkers; k++) {
-        const struct pr_ctl_worker *t = &v->workers[k];
-        fprintf(f, "  %-*s  %5s  %8s\n", w, shown(t->name, s),
-                num(t->rank, 0, 1, a, sizeof(a)),
-                num(t->version, 0, 1, b, sizeof(b)));
-    }
-}
-
 /* The widest job name of the workers, at least min. */
 static int job_width(const struct pr_ctl_view *v, int min)
 {
@@ -82,6 +65,24 @@ static int job_width(const struct pr_ctl_view *v, int min)
         if ((int)strlen(v->workers[k].job) > w)
             w = (int)strlen(v->workers[k].job);
     return w;
+}
+
+/* A node's trainers: name, job, rank, version. */
+static void trainers(FILE *f, const struct pr_ctl_view *v)
+{
+    int w = name_width(v, 7), jw = job_width(v, 3);
+    char a[32], b[32], s[128], js[128];
+    if (v->nworkers == 0)
+        fprintf(f, "  no trainers\n");
+    else
+        fprintf(f, "  %-*s  %-*s  %5s  %8s\n", w, "trainer", jw, "job", "rank",
+                "version");
+    for (size_t k = 0; k < v->nworkers; k++) {
+        const struct pr_ctl_worker *t = &v->workers[k];
+        fprintf(f, "  %-*s  %-*s  %5s  %8s\n", w, shown(t->name, s), jw,
+                shown(t->job, js), num(t->rank, 0, 1, a, sizeof(a)),
+                num(t->version, 0, 1, b, sizeof(b)));
+    }
 }
 
 /* A scheduler's workers: a row each, by job, with its pace. */

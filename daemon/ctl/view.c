@@ -54,7 +54,7 @@ static int cmp_job(const void *a, const void *b)
                   ((const struct pr_ctl_job *)b)->name);
 }
 
-/* A sample's job label into job[128]; "" without one (a node's). */
+/* A sample's job label into job[128]; "" without one (older daemons). */
 static void job_of(const struct pr_prom_sample *s, char *job)
 {
     if (pr_promtext_label(s, "job", job, 128) < 0)

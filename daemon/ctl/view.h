@@ -13,9 +13,9 @@
 
 enum pr_ctl_role { PR_CTL_NODE, PR_CTL_SCHED };
 
-/* A scheduler's worker, or a node's trainer (which has only a version). */
+/* A scheduler's worker, or a node's trainer (job, rank and version). */
 struct pr_ctl_worker {
-    char job[128]; /* a scheduler's worker: its job; a node's: "" */
+    char job[128]; /* its job; "" from a daemon that gives none */
     char name[128];
     double rank; /* a node's trainer not registered yet: -1 */
     double node; /* the node id (scheduler) */

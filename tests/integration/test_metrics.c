@@ -159,7 +159,10 @@ static void check_workers(uint16_t sport, uint16_t nport)
     ck_assert_int_eq(ctl(args, out, sizeof(out)), 0);
     fprintf(stderr, "%s", out);
     ck_assert_msg(strstr(out, "node node0 (job ") == out, "%s", out);
-    ck_assert_ptr_nonnull(strstr(out, "\n  trainer   rank   version\n"));
+    /* The job column as wide as its longest name, at least "job". */
+    ck_assert_msg(strstr(out, "\n  trainer  job ") &&
+                      strstr(out, " rank   version\n"),
+                  "%s", out);
     ck_assert(line_of(out, "  w0 ", line, sizeof(line))[0]);
     ck_assert(line_of(out, "  w2 ", line, sizeof(line))[0]);
     ck_assert_ptr_null(strstr(out, "w\"1"));
@@ -226,14 +229,15 @@ static void check_json(uint16_t sport, uint16_t nport)
     ck_assert_ptr_null(strstr(out, "\"error\""));
     object_of(out, "{\"job\":\"default\",\"name\":\"w2\",", obj, sizeof(obj));
     ck_assert_msg(strstr(obj, ",\"straggler\":true}"), "%s", obj);
-    /* On the node: name, rank and version alone. */
+    /* On the node: job, name, rank and version alone. */
     snprintf(want, sizeof(want), "{\"address\":\"127.0.0.1:%u\",", nport);
     const char *at = strstr(out, want);
     ck_assert_ptr_nonnull(at);
-    object_of(at, "{\"name\":\"w0\",", obj, sizeof(obj));
-    ck_assert_msg(strstr(obj, "{\"name\":\"w0\",\"rank\":") == obj &&
-                      strstr(obj, ",\"version\":") && !strstr(obj, "stale"),
-                  "%s", obj);
+    object_of(at, "{\"job\":\"default\",\"name\":\"w0\",", obj, sizeof(obj));
+    ck_assert_msg(
+        strstr(obj, "{\"job\":\"default\",\"name\":\"w0\",\"rank\":") == obj &&
+            strstr(obj, ",\"version\":") && !strstr(obj, "stale"),
+        "%s", obj);
 
     /* Output that cannot be written is an error, said on stderr. */
     snprintf(args, sizeof(args),

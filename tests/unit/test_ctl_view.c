@@ -88,8 +88,8 @@ static const char node_text[] =
     "1000\n"
     "preduce_node_links_up 1\n"
     "preduce_node_rdma 0\n"
-    "preduce_worker_version{worker=\"b\",rank=\"-1\"} 0\n"
-    "preduce_worker_version{worker=\"a\",rank=\"4\"} 3\n";
+    "preduce_worker_version{job=\"j1\",worker=\"b\",rank=\"-1\"} 0\n"
+    "preduce_worker_version{job=\"sweep-2\",worker=\"a\",rank=\"4\"} 3\n";
 
 struct fix {
     struct pr_promtext m;
@@ -312,15 +312,15 @@ START_TEST(test_ctl_view_node)
                         "  bytes tcp        2.0 KiB sent, 1000 B received\n"
                         "  bytes rdma       0 B sent, 0 B received\n"
                         "  peer links up    1\n"
-                        "  trainer   rank   version\n"
-                        "  b           -1         0\n"
-                        "  a            4         3\n");
+                        "  trainer  job       rank   version\n"
+                        "  b        j1          -1         0\n"
+                        "  a        sweep-2      4         3\n");
     free(t);
     t = printed(v, table_workers);
     ck_assert_str_eq(t, "node n0 (job j1, node id 3) at ADDR\n"
-                        "  trainer   rank   version\n"
-                        "  b           -1         0\n"
-                        "  a            4         3\n");
+                        "  trainer  job       rank   version\n"
+                        "  b        j1          -1         0\n"
+                        "  a        sweep-2      4         3\n");
     free(t);
     t = printed(v, json_status);
     ck_assert_str_eq(
@@ -331,13 +331,14 @@ START_TEST(test_ctl_view_node)
            "\"groups_running\":1,\"bytes\":{\"tcp\":{\"sent\":2048,"
            "\"received\":1000},\"rdma\":{\"sent\":0,\"received\":0}},"
            "\"peer_links_up\":1,\"rdma_device\":false,\"workers\":[{"
-           "\"name\":\"b\",\"rank\":-1,\"version\":0},{\"name\":\"a\","
-           "\"rank\":4,\"version\":3}]}");
+           "\"job\":\"j1\",\"name\":\"b\",\"rank\":-1,\"version\":0},{"
+           "\"job\":\"sweep-2\",\"name\":\"a\",\"rank\":4,\"version\":3}]}");
     free(t);
     t = printed(v, json_workers);
     ck_assert_str_eq(t, "{\"address\":\"ADDR\",\"role\":\"node\",\"name\":"
                         "\"n0\",\"job\":\"j1\",\"node_id\":3,\"workers\":[{"
-                        "\"name\":\"b\",\"rank\":-1,\"version\":0},{\"name\":"
+                        "\"job\":\"j1\",\"name\":\"b\",\"rank\":-1,"
+                        "\"version\":0},{\"job\":\"sweep-2\",\"name\":"
                         "\"a\",\"rank\":4,\"version\":3}]}");
     free(t);
     fix_free(&x);
