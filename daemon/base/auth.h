@@ -60,7 +60,9 @@ void pr_auth_challenge(const struct pr_auth_key *key,
 /*
  * 2. Connecting side: given the Challenge, copies its nonce into s_nonce,
  * draws c_nonce, and fills buf (64 bytes) with Hello.auth; *len 0 when no auth
- * goes out. -EACCES (with *why) when one side has a key and the other none.
+ * goes out. -EPROTO (with *why) for a Challenge whose nonce is not
+ * PR_AUTH_NONCE_LEN bytes; -EACCES (with *why) when one side has a key and
+ * the other none.
  */
 int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
                    uint8_t s_nonce[PR_AUTH_NONCE_LEN],
