@@ -109,7 +109,8 @@ FORMAT_SRCS = $(filter-out %.pb-c.c %.pb-c.h, $(wildcard daemon/*.[ch] \
 	daemon/sim/*.[ch] daemon/ctl/*.[ch] client/*.[ch] client/include/*.h \
 	client/examples/*.[ch] proto/*.[ch] \
 	tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.[ch] \
-	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] tests/fuzz/*.[ch] \
+	tests/bench/peers/*.[ch] tests/bench/local/*.[ch] \
+	tests/bench/jobs/*.[ch] tests/fuzz/*.[ch] \
 	tests/load/*.[ch] tests/ops/*.[ch] tests/hosts/*.[ch]))
 
 .PHONY: all test check check-unit check-integration check-replay \
@@ -549,6 +550,32 @@ bench-peers: $(BUILD)/bench/bench_allreduce $(BINS)
 	tests/bench/peers/setup.sh
 	$(MAKE) --no-print-directory $(PEER_BINS)
 	$(TEST_ENV) tests/bench/peers/peers.sh $(SIZES)
+
+# Many jobs on one scheduler and shared node daemons (tests/bench/jobs/),
+# figures printed and written to $(BUILD)/bench-jobs.txt. First the
+# scheduler's READYs per second of its own CPU, groups/s and reduce
+# latency: 64 jobs x 16 workers with 4-float tensors on 4 node daemons,
+# 3 rounds of 10 s. Then a job's 1 KiB reduces while another job's 256
+# MiB ones cross the same peer link, against the same alone and against
+# the big job on daemons of its own: p50, p99 and the ratio of the p99s,
+# 3 rounds of 10 s phases. About 2.5 minutes and 3 GiB of memory,
+# bounded at BENCH_JOBS_TIMEOUT_S (900 s); BENCH_JOBS_PARTS picks parts
+# (sched isolation), the BENCH_JOBS_* variables in tests/bench/jobs/*.c
+# change the sizes and times.
+BENCH_JOBS_TIMEOUT_S ?= 900
+BENCH_JOBS_PARTS ?= sched isolation
+BENCH_JOBS_OBJS := $(patsubst %.c,$(BUILD)/%.o, \
+	$(wildcard tests/bench/jobs/*.c))
+$(BUILD)/bench/bench_jobs: $(BENCH_JOBS_OBJS) $(BENCH_LIB_OBJS) \
+		$(BUILD)/libpreduced.a $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench-jobs
+bench-jobs: $(BUILD)/bench/bench_jobs $(BINS)
+	$(TEST_ENV) timeout -s INT -k 15 $(BENCH_JOBS_TIMEOUT_S) \
+		./$(BUILD)/bench/bench_jobs $(BUILD)/bench-jobs.txt \
+		$(BENCH_JOBS_PARTS)
 
 # Files made at install time from templates (*.in), with the directories
 # of this install: the units name the binaries and the config where they
