@@ -343,6 +343,12 @@ void pr_node_trainer_joined(struct node_trainer *c,
         if (reason)
             pr_warn("trainer '%s' refused by the scheduler: %s", c->name,
                     reason);
+        /*
+         * The answer came: no longer joining, so that the close frees the
+         * trainer (trainer_on_close waits for an answer to a C_JOINING
+         * one) and its place under max_clients.
+         */
+        c->state = C_HELLO;
         pr_conn_fail(c->conn, status,
                      reason              ? reason
                      : status == -EEXIST ? "worker name already in use"
