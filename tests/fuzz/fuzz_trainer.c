@@ -38,24 +38,21 @@
  * trainers hang up, and the node must free each, unmap every tensor
  * (no memfd left in /proc/self/maps) and leave its loop empty.
  */
+#include "tests/fuzz/fuzz_trainer.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "daemon/base/conf.h"
 #include "daemon/base/log.h"
-#include "daemon/node/node_int.h"
-#include "proto/status.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_links.h"
 
@@ -64,61 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SELF      1
 #define PEER      2 /* a neighbour that never sends: its groups wait */
 #define JOB       7
-#define NSLOT     2
 #define MAX_STEPS 64
-/* The node's limits, as setup() sets them. */
-#define TRAINER_TENSORS 4
-#define TRAINER_MB      2
-#define NODE_TENSORS    6
-#define TENSOR_FLOATS   (1u << 18) /* node.max_tensor_mb = 1 */
-#define REDUCE_IDS_MAX  4096       /* node_ipc.c's MAX_TENSORS_PER_REDUCE */
-
-struct held {
-    uint32_t id;
-    uint64_t n;
-    int doomed; /* destroyed while its reduce runs: kept until it ends */
-};
-
-/* A trainer as the harness knows it, from what the node told it. */
-struct slot {
-    int fd; /* our end of its connection; -1: none */
-    int gen;
-    char name[16];
-    uint32_t rank;
-    int welcomed;
-    int joined; /* the node holds a rank for it (its rank >= 0) */
-    struct pr_frame_reader rd;
-    int fdq[4]; /* memfds received, not yet matched to their frame */
-    int nfdq;
-    int eof;
-    struct held held[TRAINER_TENSORS];
-    size_t nheld;
-    uint32_t max_id;
-    int inflight; /* a reduce accepted and not answered */
-    uint64_t seq;
-    uint32_t ids[TRAINER_TENSORS];
-    size_t nids;
-    uint64_t total;
-    uint64_t next_seq;
-};
-
-/* What one step asks of a trainer's connection. */
-enum want {
-    W_NONE,    /* no answer (the reduce in flight may end) */
-    W_CREATE,  /* TensorCreated, or Error with `code` */
-    W_REDUCE,  /* ReduceDone `seq` with `code`, or accepted (code 0) */
-    W_CLOSE,   /* the connection closes, unanswered */
-    W_WELCOME, /* Welcome with the slot's rank */
-    W_REFUSED, /* a (re-)join refused: Error, then the close */
-};
-
-struct expect {
-    enum want what;
-    uint64_t nfloats;
-    uint64_t seq;
-    int code;
-    int got;
-};
 
 /* What the scheduler's end heard during a step. */
 static struct {
@@ -131,13 +74,9 @@ static struct {
     int nready;
 } heard;
 
-static struct pr_node *node;
-static struct slot slots[NSLOT];
 static struct fuzz_link links[1];
 static char sock_dir[32];
 static char sock_path[64];
-static int sched_up;
-static float marker;
 
 static struct pr_link *resolve(void *ctx, uint32_t id)
 {
@@ -177,167 +116,45 @@ static const struct pr_conn_ops node_end = {.on_close = no_close};
 static const struct pr_conn_ops sched_end = {.on_msg = sched_on_msg,
                                              .on_close = no_close};
 
-static void settle(uv_loop_t *loop)
+/* What drain reads for: the slot, and what its step expects. */
+struct reading {
+    struct slot *s;
+    struct expect *e;
+};
+
+/* recvmsg(), for drain: a memfd that comes with the bytes is queued. */
+static ssize_t recv_fds(int fd, void *p, size_t cap, void *arg)
 {
-    for (int i = 0; i < 4; i++)
-        uv_run(loop, UV_RUN_NOWAIT);
+    struct slot *s = ((struct reading *)arg)->s;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = p, .iov_len = cap};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    /* A read stops after a memfd: one at most, with its frame. */
+    struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+    if ((mh.msg_flags & MSG_CTRUNC) ||
+        (cm && (cm->cmsg_type != SCM_RIGHTS || s->nfdq == 4)))
+        abort();
+    if (cm)
+        memcpy(&s->fdq[s->nfdq++], CMSG_DATA(cm), sizeof(int));
+    return r;
 }
 
-/* The node's trainer for slot s (its latest connection), or NULL. */
-static struct node_trainer *node_of(const struct slot *s)
+static void reply(Pr__V1__Msg *m, void *arg)
 {
-    for (struct node_trainer *c = node->trainers; c; c = c->next)
-        if (!strcmp(c->name, s->name))
-            return c;
-    return NULL;
-}
-
-static void send_bytes(struct slot *s, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = send(s->fd, p, len, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            abort(); /* the node closed it unseen, or the buffer is full */
-        p += w;
-        len -= (size_t)w;
-    }
-}
-
-static void send_msg(struct slot *s, const Pr__V1__Msg *m)
-{
-    uint8_t *buf;
-    size_t len;
-    if (pr_msg_frame(m, PR_CTRL_MAX_FRAME, &buf, &len) < 0)
-        abort();
-    send_bytes(s, buf, len);
-    free(buf);
-}
-
-/* The memfd of a TensorCreated: sealed, of its size, the node's memory. */
-static void check_shared(struct slot *s, int fd, const Pr__V1__TensorCreated *t)
-{
-    size_t bytes = (size_t)t->nfloats * sizeof(float);
-    struct stat st;
-    int seals = fcntl(fd, F_GET_SEALS);
-    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != bytes || seals < 0 ||
-        (seals & want) != want)
-        abort();
-    float *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        abort();
-    marker += 1;
-    p[0] = p[t->nfloats - 1] = marker;
-    struct node_trainer *c = node_of(s);
-    struct node_tensor *nt = c ? pr_node_tensor_by_id(c, t->tensor_id) : NULL;
-    if (!nt || nt->n != t->nfloats || nt->data[0] != marker ||
-        nt->data[t->nfloats - 1] != marker)
-        abort(); /* the id is not that memory */
-    munmap(p, bytes);
-}
-
-static void on_reply(struct slot *s, const Pr__V1__Msg *m, struct expect *e)
-{
-    switch (m->body_case) {
-    case PR__V1__MSG__BODY_TENSOR_CREATED: {
-        const Pr__V1__TensorCreated *t = m->tensor_created;
-        if (e->what != W_CREATE || e->got++ || e->code != 0 || s->nfdq == 0 ||
-            t->nfloats != e->nfloats || t->tensor_id <= s->max_id ||
-            s->nheld == TRAINER_TENSORS)
-            abort();
-        check_shared(s, s->fdq[0], t);
-        close(s->fdq[0]);
-        memmove(s->fdq, s->fdq + 1, --s->nfdq * sizeof(int));
-        s->max_id = t->tensor_id;
-        s->held[s->nheld++] =
-            (struct held){.id = t->tensor_id, .n = t->nfloats};
-        return;
-    }
-    case PR__V1__MSG__BODY_ERROR:
-        if (!m->error->reason || !m->error->reason[0])
-            abort(); /* an Error says why */
-        if (e->what == W_CREATE && !e->got++ && e->code != 0 &&
-            m->error->code == e->code)
-            return;
-        if (e->what == W_REFUSED && !e->got++ && m->error->code < 0)
-            return;
-        abort();
-    case PR__V1__MSG__BODY_REDUCE_DONE: {
-        const Pr__V1__ReduceDone *d = m->reduce_done;
-        if (pr_reduce_status(d->status) != d->status)
-            abort(); /* only the codes the library documents */
-        if (s->inflight && d->seq == s->seq) {
-            /* It ended: what it destroyed goes now. */
-            size_t w = 0;
-            for (size_t i = 0; i < s->nheld; i++)
-                if (!s->held[i].doomed)
-                    s->held[w++] = s->held[i];
-            s->nheld = w;
-            s->inflight = 0;
-            return;
-        }
-        if (e->what == W_REDUCE && e->code != 0 && !e->got++ &&
-            d->seq == e->seq && d->status == e->code)
-            return;
-        abort();
-    }
-    case PR__V1__MSG__BODY_WELCOME:
-        if (e->what != W_WELCOME || e->got++ || m->welcome->id != s->rank)
-            abort();
-        s->welcomed = s->joined = 1;
-        return;
-    default:
-        abort(); /* nothing else goes to a trainer */
-    }
+    struct reading *rd = arg;
+    on_reply(rd->s, m, rd->e);
+    pr_msg_free(m);
 }
 
 /* Reads all the node sent slot s, each frame to on_reply. */
 static void drain(struct slot *s, struct expect *e)
 {
-    while (s->fd >= 0 && !s->eof) {
-        void *p;
-        size_t cap;
-        if (pr_frame_reader_reserve(&s->rd, 65536, &p, &cap) < 0)
-            abort();
-        char cbuf[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {.iov_base = p, .iov_len = cap};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = cbuf,
-                            .msg_controllen = sizeof(cbuf)};
-        ssize_t r = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        /* A read stops after a memfd: one at most, with its frame. */
-        struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if ((r < 0 && errno != ECONNRESET) || (mh.msg_flags & MSG_CTRUNC) ||
-            (cm && (cm->cmsg_type != SCM_RIGHTS || s->nfdq == 4)))
-            abort();
-        if (cm)
-            memcpy(&s->fdq[s->nfdq++], CMSG_DATA(cm), sizeof(int));
-        if (r <= 0) {
-            s->eof = 1;
-            if (pr_frame_reader_pending(&s->rd) != 0)
-                abort(); /* a frame cut short */
-            break;
-        }
-        pr_frame_reader_commit(&s->rd, (size_t)r);
-        struct pr_frame_hdr h;
-        const uint8_t *payload;
-        int rc;
-        while ((rc = pr_frame_reader_next(&s->rd, &h, &payload)) == 1) {
-            Pr__V1__Msg *m =
-                h.type == PR_FRAME_MSG ? pr_msg_unpack(payload, h.len) : NULL;
-            if (!m)
-                abort();
-            on_reply(s, m, e);
-            pr_msg_free(m);
-        }
-        if (rc < 0)
-            abort();
-    }
+    struct reading rd = {s, e};
+    fuzz_sock_drain(&s->sock, recv_fds, reply, &rd);
     if (s->nfdq != 0)
         abort(); /* a memfd with no TensorCreated */
 }
@@ -345,9 +162,7 @@ static void drain(struct slot *s, struct expect *e)
 /* Our end of slot s goes (hung up by us, or closed by the node). */
 static void slot_close(struct slot *s)
 {
-    close(s->fd);
-    s->fd = -1;
-    pr_frame_reader_fini(&s->rd);
+    fuzz_sock_close(&s->sock);
     s->welcomed = s->joined = s->inflight = 0;
     s->nheld = 0;
 }
@@ -385,15 +200,15 @@ static void step_end(struct expect *e, const struct slot *accepted)
     for (int k = 0; k < NSLOT; k++) {
         struct slot *s = &slots[k];
         enum want w = e[k].what;
-        if (s->fd < 0)
+        if (s->sock.fd < 0)
             continue;
         drain(s, &e[k]);
         int closes = w == W_CLOSE || w == W_REFUSED;
         int answer = w == W_CREATE || w == W_WELCOME || w == W_REFUSED ||
                      (w == W_REDUCE && e[k].code != 0);
-        if (s->eof != closes || e[k].got != answer)
+        if (s->sock.eof != closes || e[k].got != answer)
             abort(); /* closed for no reason, or unanswered */
-        if (s->eof)
+        if (s->sock.eof)
             slot_close(s);
     }
     const Pr__V1__Ready *r = &heard.ready;
@@ -407,57 +222,6 @@ static void step_end(struct expect *e, const struct slot *accepted)
     heard.nready = 0;
 }
 
-/* The node's tables against what its trainers were told. */
-static void check_node(void)
-{
-    uint64_t mapped = 0;
-    uint32_t reducing = 0;
-    for (const struct node_trainer *c = node->trainers; c; c = c->next) {
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < c->ntensors; i++) {
-            const struct node_tensor *t = &c->tensors[i];
-            if (!t->data || (t->doomed && !t->busy) ||
-                (t->busy && c->rstate == R_NONE))
-                abort();
-            for (size_t j = 0; j < i; j++)
-                if (c->tensors[j].id == t->id)
-                    abort(); /* one id, two tensors */
-            bytes += t->n * sizeof(float);
-            mapped++;
-        }
-        if (c->ntensors > TRAINER_TENSORS || bytes > (uint64_t)TRAINER_MB << 20)
-            abort();
-        reducing += c->rstate != R_NONE;
-        if (!c->conn && c->rstate == R_NONE)
-            abort(); /* gone, nothing to wait for, and kept */
-    }
-    if (mapped != node->ntensors || mapped > NODE_TENSORS ||
-        reducing != node->nreducing)
-        abort();
-    for (int k = 0; k < NSLOT; k++) {
-        const struct slot *s = &slots[k];
-        const struct node_trainer *c = node_of(s);
-        if (s->fd < 0)
-            continue;
-        if (!c || !c->conn || s->welcomed != (c->state == C_UP) ||
-            (c->rstate != R_NONE) != s->inflight ||
-            (s->inflight && c->seq != s->seq) || c->ntensors != s->nheld)
-            abort();
-        for (size_t i = 0; i < s->nheld; i++) {
-            const struct node_tensor *t = NULL;
-            int busy = 0;
-            for (size_t j = 0; j < c->ntensors; j++)
-                if (c->tensors[j].id == s->held[i].id)
-                    t = &c->tensors[j];
-            for (size_t j = 0; s->inflight && j < s->nids; j++)
-                busy |= s->ids[j] == s->held[i].id;
-            if (!t || t->n != s->held[i].n || t->doomed != s->held[i].doomed ||
-                t->busy != busy)
-                abort();
-        }
-    }
-}
-
 /* Slot k connects as a fresh trainer and says hello. */
 static void slot_connect(uv_loop_t *loop, int k, struct expect *e)
 {
@@ -467,76 +231,23 @@ static void slot_connect(uv_loop_t *loop, int k, struct expect *e)
     s->gen++;
     snprintf(s->name, sizeof(s->name), "fz%d.%d", k, s->gen);
     s->rank = (uint32_t)(k + NSLOT * s->gen);
-    s->eof = 0;
+    s->sock.eof = 0;
     s->max_id = 0;
-    s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->fd < 0 || connect(s->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        pr_frame_reader_init(&s->rd, PR_CTRL_MAX_FRAME) < 0)
+    s->sock.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->sock.fd < 0 ||
+        connect(s->sock.fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        pr_frame_reader_init(&s->sock.rd, PR_CTRL_MAX_FRAME) < 0)
         abort();
     Pr__V1__Hello h = PR__V1__HELLO__INIT;
     h.version = PR_PROTO_VERSION;
     h.role = PR__V1__ROLE__ROLE_CLIENT;
     h.name = s->name;
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &h);
-    send_msg(s, &m);
-    settle(loop);
+    fuzz_sock_send_msg(&s->sock, &m);
+    fuzz_settle(loop);
     serve_joins(0);
-    settle(loop);
+    fuzz_settle(loop);
     e[k].what = sched_up ? W_WELCOME : W_NONE;
-}
-
-/* The node's answer to a TensorCreate by node_tensor.c's rules. */
-static int create_code(const struct slot *s, uint64_t nf)
-{
-    if (nf == 0 || nf > TENSOR_FLOATS)
-        return -EINVAL;
-    uint64_t bytes = nf * sizeof(float);
-    for (size_t i = 0; i < s->nheld; i++)
-        bytes += s->held[i].n * sizeof(float);
-    if (s->nheld >= TRAINER_TENSORS || bytes > (uint64_t)TRAINER_MB << 20)
-        return -EDQUOT;
-    return node->ntensors >= NODE_TENSORS ? -ENOSPC : 0;
-}
-
-/* Whether id is one of the reduce in flight's tensors. */
-static int busy(const struct slot *s, uint32_t id)
-{
-    for (size_t j = 0; s->inflight && j < s->nids; j++)
-        if (s->ids[j] == id)
-            return 1;
-    return 0;
-}
-
-/*
- * The node's answer to a Reduce by node_ipc.c's rules: 0 when it is
- * accepted (then its ids and floats go into s), else the refusal's code.
- */
-static int reduce_code(struct slot *s, const Pr__V1__Reduce *r)
-{
-    if (s->inflight)
-        return -EBUSY;
-    if (r->n_tensor_ids == 0 || r->n_tensor_ids > REDUCE_IDS_MAX)
-        return -EINVAL;
-    if (!sched_up || !s->joined)
-        return -ECONNRESET;
-    if (r->n_tensor_ids > TRAINER_TENSORS)
-        return -EINVAL; /* more ids than tensors: one is unknown or twice */
-    s->total = 0;
-    for (size_t i = 0; i < r->n_tensor_ids; i++) {
-        const struct held *h = NULL;
-        for (size_t j = 0; j < s->nheld; j++)
-            if (s->held[j].id == r->tensor_ids[i] && !s->held[j].doomed)
-                h = &s->held[j];
-        for (size_t j = 0; h && j < i; j++)
-            if (r->tensor_ids[j] == r->tensor_ids[i])
-                h = NULL;
-        if (!h)
-            return -EINVAL;
-        s->ids[i] = r->tensor_ids[i];
-        s->total += h->n;
-    }
-    s->nids = r->n_tensor_ids;
-    return 0;
 }
 
 /*
@@ -583,9 +294,9 @@ static struct slot *request(struct slot *s, const Pr__V1__Msg *m,
         e->what = W_CLOSE; /* garbage, or a body a trainer does not send */
     }
     if (raw)
-        send_bytes(s, raw, raw_len);
+        fuzz_sock_send_bytes(&s->sock, raw, raw_len);
     else
-        send_msg(s, m);
+        fuzz_sock_send_msg(&s->sock, m);
     return accepted;
 }
 
@@ -593,18 +304,10 @@ static struct slot *request(struct slot *s, const Pr__V1__Msg *m,
 static struct slot *raw_request(struct slot *s, struct fuzz_cursor *c,
                                 struct expect *e)
 {
-    size_t len = fuzz_take(c, 1);
-    if (len > c->n)
-        len = c->n;
-    uint8_t *frame = malloc(PR_FRAME_HDR_LEN + len + 1);
-    if (!frame)
-        abort();
-    pr_frame_hdr_encode(frame, (uint32_t)len, PR_FRAME_MSG, 0);
-    memcpy(frame + PR_FRAME_HDR_LEN, c->p, len);
-    c->p += len;
-    c->n -= len;
-    Pr__V1__Msg *m = pr_msg_unpack(frame + PR_FRAME_HDR_LEN, len);
-    struct slot *accepted = request(s, m, frame, PR_FRAME_HDR_LEN + len, e);
+    size_t len;
+    Pr__V1__Msg *m;
+    uint8_t *frame = fuzz_raw_frame(c, &len, &m);
+    struct slot *accepted = request(s, m, frame, len, e);
     if (m)
         pr_msg_free(m);
     free(frame);
@@ -715,9 +418,9 @@ static void sched_link(uv_loop_t *loop, int up, uint32_t v, struct expect *e)
         return;
     }
     pr_node_ipc_sched_up(node);
-    settle(loop);
+    fuzz_settle(loop);
     for (int i = 0; i < NSLOT; i++) {
-        if (slots[i].fd < 0)
+        if (slots[i].sock.fd < 0)
             continue;
         if (v >= 0xe0)
             e[i].what = W_REFUSED;
@@ -744,7 +447,7 @@ static struct slot *step(uv_loop_t *loop, struct fuzz_cursor *c,
     int k = op & 1;
     struct slot *s = &slots[k];
     struct node_trainer *t = node_of(s);
-    if ((kind < 20 || kind > 28) && s->fd < 0)
+    if ((kind < 20 || kind > 28) && s->sock.fd < 0)
         return NULL;
     if (kind < 17 || kind > 28)
         return build(kind, s, c, &e[k]);
@@ -756,7 +459,7 @@ static struct slot *step(uv_loop_t *loop, struct fuzz_cursor *c,
         slot_close(s); /* the trainer hangs up */
         break;
     case 20:
-        if (s->fd < 0)
+        if (s->sock.fd < 0)
             slot_connect(loop, k, e);
         break;
     case 21:
@@ -775,7 +478,7 @@ static struct slot *step(uv_loop_t *loop, struct fuzz_cursor *c,
     case 25:
         v = fuzz_take(c, 1);
         pr_node_groups_fail(node, v & 1 ? -ECONNRESET : -ETIMEDOUT);
-        settle(loop);
+        fuzz_settle(loop);
         fuzz_links_complete(links, 1, -ECANCELED);
         break;
     case 26:
@@ -823,21 +526,21 @@ static void finish(uv_loop_t *loop, struct pr_conn *sched)
     struct expect e[NSLOT] = {0};
     char line[512];
     pr_node_groups_fail(node, -ECANCELED);
-    settle(loop);
+    fuzz_settle(loop);
     fuzz_links_complete(links, 1, -ECANCELED);
-    settle(loop);
+    fuzz_settle(loop);
     if (sched_up)
         sched_link(loop, 0, 0, e);
-    settle(loop);
+    fuzz_settle(loop);
     step_end(e, NULL);
     check_node();
     for (int k = 0; k < NSLOT; k++) {
-        if (slots[k].fd >= 0 && slots[k].inflight)
+        if (slots[k].sock.fd >= 0 && slots[k].inflight)
             abort(); /* a reduce never answered */
-        if (slots[k].fd >= 0)
+        if (slots[k].sock.fd >= 0)
             slot_close(&slots[k]);
     }
-    settle(loop);
+    fuzz_settle(loop);
     if (node->trainers || node->ntrainers || node->ntensors ||
         node->nreducing || node->ngreeted || node->groups)
         abort(); /* trainers gone, and something of theirs kept */
@@ -907,7 +610,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int n = 0; n < MAX_STEPS && c.n > 0; n++) {
         memset(e, 0, sizeof(e));
         struct slot *accepted = step(&loop, &c, e);
-        settle(&loop);
+        fuzz_settle(&loop);
         step_end(e, accepted);
         check_node();
     }
