@@ -570,6 +570,7 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
     uv_timer_init(loop, &s->heartbeat);
     s->listener.data = s;
     s->deadline.data = s;
+    s->deadline_us = -1;
     s->heartbeat.data = s;
     if (rc == 0)
         rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);

@@ -82,6 +82,7 @@ struct sched_group;
  */
 struct sched_job {
     struct sched_job *next;
+    struct sched_job *id_next; /* its bucket's chain in s->by_id */
     struct pr_sched *s;
     uint32_t id; /* on the wire: WorkerJoined.job and every message after */
     char name[PR_JOB_NAME_MAX + 1];
@@ -108,9 +109,18 @@ struct pr_sched {
     struct pr_conf *conf;
     uv_tcp_t listener;
     uv_timer_t deadline; /* the jobs' earliest due time */
+    int64_t deadline_us; /* what it is set for; -1: stopped (or fired) */
     uv_timer_t heartbeat;
     struct sched_job *jobs;
     uint32_t njobs;
+    /*
+     * The jobs by id, chained in nby_id buckets (a power of two, grown
+     * with the jobs): every message after a worker's join names its job
+     * by id, and a pass over the list per READY cost as much as the READY
+     * itself at 64 jobs (make bench-jobs).
+     */
+    struct sched_job **by_id;
+    uint32_t nby_id;
     uint32_t next_job_id;
     struct sched_node *nodes;
     uint32_t next_node_id;

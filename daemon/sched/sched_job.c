@@ -212,10 +212,48 @@ struct sched_job *pr_sched_job_by_id(struct pr_sched *s, uint32_t id)
     /* 0: a node from before jobs, whose workers joined the default job. */
     if (id == 0)
         return job_by_name(s, s->conf->job);
-    for (struct sched_job *j = s->jobs; j; j = j->next)
+    if (!s->nby_id)
+        return NULL;
+    for (struct sched_job *j = s->by_id[id & (s->nby_id - 1)]; j;
+         j = j->id_next)
         if (j->id == id)
             return j;
     return NULL;
+}
+
+/*
+ * The buckets for one more job: twice as many once the jobs outnumber
+ * them (ids are handed out in turn, so id % buckets spreads them evenly).
+ * 0, or -ENOMEM when there are none yet; a table that cannot grow keeps
+ * working with longer chains.
+ */
+static int by_id_reserve(struct pr_sched *s)
+{
+    if (s->nby_id && s->njobs < s->nby_id)
+        return 0;
+    uint32_t cap = s->nby_id ? s->nby_id * 2 : 64;
+    struct sched_job **b = calloc(cap, sizeof(*b));
+    if (!b)
+        return s->nby_id ? 0 : -ENOMEM;
+    for (uint32_t i = 0; i < s->nby_id; i++)
+        while (s->by_id[i]) {
+            struct sched_job *j = s->by_id[i];
+            s->by_id[i] = j->id_next;
+            j->id_next = b[j->id & (cap - 1)];
+            b[j->id & (cap - 1)] = j;
+        }
+    free(s->by_id);
+    s->by_id = b;
+    s->nby_id = cap;
+    return 0;
+}
+
+static void by_id_remove(struct pr_sched *s, const struct sched_job *j)
+{
+    struct sched_job **pp = &s->by_id[j->id & (s->nby_id - 1)];
+    while (*pp != j)
+        pp = &(*pp)->id_next;
+    *pp = j->id_next;
 }
 
 static void job_free(struct sched_job *j)
@@ -232,8 +270,10 @@ static int job_start(struct pr_sched *s, const char *name,
                      const struct pr_sched_params *p, struct sched_job **out)
 {
     struct sched_job *j = calloc(1, sizeof(*j));
-    if (!j)
+    if (!j || by_id_reserve(s) < 0) {
+        free(j);
         return -ENOMEM;
+    }
     j->s = s;
     snprintf(j->name, sizeof(j->name), "%s", name);
     for (size_t i = 0; i < nsettings; i++) {
@@ -258,6 +298,8 @@ static int job_start(struct pr_sched *s, const char *name,
     j->next = s->jobs;
     s->jobs = j;
     s->njobs++;
+    j->id_next = s->by_id[j->id & (s->nby_id - 1)];
+    s->by_id[j->id & (s->nby_id - 1)] = j;
     char list[256] = "";
     size_t used = 0;
     for (size_t i = 0; i < nsettings && used < sizeof(list); i++)
@@ -330,6 +372,7 @@ void pr_sched_job_end_if_idle(struct sched_job *j)
         pp = &(*pp)->next;
     *pp = j->next;
     s->njobs--;
+    by_id_remove(s, j);
     pr_info("job '%s' ended: its last worker left (%llu groups)", j->name,
             (unsigned long long)j->groups_formed);
     job_free(j);
@@ -363,4 +406,7 @@ void pr_sched_jobs_fini(struct pr_sched *s)
         job_free(j);
     }
     s->njobs = 0;
+    free(s->by_id);
+    s->by_id = NULL;
+    s->nby_id = 0;
 }

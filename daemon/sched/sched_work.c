@@ -82,7 +82,9 @@ static void send_abort(struct pr_sched *s, struct sched_group *g,
 
 static void deadline_cb(uv_timer_t *t)
 {
-    pr_sched_schedule_all(t->data);
+    struct pr_sched *s = t->data;
+    s->deadline_us = -1;
+    pr_sched_schedule_all(s);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -233,36 +235,56 @@ static void schedule_job(struct sched_job *j)
     j->due_us = pr_sched_core_deadline_us(j->core);
 }
 
+/* The deadline timer set for `due` (a pr_sched_now_us() time). */
+static void arm_at(struct pr_sched *s, int64_t due)
+{
+    int64_t wait_us = due - (int64_t)pr_sched_now_us();
+    uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
+    s->deadline_us = due;
+    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
+}
+
 /*
- * The deadline timer at the jobs' earliest due time. One pass over the
- * jobs: a scheduler holds few, and a READY costs far more than a pass.
+ * After job j alone was scheduled (a READY, a cancel, a worker gone): the
+ * timer is brought forward when j is due before what it is set for, and
+ * otherwise left as it is. A pass over every job here, per READY, cost
+ * as much as the READY at 64 jobs (make bench-jobs). A due time that
+ * moved later costs at most one early wake-up: deadline_cb schedules
+ * every job and sets the timer from a whole pass.
  */
-static void arm(struct pr_sched *s)
+static void arm_job(const struct sched_job *j)
+{
+    struct pr_sched *s = j->s;
+    if (j->due_us >= 0 && (s->deadline_us < 0 || j->due_us < s->deadline_us))
+        arm_at(s, j->due_us);
+}
+
+/* The deadline timer at the jobs' earliest due time, or stopped. */
+static void arm_all(struct pr_sched *s)
 {
     int64_t due = -1;
     for (const struct sched_job *j = s->jobs; j; j = j->next)
         if (j->due_us >= 0 && (due < 0 || j->due_us < due))
             due = j->due_us;
-    if (due < 0) {
-        uv_timer_stop(&s->deadline);
+    if (due >= 0) {
+        arm_at(s, due);
         return;
     }
-    int64_t wait_us = due - (int64_t)pr_sched_now_us();
-    uint64_t wait_ms = wait_us <= 0 ? 0 : (uint64_t)(wait_us + 999) / 1000;
-    uv_timer_start(&s->deadline, deadline_cb, wait_ms, 0);
+    s->deadline_us = -1;
+    uv_timer_stop(&s->deadline);
 }
 
 void pr_sched_schedule(struct sched_job *j)
 {
     schedule_job(j);
-    arm(j->s);
+    arm_job(j);
 }
 
 void pr_sched_schedule_all(struct pr_sched *s)
 {
     for (struct sched_job *j = s->jobs; j; j = j->next)
         schedule_job(j);
-    arm(s);
+    arm_all(s);
 }
 
 static int ensure_workers(struct sched_job *j, uint32_t rank)

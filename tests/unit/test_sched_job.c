@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,6 +206,74 @@ START_TEST(test_job_reload_keeps_its_settings)
 }
 END_TEST
 
+/*
+ * The id table: jobs found by id while it grows past its first buckets
+ * (64), after others ended, and ended ones never.
+ */
+START_TEST(test_job_found_by_id_as_jobs_come_and_go)
+{
+    enum { N = 300 };
+    struct sched_job *j[N];
+    uint32_t id[N];
+    char why[512], name[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "j%d", i);
+        ck_assert_int_eq(get(name, NULL, &j[i], why), 0);
+        id[i] = j[i]->id;
+    }
+    ck_assert_uint_ge(sched.nby_id, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_ptr_eq(pr_sched_job_by_id(&sched, id[i]), j[i]);
+    /* Idle jobs end at once: every other one. */
+    for (int i = 0; i < N; i += 2)
+        pr_sched_job_end_if_idle(j[i]);
+    ck_assert_uint_eq(sched.njobs, N / 2);
+    for (int i = 0; i < N; i++)
+        ck_assert_ptr_eq(pr_sched_job_by_id(&sched, id[i]),
+                         i % 2 ? j[i] : NULL);
+    /* New jobs take new ids, found as well. */
+    struct sched_job *k;
+    ck_assert_int_eq(get("later", NULL, &k, why), 0);
+    ck_assert_uint_gt(k->id, id[N - 1]);
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, k->id), k);
+    ck_assert_ptr_null(pr_sched_job_by_id(&sched, k->id + 1));
+}
+END_TEST
+
+/*
+ * Jobs that share a bucket: with 64 buckets and few jobs, ids that far
+ * apart chain together, and each is found, and taken out, wherever it is
+ * in its chain (its head, its middle, its end).
+ */
+START_TEST(test_job_found_by_id_in_a_shared_bucket)
+{
+    char why[512], name[16];
+    struct sched_job *j[3], *tmp;
+    /* Ids 1..129: the first three of bucket 1 are ids 1, 65 and 129. */
+    for (int i = 0; i < 129; i++) {
+        snprintf(name, sizeof(name), "t%d", i);
+        ck_assert_int_eq(get(name, NULL, &tmp, why), 0);
+        if (tmp->id % 64 == 1)
+            j[tmp->id / 64] = tmp;
+        else
+            pr_sched_job_end_if_idle(tmp);
+    }
+    ck_assert_uint_eq(sched.njobs, 3);
+    ck_assert_uint_eq(sched.nby_id, 64);
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_eq(pr_sched_job_by_id(&sched, j[i]->id), j[i]);
+    uint32_t mid = j[1]->id, first = j[0]->id, last = j[2]->id;
+    pr_sched_job_end_if_idle(j[1]); /* from the middle of the chain */
+    ck_assert_ptr_null(pr_sched_job_by_id(&sched, mid));
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, first), j[0]);
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, last), j[2]);
+    pr_sched_job_end_if_idle(j[2]);
+    ck_assert_ptr_null(pr_sched_job_by_id(&sched, last));
+    ck_assert_ptr_eq(pr_sched_job_by_id(&sched, first), j[0]);
+    ck_assert_uint_eq(sched.njobs, 1);
+}
+END_TEST
+
 static Suite *sched_job_suite(void)
 {
     Suite *s = suite_create("sched_job");
@@ -216,6 +285,8 @@ static Suite *sched_job_suite(void)
     tcase_add_test(tc, test_job_settings_the_admin_allows);
     tcase_add_test(tc, test_job_ends_when_idle);
     tcase_add_test(tc, test_job_reload_keeps_its_settings);
+    tcase_add_test(tc, test_job_found_by_id_as_jobs_come_and_go);
+    tcase_add_test(tc, test_job_found_by_id_in_a_shared_bucket);
     suite_add_tcase(s, tc);
     return s;
 }
