@@ -478,9 +478,22 @@ void h_log_dump(const struct h_cluster *c, const char *who)
  */
 #define H_CYCLE 1000u
 
+/* This trainer's job's offset into the inputs (0: no job named). */
+static unsigned in_salt;
+
 static unsigned in_base(uint32_t rank, uint64_t v)
 {
-    return (unsigned)(((uint64_t)rank * 7919u + v * 104729u) % H_CYCLE);
+    return (unsigned)(((uint64_t)rank * 7919u + v * 104729u + in_salt) %
+                      H_CYCLE);
+}
+
+/* 1..H_CYCLE - 1 from a job's name: never the offset of no job. */
+static unsigned job_salt(const char *job)
+{
+    uint32_t x = 2166136261u; /* FNV-1a */
+    for (const char *p = job; *p; p++)
+        x = (x ^ (unsigned char)*p) * 16777619u;
+    return 1 + x % (H_CYCLE - 1);
 }
 
 static float in_value(unsigned r)
@@ -764,7 +777,20 @@ static int trainer_trace(struct trainer *tr)
 static int trainer_open(struct trainer *tr)
 {
     const struct h_trainer_opts *o = tr->o;
-    int rc = preduce_connect(tr->c->sock[o->node], o->name, 5000, &tr->cl);
+    int rc;
+    if (o->job) {
+        preduce_options_t *opts;
+        if ((rc = preduce_options_create(&opts)) == 0) {
+            rc = preduce_options_set(opts, "job", o->job);
+            if (rc == 0)
+                rc = preduce_connect_with(tr->c->sock[o->node], o->name, opts,
+                                          5000, &tr->cl);
+            preduce_options_destroy(opts);
+        }
+        in_salt = job_salt(o->job);
+    } else {
+        rc = preduce_connect(tr->c->sock[o->node], o->name, 5000, &tr->cl);
+    }
 
     if (rc < 0) {
         fprintf(stderr, "%s: connect: %s\n", o->name, preduce_strerror(rc));

@@ -139,6 +139,12 @@ struct h_trainer_opts {
      * failed reduce (but -ENOTCONN) leaves the tensors holding its input.
      */
     int strict;
+    /*
+     * The job the trainer names (NULL: its node's). Its inputs then differ
+     * from those of another job's trainer of the same rank and version,
+     * so a result that mixed two jobs fails the check.
+     */
+    const char *job;
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Two jobs of one model size on the same 4 hosts (network namespaces on a
+ * bridge, tests/hosts/hosts.h), one scheduler, a trainer of each job on
+ * every host: each trainer names its job, and its inputs differ from the
+ * other job's trainer of the same rank and version (the harness's job
+ * salt), so every result is checked against its own job's members alone
+ * and one that mixed the jobs would fail. Then one job's trainers are
+ * SIGKILLed while the other job's go on: not one of the other job's
+ * reduces may fail.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/check_run.h"
+#include "tests/hosts/hosts.h"
+
+#define NHOSTS 4
+#define NJOBS  2
+#define NTRAIN (NHOSTS * NJOBS)
+#define NFLOAT 20011
+
+static const char *const jobs[NJOBS] = {"sweep-a", "sweep-b"};
+
+static struct hh h;
+
+static void setup(void)
+{
+    ck_assert_int_eq(hh_up(&h, NHOSTS), 0);
+    for (int i = 0; i < NHOSTS; i++)
+        ck_assert_int_eq(hh_net(&h, "cap %d 200mbit", i), 0);
+    const char *const sets[] = {"scheduler.policy=dynamic",
+                                "scheduler.window_ms=5", NULL};
+    ck_assert_int_eq(hh_start(&h, sets, NULL), 0);
+}
+
+static void teardown(void)
+{
+    ck_assert_int_eq(hh_down(&h), 0);
+}
+
+/* Trainer i: job i / NHOSTS, on host i % NHOSTS. */
+static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
+{
+    snprintf(name, len, "%c%d", 'a' + i / NHOSTS, i % NHOSTS);
+    struct h_trainer_opts o = {.name = name,
+                               .node = i % NHOSTS,
+                               .n = NFLOAT,
+                               .nparts = 2,
+                               .slow_ms = 1 + i % 3,
+                               .run_s = run_s,
+                               .trace = trace,
+                               .strict = 1,
+                               .job = jobs[i / NHOSTS]};
+    pid_t pid = h_trainer_spawn(&h.c, &o);
+    ck_assert_int_gt(pid, 0);
+    return pid;
+}
+
+/* Trainer `name`'s checked results and largest group; none failed. */
+static long results(const char *name, long *maxk)
+{
+    long steps, errors, nonuni;
+    double secs;
+    ck_assert_int_eq(h_trainer_figures(&h.c, name, &steps, &secs, &errors), 0);
+    ck_assert_int_eq(h_trainer_groups(&h.c, name, &nonuni, maxk), 0);
+    ck_assert_msg(errors == 0, "%s: %ld failed reduces", name, errors);
+    return steps;
+}
+
+START_TEST(test_hosts_two_jobs_never_mix)
+{
+    pid_t pids[NTRAIN];
+    char names[NTRAIN][16];
+    for (int i = 0; i < NTRAIN; i++)
+        pids[i] = spawn(i, names[i], sizeof(names[i]), 3.0, 0);
+    ck_assert_int_eq(h_wait_trainers(pids, names, NTRAIN, 60000), 0);
+    long total[NJOBS] = {0}, maxk[NJOBS] = {0};
+    for (int i = 0; i < NTRAIN; i++) {
+        long k;
+        long steps = results(names[i], &k);
+        ck_assert_int_gt(steps, 3);
+        /* More than a job's 4 workers in a group would mix the jobs. */
+        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
+        total[i / NHOSTS] += steps;
+        if (k > maxk[i / NHOSTS])
+            maxk[i / NHOSTS] = k;
+    }
+    for (int j = 0; j < NJOBS; j++) {
+        char started[64];
+        snprintf(started, sizeof(started), "job '%s' started", jobs[j]);
+        ck_assert(h_log_contains(&h.c, "sched", started));
+        /* Both jobs formed groups, not just groups of one. */
+        ck_assert_int_gt(maxk[j], 1);
+        printf("two jobs: %s: %ld checked results, groups of up to %ld\n",
+               jobs[j], total[j], maxk[j]);
+    }
+}
+END_TEST
+
+START_TEST(test_hosts_job_killed_other_unharmed)
+{
+    pid_t pids[NTRAIN];
+    char names[NTRAIN][16];
+    /* Job a's trainers would run 20 s; job b's 6 s, traced. */
+    for (int i = 0; i < NTRAIN; i++)
+        pids[i] = spawn(i, names[i], sizeof(names[i]), i < NHOSTS ? 20.0 : 6.0,
+                        i >= NHOSTS);
+    usleep(2500 * 1000);
+    double killed = h_now();
+    for (int i = 0; i < NHOSTS; i++) {
+        ck_assert_int_eq(kill(pids[i], SIGKILL), 0);
+        h_wait(pids[i], 5000);
+    }
+    ck_assert_int_eq(
+        h_wait_trainers(pids + NHOSTS, names + NHOSTS, NHOSTS, 60000), 0);
+    long total = 0, after = 0;
+    for (int i = NHOSTS; i < NTRAIN; i++) {
+        long k;
+        total += results(names[i], &k);
+        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
+        struct h_trace *t;
+        int n = h_trace_read(&h.c, names[i], &t);
+        ck_assert_int_gt(n, 0);
+        long mine = 0;
+        for (int j = 0; j < n; j++) {
+            ck_assert_msg(t[j].rc == 0, "%s: reduce %d failed: %d", names[i], j,
+                          t[j].rc);
+            mine += t[j].t0 > killed;
+        }
+        free(t);
+        /* Reducing on, in groups, after the other job's trainers died. */
+        ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
+                      mine);
+        after += mine;
+    }
+    printf("job killed: %s's 4 trainers SIGKILLed; %s: %ld checked results, "
+           "%ld after the kill, none failed\n",
+           jobs[0], jobs[1], total, after);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("hosts_jobs");
+    TCase *tc = tcase_create("jobs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_hosts_two_jobs_never_mix);
+    tcase_add_test(tc, test_hosts_job_killed_other_unharmed);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return check_run(suite());
+}
