@@ -8,7 +8,8 @@
  * a stream's close takes the link down on both sides once, and the link
  * comes back with all its streams; a stray or late stream is refused
  * without harm to the link; a link whose streams never join is closed
- * at the set-up deadline.
+ * at the set-up deadline; a group's one chunk posted behind another
+ * group's 64 does not wait for all of them (xport_fair.c).
  */
 #include <check.h>
 #include <errno.h>
@@ -40,6 +41,8 @@ struct side {
     int downs;      /* on_link_down calls */
     int land_fails; /* landings called off */
     int reserve;    /* hand out places (else on_chunk only) */
+    int b_got;      /* chunks of group 2 (test_streams_groups_take_turns) */
+    int b_at;       /* how many of group 1's had come before it */
 };
 
 /* A connection the test speaks the protocol on itself, as node 2. */
@@ -99,6 +102,11 @@ static void on_chunk(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
 {
     struct side *s = ctx;
     ck_assert_uint_eq(node, s->i == 0 ? 2 : 1);
+    if (h->group_id == 2) {
+        s->b_at = s->chunks;
+        s->b_got++;
+        return;
+    }
     int k = chunk_index(h);
     memcpy(s->got + h->off, data, CHUNK * sizeof(float));
     s->seen[k]++;
@@ -1101,6 +1109,48 @@ START_TEST(test_streams_flood_held_to_the_listed_peers_room)
 }
 END_TEST
 
+/*
+ * One connection: group 1 posts its 64 chunks (4 MiB) at once, then
+ * group 2 one chunk. The link takes the groups' chunks in turn once
+ * libuv holds its bound (xport_fair.c), so group 2's arrives well before
+ * group 1's last; sent in post order it came after all 64.
+ */
+static int turns_step(struct world *w)
+{
+    switch (w->phase) {
+    case 0: {
+        if (!link_up(w, 0) || !link_up(w, 1))
+            return 0;
+        send_all(w, 1);
+        struct pr_link *l = pr_tcp_xport_link(w->x[1], 1);
+        struct pr_chunk_hdr h = {
+            .group_id = 2, .total = TOTAL, .off = 0, .nfloats = CHUNK};
+        ck_assert_int_eq(l->ops->send(l, &h, w->out, send_cb, w), 0);
+        w->phase = 1;
+        return 0;
+    }
+    default:
+        return w->sends == (int)NCHUNK + 1 && w->s[0].chunks == (int)NCHUNK &&
+               w->s[0].b_got == 1;
+    }
+}
+START_TEST(test_streams_groups_take_turns)
+{
+    struct world w;
+    world_init(&w, turns_step, 1, 1, 0);
+    world_start(&w);
+    uv_run(&w.loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(w.send_fail, 0);
+    ck_assert_int_eq(w.s[0].b_got, 1);
+    assert_all_once(&w, &w.s[0]);
+    printf("groups take turns: group 2's chunk came after %d of group 1's "
+           "%u\n",
+           w.s[0].b_at, NCHUNK);
+    ck_assert_int_lt(w.s[0].b_at, (int)NCHUNK - 8);
+    world_fini(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("xport_streams");
@@ -1126,6 +1176,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_streams_lagging_stream_leaves_few_gaps_in_place);
     tcase_add_test(tc, test_streams_join_without_the_key_refused);
     tcase_add_test(tc, test_streams_flood_held_to_the_listed_peers_room);
+    tcase_add_test(tc, test_streams_groups_take_turns);
     suite_add_tcase(s, tc);
     return s;
 }

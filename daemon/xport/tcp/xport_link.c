@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A peer link as the engine sees it (xport.h): struct tpeer's lookup and
- * creation, its sends (queued while the link is not up, then on the
- * connection pr_tcp_streams_pick chooses, or the queue pair), its coming up,
+ * creation, its sends (queued while the link is not up, then through
+ * xport_fair.c, or on the queue pair), its coming up,
  * and the chunks it receives (read whole, or landed in place through the sink's
  * reserve). How the link's connections are set up, lost and redialled is
- * xport_handshake.c's; this file calls only xport_streams.c and is called by
- * the files above it (xport_tcp_int.h has the graph).
+ * xport_handshake.c's; this file calls only xport_fair.c and
+ * xport_streams.c and is called by the files above it (xport_tcp_int.h
+ * has the graph).
  */
 #include "daemon/xport/tcp/xport_tcp_int.h"
 
@@ -33,10 +34,14 @@ void pr_tcp_peer_fail_pending(struct tpeer *p, int status)
     while (p->q) {
         struct pending *s = p->q;
         p->q = s->next;
+        /* Before the callback, which may queue a send of its own. */
+        if (!p->q)
+            p->qtail = &p->q;
         s->cb(s->arg, status);
         free(s);
     }
     p->qtail = &p->q;
+    pr_tcp_fair_fail(p, status);
 }
 
 static void flush_pending(struct tpeer *p)
@@ -74,18 +79,7 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
         struct pr_link *rl = pr_rdma_qp_link(p->qp);
         return rl->ops->send(rl, h, data, cb, arg);
     }
-    struct pr_conn *c = pr_tcp_streams_pick(p);
-    if (!c)
-        return -ENOTCONN;
-    uint8_t hdr[PR_CHUNK_HDR_LEN];
-    pr_chunk_hdr_encode(hdr, h);
-    size_t len = (size_t)h->nfloats * sizeof(float);
-    int rc = pr_conn_send_data(c, hdr, sizeof(hdr), data, len, cb, arg);
-    if (rc == 0) {
-        p->base.bytes_sent += len;
-        p->x->bytes_sent += len;
-    }
-    return rc;
+    return pr_tcp_fair_send(p, h, data, cb, arg);
 }
 
 /*
@@ -128,6 +122,12 @@ void pr_tcp_peer_up(struct tpeer *p)
                 p->addr, p->nstreams);
     else
         pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
+    if (!p->qp) {
+        pr_tcp_fair_lowat(p->conn);
+        for (uint32_t i = 0; i + 1 < p->nstreams; i++)
+            if (p->more[i].up && p->more[i].conn)
+                pr_tcp_fair_lowat(p->more[i].conn);
+    }
     flush_pending(p);
 }
 

@@ -36,7 +36,9 @@ struct pr_tcp_xport *pr_tcp_xport_create(uv_loop_t *loop, uint32_t self,
     x->listener.data = x;
     uv_timer_init(loop, &x->sweep);
     x->sweep.data = x;
-    x->handles = 2;
+    uv_check_init(loop, &x->pump);
+    x->pump.data = x;
+    x->handles = 3;
     return x;
 }
 
@@ -220,6 +222,7 @@ void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
     }
     uv_close((uv_handle_t *)&x->listener, listener_closed_cb);
     uv_close((uv_handle_t *)&x->sweep, listener_closed_cb);
+    uv_close((uv_handle_t *)&x->pump, listener_closed_cb);
 }
 
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,

@@ -14,11 +14,15 @@
  *   xport_link.c       a peer link for the engine: sends, queue, up,
  *        |             chunks in
  *        v
+ *   xport_fair.c       a link's chunks from its groups in turn
+ *        |
+ *        v
  *   xport_streams.c    a link's further connections: which, and which
  *                      takes the next chunk
  *
- * xport_tcp.c calls xport_handshake.c, xport_link.c and xport_streams.c;
- * xport_accept.c calls xport_handshake.c and xport_link.c.
+ * xport_tcp.c calls xport_handshake.c, xport_link.c and xport_streams.c
+ * (and owns xport_fair.c's check handle); xport_accept.c calls
+ * xport_handshake.c and xport_link.c.
  */
 #ifndef PR_XPORT_TCP_INT_H
 #define PR_XPORT_TCP_INT_H
@@ -56,7 +60,12 @@ enum pstate {
     P_UP,
 };
 
-/* A send posted while the link was not up. */
+struct txflow;
+
+/*
+ * A send posted while the link was not up (tpeer.q), or waiting for its
+ * group's turn on a link that is (xport_fair.c).
+ */
 struct pending {
     struct pending *next;
     struct pr_chunk_hdr h;
@@ -94,6 +103,7 @@ struct tpeer {
     int outgoing; /* this side connects (self > node_id) */
     int listed;
     struct pending *q, **qtail;
+    struct txflow *tx_ring; /* xport_fair.c: groups with chunks waiting */
     uv_timer_t retry;
     uint32_t backoff_ms;
     float *abuf; /* aligned copy for a payload at an odd address */
@@ -140,6 +150,7 @@ struct pr_tcp_xport {
     struct pr_strangers strangers; /* of struct stranger */
     const struct pr_auth_key *key; /* NULL: no cluster key */
     uv_timer_t sweep;              /* hello and link-setup deadlines */
+    uv_check_t pump;               /* xport_fair.c: while chunks wait */
 };
 
 /*
@@ -168,6 +179,17 @@ void pr_tcp_peer_on_data_end(struct pr_conn *c, void *token, int status);
  */
 void pr_tcp_handshake_dial(struct tpeer *p);
 int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m);
+
+/*
+ * xport_fair.c: a chunk on p, which is up over TCP: to libuv now, or
+ * queued for its group's turn (0, cb will run; or a negative errno, it
+ * will not). Every queued chunk of p failed with status. A connection's
+ * kernel buffer of unsent bytes kept small (TCP_NOTSENT_LOWAT).
+ */
+int pr_tcp_fair_send(struct tpeer *p, const struct pr_chunk_hdr *h,
+                     const float *data, pr_send_cb cb, void *arg);
+void pr_tcp_fair_fail(struct tpeer *p, int status);
+void pr_tcp_fair_lowat(struct pr_conn *c);
 
 /* xport_streams.c */
 /* Closes every connection but the first (detached: no callbacks). */
