@@ -39,15 +39,18 @@ cluster_start() {
     "$PREDUCED" --role scheduler --set scheduler.listen=127.0.0.1:$sport \
         --set scheduler.policy="$policy" "$@" >"$dir/sched.log" 2>&1 &
     CLUSTER_PIDS+=($!)
-    cluster_wait "$sport" || return 1
+    cluster_wait "$sport" || { tail -n 20 "$dir/sched.log" >&2; return 1; }
+    # Peer ports: any free one, which the node tells the scheduler (a port
+    # picked here could meanwhile be another connection's own).
     for ((n = 0; n < nodes; n++)); do
         "$PREDUCED" --role node --set node.name=node$n \
             --set node.scheduler=127.0.0.1:$sport \
             --set node.socket="$(cluster_socket "$dir" $n)" \
-            --set node.data_listen="127.0.0.1:$(cluster_free_port)" \
+            --set node.data_listen=127.0.0.1:0 \
             >"$dir/node$n.log" 2>&1 &
         CLUSTER_PIDS+=($!)
-        cluster_wait "$(cluster_socket "$dir" $n)" || return 1
+        cluster_wait "$(cluster_socket "$dir" $n)" ||
+            { tail -n 20 "$dir/node$n.log" >&2; return 1; }
     done
 }
 
