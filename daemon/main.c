@@ -67,6 +67,8 @@ static void usage(FILE *f)
             "role=ROLE)\n"
             "  -s, --set K=V      override a key, e.g. --set "
             "scheduler.policy=constant\n"
+            "      --gen-key FILE write a new cluster key to FILE and "
+            "exit\n"
             "  -h, --help         this text\n"
             "  -V, --version      the version\n",
             DEFAULT_CONF);
@@ -172,6 +174,9 @@ static int load_config(struct daemon *d)
             return rc;
         }
         d->have_key = 1;
+        /* Links are sealed unless security.encrypt = off. */
+        if (!pr_conf_encrypts(&d->conf))
+            d->key.seal = 0;
     }
     return 0;
 }
@@ -298,6 +303,22 @@ enum action {
     ACT_EXIT_BAD, /* a usage error: exit 2 */
 };
 
+/* --gen-key FILE: a new cluster key, readable by its owner alone. */
+static enum action gen_key(const char *path)
+{
+    const char *why = "";
+    int rc = pr_auth_generate(path, &why);
+    if (rc < 0) {
+        fprintf(stderr, "preduced: --gen-key %s: %s (%s)\n", path, why,
+                strerror(-rc));
+        return ACT_EXIT_BAD;
+    }
+    printf("preduced: wrote a new cluster key to %s (mode 0600); copy it to "
+           "every daemon of the cluster and set security.key_file\n",
+           path);
+    return ACT_EXIT_OK;
+}
+
 /* Fills d->path and d->sets[] from argv; says what to do next. */
 static enum action parse_options(struct daemon *d, int argc, char **argv)
 {
@@ -309,11 +330,14 @@ static enum action parse_options(struct daemon *d, int argc, char **argv)
         {"set", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        {"gen-key", required_argument, NULL, 'g'},
         {NULL, 0, NULL, 0},
     };
     int test = 0, dump = 0, c;
     while ((c = getopt_long(argc, argv, "c:tTr:s:hV", opts, NULL)) != -1) {
         switch (c) {
+        case 'g':
+            return gen_key(optarg);
         case 'c':
             d->path = optarg;
             break;

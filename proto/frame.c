@@ -88,7 +88,7 @@ static int reserve(struct pr_frame_reader *r, size_t want, int whole, void **p,
     size_t need = r->len + want;
     if (whole && r->len >= PR_FRAME_HDR_LEN) {
         struct pr_frame_hdr h;
-        if (pr_frame_hdr_decode(r->buf, r->max_len, &h) == 0 &&
+        if (pr_frame_hdr_decode(r->buf, r->max_len + r->extra, &h) == 0 &&
             PR_FRAME_HDR_LEN + (size_t)h.len + PR_FRAME_HDR_LEN > need)
             need = PR_FRAME_HDR_LEN + (size_t)h.len + PR_FRAME_HDR_LEN;
     }
@@ -131,7 +131,7 @@ int pr_frame_reader_next(struct pr_frame_reader *r, struct pr_frame_hdr *h,
     size_t avail = r->len - r->off;
     if (avail < PR_FRAME_HDR_LEN)
         return 0;
-    int rc = pr_frame_hdr_decode(r->buf + r->off, r->max_len, h);
+    int rc = pr_frame_hdr_decode(r->buf + r->off, r->max_len + r->extra, h);
     if (rc < 0)
         return rc;
     if (avail < PR_FRAME_HDR_LEN + (size_t)h->len)
@@ -147,7 +147,7 @@ int pr_frame_reader_partial(struct pr_frame_reader *r, struct pr_frame_hdr *h,
     settle(r);
     size_t avail = r->len - r->off;
     if (avail < PR_FRAME_HDR_LEN ||
-        pr_frame_hdr_decode(r->buf + r->off, r->max_len, h) < 0 ||
+        pr_frame_hdr_decode(r->buf + r->off, r->max_len + r->extra, h) < 0 ||
         avail >= PR_FRAME_HDR_LEN + (size_t)h->len)
         return 0;
     *p = r->buf + r->off;

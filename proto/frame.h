@@ -53,7 +53,8 @@ int pr_frame_hdr_decode(const uint8_t in[PR_FRAME_HDR_LEN], size_t max_len,
 
 /*
  * Reassembles frames from a byte stream. Owns one growable buffer that holds
- * at most one header plus max_len payload bytes beyond what was consumed.
+ * at most one header plus max_len (+ extra) payload bytes beyond what was
+ * consumed.
  */
 struct pr_frame_reader {
     uint8_t *buf;
@@ -61,6 +62,11 @@ struct pr_frame_reader {
     size_t off; /* start of the unconsumed bytes */
     size_t cap;
     size_t max_len;
+    /*
+     * Bytes a frame may carry beyond max_len: a sealed link's tags
+     * (daemon/base/seal.h), which the limits of what a frame says leave out.
+     */
+    size_t extra;
     size_t cur; /* bytes of the frame handed out by next(), 0 if none */
 };
 

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/base/seal.h"
+
 #define KEY_MIN 16
 #define KEY_MAX 4096
 
@@ -43,8 +45,45 @@ int pr_auth_load(const char *path, struct pr_auth_key *key, const char **why)
         return *why = "the key file must hold 16 to 4096 bytes", -EINVAL;
     }
     crypto_generichash(key->k, sizeof(key->k), buf, n, NULL, 0);
+    key->seal = pr_seal_ciphers();
     sodium_memzero(buf, sizeof(buf));
     return 0;
+}
+
+int pr_auth_generate(const char *path, const char **why)
+{
+    uint8_t k[32];
+    char hex[2 * sizeof(k) + 2];
+    if (sodium_init() < 0)
+        return *why = "libsodium cannot start", -EIO;
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        *why = e == EEXIST ? "the file exists; a new key would lock out "
+                             "every daemon that has it: remove it first"
+                           : "cannot create the file";
+        return -e;
+    }
+    randombytes_buf(k, sizeof(k));
+    sodium_bin2hex(hex, sizeof(hex) - 1, k, sizeof(k));
+    sodium_memzero(k, sizeof(k));
+    size_t n = strlen(hex);
+    hex[n++] = '\n';
+    int rc = 0;
+    errno = 0;
+    /* umask cannot widen 0600, but an inherited ACL default could. */
+    if (fchmod(fd, 0600) < 0 || write(fd, hex, n) != (ssize_t)n ||
+        fsync(fd) < 0)
+        rc = errno ? -errno : -EIO; /* a short write leaves errno 0 */
+    sodium_memzero(hex, sizeof(hex));
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc < 0) {
+        unlink(path);
+        *why = "cannot write the file";
+    }
+    return rc;
 }
 
 void pr_auth_nonce(uint8_t nonce[PR_AUTH_NONCE_LEN])
@@ -95,15 +134,17 @@ void pr_auth_challenge(const struct pr_auth_key *key,
     ch->nonce.data = s_nonce;
     ch->nonce.len = PR_AUTH_NONCE_LEN;
     ch->required = key != NULL;
+    ch->seal = key ? key->seal : 0;
 }
 
 int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
                    uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                    uint8_t c_nonce[PR_AUTH_NONCE_LEN],
                    uint8_t buf[2 * PR_AUTH_NONCE_LEN], size_t *len,
-                   const char **why)
+                   uint32_t *cipher, const char **why)
 {
     *len = 0;
+    *cipher = 0;
     if (ch->nonce.len != PR_AUTH_NONCE_LEN)
         return *why = "challenge without a nonce", -EPROTO;
     memcpy(s_nonce, ch->nonce.data, PR_AUTH_NONCE_LEN);
@@ -117,6 +158,19 @@ int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
                -EACCES;
     if (!key)
         return 0;
+    if (key->seal && !ch->seal)
+        return *why = "this side encrypts its links (security.encrypt) and "
+                      "the other does not",
+               -EACCES;
+    if (!key->seal && ch->seal)
+        return *why = "the other side encrypts its links and this side does "
+                      "not (security.encrypt = off)",
+               -EACCES;
+    if (key->seal) {
+        *cipher = pr_seal_pick(ch->seal & key->seal);
+        if (!*cipher)
+            return *why = "no cipher in common to encrypt the link", -EPROTO;
+    }
     pr_auth_nonce(c_nonce);
     memcpy(buf, c_nonce, PR_AUTH_NONCE_LEN);
     pr_auth_prove(key, 'C', s_nonce, c_nonce, buf + PR_AUTH_NONCE_LEN);
@@ -126,7 +180,7 @@ int pr_auth_answer(const struct pr_auth_key *key, const Pr__V1__Challenge *ch,
 
 int pr_auth_check_hello(const struct pr_auth_key *key,
                         const uint8_t s_nonce[PR_AUTH_NONCE_LEN],
-                        const ProtobufCBinaryData *auth,
+                        const ProtobufCBinaryData *auth, uint32_t seal,
                         uint8_t proof[PR_AUTH_PROOF_LEN], size_t *len,
                         const char **why)
 {
@@ -139,6 +193,16 @@ int pr_auth_check_hello(const struct pr_auth_key *key,
     if (pr_auth_verify(key, 'C', s_nonce, c_nonce,
                        auth->data + PR_AUTH_NONCE_LEN, PR_AUTH_PROOF_LEN) < 0)
         return *why = "wrong proof of the cluster key (another key?)", -EACCES;
+    if (key->seal && !(seal & key->seal && pr_seal_pick(seal) == seal))
+        return *why = seal ? "its hello picks a cipher this side did not "
+                             "offer"
+                           : "it does not encrypt its links and this side "
+                             "does (security.encrypt)",
+               -EACCES;
+    if (!key->seal && seal)
+        return *why = "it encrypts its links and this side does not "
+                      "(security.encrypt = off)",
+               -EACCES;
     pr_auth_prove(key, 'S', c_nonce, s_nonce, proof);
     *len = PR_AUTH_PROOF_LEN;
     return 0;

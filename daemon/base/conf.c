@@ -670,6 +670,12 @@ static int check_entry(const struct pr_conf *c, const struct entry *e,
     return 0;
 }
 
+int pr_conf_encrypts(const struct pr_conf *c)
+{
+    return c->sec_key_file && c->sec_key_file[0] &&
+           c->sec_encrypt != PR_ENCRYPT_OFF;
+}
+
 int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
 {
     struct pr_conf_err dummy;
@@ -711,6 +717,18 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
         return pr_conf_seterr(err, -EINVAL, "scheduler", "node_timeout_ms",
                               "%u ms is less than 3 x heartbeat_ms (%u ms)",
                               c->sched_node_timeout_ms, c->sched_heartbeat_ms);
+    /* Sealing needs the key its link keys come from. */
+    int keyed = c->sec_key_file && c->sec_key_file[0];
+    if (c->sec_encrypt == PR_ENCRYPT_ON && !keyed)
+        return pr_conf_seterr(err, -EINVAL, "security", "encrypt",
+                              "on needs a security.key_file");
+    /* The verbs path lands tensors in clear (docs/security.md). */
+    if (pr_conf_encrypts(c) && c->xport_type == PR_XPORT_RDMA)
+        return pr_conf_seterr(err, -EINVAL, "transport", "type",
+                              "rdma would carry tensors unencrypted, and "
+                              "security.encrypt is on (the default with a "
+                              "key): set type = auto or tcp, or encrypt = "
+                              "off");
     /* 0 would weigh every stale member 0, 1 makes every level's mass 0. */
     if (!(c->sched_staleness_alpha > 0 && c->sched_staleness_alpha < 1))
         return pr_conf_seterr(err, -EINVAL, "scheduler", "staleness_alpha",

@@ -32,6 +32,13 @@ enum pr_xport_kind {
     PR_XPORT_TCP = 2,
 };
 
+/* security.encrypt: auto seals the links whenever a key is set. */
+enum pr_encrypt {
+    PR_ENCRYPT_AUTO = 0,
+    PR_ENCRYPT_ON = 1,
+    PR_ENCRYPT_OFF = 2,
+};
+
 enum pr_reload_missing {
     PR_RELOAD_MISSING_REFUSE = 0,  /* a reload lacking keys set before fails */
     PR_RELOAD_MISSING_DEFAULT = 1, /* such keys return to their defaults */
@@ -110,6 +117,7 @@ struct pr_conf {
 
     /* [security] */
     char *sec_key_file; /* "" = no authentication */
+    enum pr_encrypt sec_encrypt;
 
     /* [metrics] */
     char *metrics_listen; /* host:port for Prometheus text; "" = off */
@@ -165,6 +173,9 @@ int pr_conf_set_scalar(struct pr_conf *c, const char *assignment,
  * backslashes, since it appears in logs and metrics labels.
  */
 int pr_conf_name_ok(const char *s);
+
+/* Whether links are encrypted: a key_file and security.encrypt not off. */
+int pr_conf_encrypts(const struct pr_conf *c);
 
 /* Cross-key checks (group_min <= group_max, window bounds, ...). */
 int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err);

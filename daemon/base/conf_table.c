@@ -19,6 +19,11 @@ static const struct pr_name xports[] = {{"auto", PR_XPORT_AUTO},
                                         {"tcp", PR_XPORT_TCP},
                                         {NULL, 0}};
 
+static const struct pr_name encrypts[] = {{"auto", PR_ENCRYPT_AUTO},
+                                          {"on", PR_ENCRYPT_ON},
+                                          {"off", PR_ENCRYPT_OFF},
+                                          {NULL, 0}};
+
 static const struct pr_name missing[] = {{"refuse", PR_RELOAD_MISSING_REFUSE},
                                          {"default", PR_RELOAD_MISSING_DEFAULT},
                                          {NULL, 0}};
@@ -162,6 +167,8 @@ static const struct entry rows[] = {
 
     {"security", "key_file", T_STR, OFF(sec_key_file), "", 0, 0, NULL, 0,
      "cluster key file; empty = no authentication"},
+    {"security", "encrypt", T_ENUM, OFF(sec_encrypt), "auto", 0, 0, encrypts, 0,
+     "encrypt every link: auto (= on with a key_file), on or off"},
 
     {"metrics", "listen", T_STR, OFF(metrics_listen), "", 0, 0, NULL,
      F_ADDR | F_EMPTY, "host:port of the Prometheus endpoint; empty = off"},

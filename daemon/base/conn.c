@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/base/log.h"
+#include "daemon/base/seal.h"
 
 static const struct pr_conn_ops detached_ops;
 static void land_abort(struct pr_conn *c, int status);
@@ -72,6 +73,12 @@ static void close_cb(uv_handle_t *h)
     if (c->ops->on_close)
         c->ops->on_close(c, c->status);
     pr_frame_reader_fini(&c->rd);
+    if (c->seal) {
+        pr_seal_clear(c->seal);
+        free(c->seal);
+    }
+    free(c->transcript);
+    free(c->bounce);
     free(c);
 }
 
@@ -92,6 +99,13 @@ void pr_conn_close(struct pr_conn *c, int status)
  */
 #define LAND_FIRST_READ 4096
 
+/* A data frame's bytes before its payload: header, prefix (and its tag). */
+static size_t land_head(const struct pr_conn *c)
+{
+    return PR_FRAME_HDR_LEN + c->ops->data_prefix +
+           (c->seal ? PR_SEAL_TAG_LEN : 0);
+}
+
 /*
  * What the next read may take (at most `want`) while less than a header
  * and data prefix of a frame that may land in place is buffered. Between
@@ -104,7 +118,7 @@ void pr_conn_close(struct pr_conn *c, int status)
 static size_t land_want(struct pr_conn *c, size_t want)
 {
     size_t pending = pr_frame_reader_pending(&c->rd);
-    size_t need = PR_FRAME_HDR_LEN + c->ops->data_prefix;
+    size_t need = land_head(c);
     struct pr_frame_hdr fh;
     const uint8_t *p;
     size_t n;
@@ -125,8 +139,13 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     (void)hint;
     if (c->land.active) {
         size_t left = c->land.len - c->land.got;
-        buf->base = (char *)c->land.dst + c->land.got;
+        buf->base = (char *)c->land.at + c->land.got;
         buf->len = left < (1u << 30) ? left : (1u << 30);
+        /* The payload is in: its tag, which follows it, next. */
+        if (left == 0) {
+            buf->base = (char *)c->land.tag + c->land.tag_got;
+            buf->len = PR_SEAL_TAG_LEN - c->land.tag_got;
+        }
         return;
     }
     /*
@@ -139,8 +158,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
         want = 65536;
     /* A frame that may still land in place: no more than it needs now. */
     int may_land = c->ops->on_data_begin && !c->land.refused &&
-                   pr_frame_reader_pending(&c->rd) <
-                       PR_FRAME_HDR_LEN + c->ops->data_prefix;
+                   pr_frame_reader_pending(&c->rd) < land_head(c);
     if (may_land)
         want = land_want(c, want);
     /*
@@ -158,6 +176,86 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
         n = want;
     buf->base = p;
     buf->len = n;
+}
+
+/*
+ * A sealed record that did not open: logged; the errno to close with.
+ * Only -EBADMSG is a record that does not authenticate.
+ */
+static int seal_failed(struct pr_conn *c, int rc, const char *what)
+{
+    if (rc == -EBADMSG) {
+        c->auth_failed = 1;
+        pr_warn("%s: %s failed authentication (altered, replayed, "
+                "reordered or lost on the way): closing",
+                c->name, what);
+    } else if (rc == -EKEYEXPIRED) {
+        pr_warn("%s: sealed link used up its record numbers: closing", c->name);
+    } else {
+        pr_err("%s: cannot open %s: %s: closing", c->name, what, strerror(-rc));
+    }
+    return rc;
+}
+
+/*
+ * This side could not seal a record, or sealed one that will not go out:
+ * its number is spent, and the peer would take the next one for
+ * tampering. Logged; the connection is closed.
+ */
+static int seal_lost(struct pr_conn *c, int rc, const char *what)
+{
+    pr_err("%s: cannot send %s sealed: %s: closing", c->name, what,
+           strerror(-rc));
+    pr_conn_close(c, rc);
+    return rc;
+}
+
+/*
+ * A whole frame of a sealed connection, opened in place at p: fh->len
+ * becomes its clear payload's. A data frame's prefix record may be open
+ * already (maybe_land), and its payload record moves down over the
+ * prefix's tag, so the clear bytes are contiguous. 0, or < 0 (logged).
+ */
+static int open_frame(struct pr_conn *c, struct pr_frame_hdr *fh, uint8_t *p)
+{
+    const size_t T = PR_SEAL_TAG_LEN;
+    uint8_t ad[PR_FRAME_HDR_LEN];
+    int rc;
+    pr_frame_hdr_encode(ad, fh->len, fh->type, fh->flags);
+    if (fh->type != PR_FRAME_DATA) {
+        if (fh->len < T)
+            goto short_frame;
+        size_t n = fh->len - T;
+        rc = pr_seal_decrypt(c->seal, ad, p, n, p + n);
+        if (rc < 0)
+            return seal_failed(c, rc, "a message");
+        fh->len = (uint32_t)n;
+        return 0;
+    }
+    /* A data frame's flags say where its prefix record ends. */
+    size_t split = fh->flags;
+    if (fh->len < split + 2 * T)
+        goto short_frame;
+    if (!c->prefix_open) {
+        rc = pr_seal_decrypt(c->seal, ad, p, split, p + split);
+        if (rc < 0)
+            return seal_failed(c, rc, "a chunk header");
+    }
+    c->prefix_open = 0;
+    size_t rest = fh->len - split - 2 * T;
+    uint8_t tag[PR_SEAL_TAG_LEN];
+    memcpy(tag, p + split + T + rest, T);
+    memmove(p + split, p + split + T, rest);
+    rc = pr_seal_decrypt(c->seal, ad, p + split, rest, tag);
+    if (rc < 0)
+        return seal_failed(c, rc, "a chunk");
+    fh->len = (uint32_t)(split + rest);
+    return 0;
+short_frame:
+    pr_warn("%s: sealed frame of %u bytes is too short for its tags: "
+            "closing",
+            c->name, fh->len);
+    return -EPROTO;
 }
 
 static int dispatch(struct pr_conn *c, const struct pr_frame_hdr *fh,
@@ -188,15 +286,38 @@ static int dispatch(struct pr_conn *c, const struct pr_frame_hdr *fh,
  */
 static void landed_bytes(struct pr_conn *c, size_t n, uint64_t now_ns)
 {
-    c->land.got += n;
+    /* alloc_cb never hands out a buffer across the payload and its tag. */
     if (c->land.got < c->land.len)
+        c->land.got += n;
+    else
+        c->land.tag_got += n;
+    if (c->land.got < c->land.len ||
+        (c->seal && c->land.tag_got < PR_SEAL_TAG_LEN))
         return;
     c->land.active = 0;
-    c->frames_landed++;
-    c->last_rx_ms = uv_now(c->h.handle.loop);
-    c->rx_frame_ns = now_ns - c->rx_start_ns;
-    c->rx_start_ns = now_ns;
-    c->ops->on_data_end(c, c->land.token, 0);
+    int status = 0;
+    /*
+     * Opened in the bounce buffer, and copied to its place only once it
+     * authenticated: the owner's memory (a trainer's tensor, maybe) never
+     * holds ciphertext or bytes that failed.
+     */
+    if (c->seal) {
+        int rc = pr_seal_decrypt(c->seal, c->land.ad, c->land.at, c->land.len,
+                                 c->land.tag);
+        if (rc < 0)
+            status = seal_failed(c, rc, "a chunk");
+        else
+            memcpy(c->land.dst, c->land.at, c->land.len);
+    }
+    if (status == 0) {
+        c->frames_landed++;
+        c->last_rx_ms = uv_now(c->h.handle.loop);
+        c->rx_frame_ns = now_ns - c->rx_start_ns;
+        c->rx_start_ns = now_ns;
+    }
+    c->ops->on_data_end(c, c->land.token, status);
+    if (status < 0)
+        pr_conn_close(c, status);
 }
 
 /*
@@ -210,23 +331,58 @@ static int maybe_land(struct pr_conn *c)
     struct pr_frame_hdr fh;
     const uint8_t *p;
     size_t n, pre = ops->data_prefix;
+    size_t head = land_head(c) - PR_FRAME_HDR_LEN; /* prefix and its tag */
+    size_t tail = c->seal ? PR_SEAL_TAG_LEN : 0;   /* the payload's tag */
     if (!ops->on_data_begin || c->land.refused ||
         !pr_frame_reader_partial(&c->rd, &fh, &p, &n) ||
-        fh.type != PR_FRAME_DATA || fh.len < pre || n < PR_FRAME_HDR_LEN + pre)
+        fh.type != PR_FRAME_DATA || fh.len < head + tail ||
+        n < PR_FRAME_HDR_LEN + head || (c->seal && fh.flags != pre))
         return 0;
-    size_t rest = fh.len - pre;
+    uint8_t *q = (uint8_t *)p + PR_FRAME_HDR_LEN;
+    int rc;
+    /* The prefix says where the payload goes: authentic first. */
+    if (c->seal && !c->prefix_open) {
+        rc = pr_seal_decrypt(c->seal, p, q, pre, q + pre);
+        if (rc < 0)
+            return seal_failed(c, rc, "a chunk header");
+        c->prefix_open = 1;
+    }
+    size_t rest = fh.len - head - tail;
     void *dst = NULL, *token = NULL;
-    int rc = ops->on_data_begin(c, p + PR_FRAME_HDR_LEN, rest, &dst, &token);
+    rc = ops->on_data_begin(c, q, rest, &dst, &token);
     if (rc <= 0) {
         c->land.refused = 1;
         return rc;
     }
-    size_t have = n - PR_FRAME_HDR_LEN - pre;
-    memcpy(dst, p + PR_FRAME_HDR_LEN + pre, have);
+    /* Sealed, the payload lands in the bounce buffer first. */
+    uint8_t *at = dst;
+    if (c->seal) {
+        if (c->bounce_cap < rest) {
+            uint8_t *b = realloc(c->bounce, rest);
+            if (!b) {
+                pr_err("%s: out of memory for a chunk of %zu bytes: closing",
+                       c->name, rest);
+                ops->on_data_end(c, token, -ENOMEM);
+                return -ENOMEM;
+            }
+            c->bounce = b;
+            c->bounce_cap = rest;
+        }
+        at = c->bounce;
+    }
+    /* Less than the whole frame is in: next() would have taken it. */
+    size_t have = n - PR_FRAME_HDR_LEN - head;
+    size_t into = have < rest ? have : rest;
+    memcpy(at, q + head, into);
+    memcpy(c->land.tag, q + head + into, have - into);
+    c->land.tag_got = have - into;
+    memcpy(c->land.ad, p, PR_FRAME_HDR_LEN);
+    c->prefix_open = 0;
     pr_frame_reader_drop_partial(&c->rd);
     c->land.dst = dst;
+    c->land.at = at;
     c->land.len = rest;
-    c->land.got = have;
+    c->land.got = into;
     c->land.token = token;
     c->land.active = 1;
     return 0;
@@ -302,6 +458,19 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         c->land.refused = 0;
+        if (c->transcript && fh.type == PR_FRAME_MSG) {
+            uint8_t h[PR_FRAME_HDR_LEN];
+            pr_frame_hdr_encode(h, fh.len, fh.type, fh.flags);
+            crypto_generichash_update(c->transcript, h, sizeof(h));
+            crypto_generichash_update(c->transcript, payload, fh.len);
+        }
+        if (c->seal) {
+            rc = open_frame(c, &fh, (uint8_t *)payload);
+            if (rc < 0) {
+                pr_conn_close(c, rc);
+                return;
+            }
+        }
         c->last_rx_ms = uv_now(s->loop);
         c->rx_frame_ns = now_ns - c->rx_start_ns;
         /* Whatever follows in this read belongs to the next frame. */
@@ -371,6 +540,55 @@ static void write_cb(uv_write_t *req, int status)
     free(w);
 }
 
+/* A message frame (*frame, *len) becomes its sealed record. */
+static int seal_msg(struct pr_conn *c, uint8_t **frame, size_t *len)
+{
+    size_t n = *len - PR_FRAME_HDR_LEN;
+    uint8_t *f = realloc(*frame, *len + PR_SEAL_TAG_LEN);
+    if (!f)
+        return -ENOMEM;
+    *frame = f;
+    pr_frame_hdr_encode(f, (uint32_t)(n + PR_SEAL_TAG_LEN), PR_FRAME_MSG, 0);
+    int rc = pr_seal_encrypt(c->seal, f, f + PR_FRAME_HDR_LEN,
+                             f + PR_FRAME_HDR_LEN, n, f + PR_FRAME_HDR_LEN + n);
+    if (rc < 0)
+        return seal_lost(c, rc, "a message");
+    *len += PR_SEAL_TAG_LEN;
+    return 0;
+}
+
+/*
+ * A data frame sealed into a buffer of its own (*out, *out_len): the
+ * header, whose flags say where the prefix record ends, then the prefix
+ * record and its tag, then the payload record and its tag.
+ */
+static int seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
+                     const void *data, size_t len, uint8_t **out,
+                     size_t *out_len)
+{
+    const size_t T = PR_SEAL_TAG_LEN;
+    size_t total = hdr_len + T + len + T;
+    if (total > UINT32_MAX)
+        return -EMSGSIZE;
+    uint8_t *f = malloc(PR_FRAME_HDR_LEN + total);
+    if (!f)
+        return -ENOMEM;
+    pr_frame_hdr_encode(f, (uint32_t)total, PR_FRAME_DATA, (uint16_t)hdr_len);
+    uint8_t *q = f + PR_FRAME_HDR_LEN;
+    int rc = pr_seal_encrypt(c->seal, f, q, hdr, hdr_len, q + hdr_len);
+    if (rc == 0)
+        rc = pr_seal_encrypt(c->seal, f, q + hdr_len + T, data, len,
+                             q + hdr_len + T + len);
+    if (rc < 0) {
+        free(f);
+        /* The header's record may have gone, the payload's not. */
+        return seal_lost(c, rc, "a chunk");
+    }
+    *out = f;
+    *out_len = PR_FRAME_HDR_LEN + total;
+    return 0;
+}
+
 int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
 {
     if (c->closing)
@@ -387,7 +605,12 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
         return -ENOMEM;
     size_t len;
     int rc = pr_msg_frame(m, c->rd.max_len, &w->owned, &len);
+    if (rc == 0 && c->transcript)
+        crypto_generichash_update(c->transcript, w->owned, len);
+    if (rc == 0 && c->seal)
+        rc = seal_msg(c, &w->owned, &len);
     if (rc < 0) {
+        free(w->owned);
         free(w);
         return rc;
     }
@@ -416,7 +639,7 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
     if (rc < 0) {
         free(w->owned);
         free(w);
-        return rc;
+        return c->seal ? seal_lost(c, rc, "a message") : rc;
     }
     c->bytes_out += len;
     return 0;
@@ -437,6 +660,23 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     w->c = c;
     w->cb = cb;
     w->arg = arg;
+    if (c->seal) {
+        size_t n;
+        int rc = seal_data(c, hdr, hdr_len, data, len, &w->owned, &n);
+        if (rc < 0) {
+            free(w);
+            return rc;
+        }
+        uv_buf_t b = uv_buf_init((char *)w->owned, (unsigned)n);
+        rc = uv_write(&w->req, &c->h.stream, &b, 1, write_cb);
+        if (rc < 0) {
+            free(w->owned);
+            free(w);
+            return seal_lost(c, rc, "a chunk");
+        }
+        c->bytes_out += n;
+        return 0;
+    }
     pr_frame_hdr_encode(w->hdr, (uint32_t)(hdr_len + len), PR_FRAME_DATA, 0);
     memcpy(w->hdr + PR_FRAME_HDR_LEN, hdr, hdr_len);
     uv_buf_t b[2] = {
@@ -496,6 +736,48 @@ void pr_conn_detach_close(struct pr_conn *c)
     c->ops = &detached_ops;
     c->owner = NULL;
     pr_conn_close(c, 0);
+}
+
+/* aligned_alloc of n bytes rounded up to the 64 that libsodium's states need */
+static void *alloc64(size_t n)
+{
+    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+}
+
+int pr_conn_transcript_start(struct pr_conn *c)
+{
+    if (c->transcript || c->seal)
+        return -EINVAL;
+    crypto_generichash_state *st = alloc64(sizeof(*st));
+    if (!st)
+        return -ENOMEM;
+    crypto_generichash_init(st, NULL, 0, PR_SEAL_HASH_LEN);
+    c->transcript = st;
+    return 0;
+}
+
+int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
+                 const struct pr_auth_key *key, char role,
+                 const uint8_t *s_nonce, const uint8_t *c_nonce)
+{
+    if (!c->transcript || c->seal)
+        return -EINVAL;
+    uint8_t th[PR_SEAL_HASH_LEN];
+    crypto_generichash_final(c->transcript, th, sizeof(th));
+    free(c->transcript);
+    c->transcript = NULL;
+    struct pr_seal *s = alloc64(sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    int rc = pr_seal_init(s, cipher, key, role, s_nonce, c_nonce, th);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    c->seal = s;
+    /* Frames carry their tags beyond what their limit says. */
+    c->rd.extra = 2 * PR_SEAL_TAG_LEN;
+    return 0;
 }
 
 size_t pr_conn_write_queue(const struct pr_conn *c)

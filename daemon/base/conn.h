@@ -9,6 +9,14 @@
  * Msg) closes the connection after one log line that names the peer and
  * the reason; nothing else on the loop is affected.
  *
+ * Sealed (pr_conn_seal, after a keyed handshake): every frame after it,
+ * both ways, is an AEAD record of seal.h, and one that fails to open
+ * (altered, replayed, reordered, dropped, truncated) closes the
+ * connection with -EBADMSG after one log line. A data frame is two
+ * records, its prefix (the chunk header) and its payload, so that the
+ * prefix is authentic before it says where the payload lands, and the
+ * payload is opened in place there before on_data_end says it arrived.
+ *
  * Ownership: pr_conn_create() allocates; the conn frees itself after
  * on_close() ran, which happens exactly once, after pr_conn_close() or an
  * error. Writes pending at close complete with an error status.
@@ -20,9 +28,12 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/base/seal.h"
 #include "proto/frame.h"
 
+struct pr_auth_key;
 struct pr_conn;
+struct pr_seal;
 
 struct pr_conn_ops {
     /* A control message; `m` is freed after the call. Return < 0 to close. */
@@ -83,7 +94,23 @@ struct pr_conn {
         void *token;
         int active;
         int refused; /* the frame being assembled was answered 0 */
+        /*
+         * Sealed: the payload lands at `at`, the bounce buffer, and goes
+         * to dst once it opened; its tag, and the frame header it is
+         * bound to. In clear, `at` is dst.
+         */
+        uint8_t *at;
+        uint8_t tag[PR_SEAL_TAG_LEN];
+        size_t tag_got;
+        uint8_t ad[PR_FRAME_HDR_LEN];
     } land;
+    struct pr_seal *seal; /* NULL: frames in clear */
+    void *transcript;     /* the handshake's hash until sealed, or NULL */
+    /* Sealed: the data frame being assembled had its prefix opened. */
+    int prefix_open;
+    int auth_failed; /* closed for a record that did not authenticate */
+    uint8_t *bounce; /* sealed payloads land here, bounce_cap bytes */
+    size_t bounce_cap;
     uint64_t frames_landed; /* data frames read straight into place */
 };
 
@@ -114,6 +141,22 @@ void pr_conn_close(struct pr_conn *c, int status);
  * before the close callback could run.
  */
 void pr_conn_detach_close(struct pr_conn *c);
+/*
+ * From now until pr_conn_seal, the frames sent and received are hashed
+ * into the handshake's transcript (seal.h): a side that will seal starts
+ * it before the handshake's first frame. 0 or -ENOMEM.
+ */
+int pr_conn_transcript_start(struct pr_conn *c);
+/*
+ * Seals the connection with `cipher` (seal.h) under keys from `key`, the
+ * two nonces and the transcript: the frames after the last one this side
+ * sent (role 'S': its Welcome) or received (role 'C': the Welcome) are
+ * records. 0, -EINVAL (no transcript, or a cipher this side lacks) or
+ * -ENOMEM; the caller closes the connection on an error.
+ */
+int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
+                 const struct pr_auth_key *key, char role,
+                 const uint8_t *s_nonce, const uint8_t *c_nonce);
 /* Bytes queued in the kernel-side write queue not yet written. */
 size_t pr_conn_write_queue(const struct pr_conn *c);
 

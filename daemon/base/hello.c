@@ -2,6 +2,7 @@
 #include "daemon/base/hello.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "daemon/base/log.h"
 
@@ -21,11 +22,41 @@ int pr_hello_auth(struct pr_conn *c, const struct pr_auth_key *key,
                   uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen)
 {
     const char *why;
-    if (pr_auth_check_hello(key, challenge, &h->auth, proof, plen, &why) == 0)
+    if (pr_auth_check_hello(key, challenge, &h->auth, h->seal, proof, plen,
+                            &why) == 0)
         return 0;
     pr_warn("%s (%s): authentication failed: %s: closing", c->name, who, why);
     pr_conn_fail(c, -EACCES, "authentication failed");
     return -EACCES;
+}
+
+int pr_hello_seal(struct pr_conn *c, const struct pr_auth_key *key,
+                  const uint8_t challenge[PR_AUTH_NONCE_LEN],
+                  const Pr__V1__Hello *h)
+{
+    if (!key || !key->seal)
+        return 0;
+    /* pr_hello_auth() checked both: a 64-byte auth, an offered cipher. */
+    int rc = pr_conn_seal(c, h->seal, key, 'S', challenge, h->auth.data);
+    if (rc < 0) {
+        pr_err("%s: cannot encrypt the link: %s: closing", c->name,
+               strerror(-rc));
+        pr_conn_close(c, rc);
+    }
+    return rc;
+}
+
+int pr_hello_transcript(struct pr_conn *c, const struct pr_auth_key *key)
+{
+    if (!key || !key->seal)
+        return 0;
+    int rc = pr_conn_transcript_start(c);
+    if (rc < 0) {
+        pr_err("%s: cannot start the handshake's transcript: %s: closing",
+               c->name, strerror(-rc));
+        pr_conn_close(c, rc);
+    }
+    return rc;
 }
 
 int pr_hello_timing_differs(uint32_t my_heartbeat_ms, uint32_t my_timeout_ms,

@@ -42,6 +42,21 @@ int pr_hello_auth(struct pr_conn *c, const struct pr_auth_key *key,
                   uint8_t proof[PR_AUTH_PROOF_LEN], size_t *plen);
 
 /*
+ * The accepting side, once its Welcome to h is sent: with a key that
+ * seals, the connection is sealed from here on (seal.h). 0 (also without
+ * sealing), or < 0 with c closed and the reason logged.
+ */
+int pr_hello_seal(struct pr_conn *c, const struct pr_auth_key *key,
+                  const uint8_t challenge[PR_AUTH_NONCE_LEN],
+                  const Pr__V1__Hello *h);
+/*
+ * Either side, before the handshake's first frame: with a key that seals,
+ * the frames are hashed for the keys (pr_conn_transcript_start). 0, or
+ * -ENOMEM with c closed.
+ */
+int pr_hello_transcript(struct pr_conn *c, const struct pr_auth_key *key);
+
+/*
  * Whether this side's heartbeat settings (scheduler.heartbeat_ms and
  * node_timeout_ms) and the other side's, as its Hello or Welcome said
  * them, differ: 1 with what differs in buf ("heartbeat_ms 1000 here, 200

@@ -96,6 +96,15 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         pr_err("scheduler %s: %s: closing", pr_node_sched_addr(n), why);
         return -EACCES;
     }
+    if (n->sched_cipher) {
+        int rc = pr_conn_seal(n->sched, n->sched_cipher, n->key, 'C',
+                              n->sched_challenge, n->my_nonce);
+        if (rc < 0) {
+            pr_err("scheduler %s: cannot encrypt the link: %s: closing",
+                   pr_node_sched_addr(n), strerror(-rc));
+            return rc;
+        }
+    }
     n->self = m->welcome->id;
     n->sstate = S_UP;
     if (m->welcome->peers_dropped)
@@ -262,7 +271,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     size_t len;
     const char *why;
     int rc = pr_auth_answer(n->key, m->challenge, n->sched_challenge,
-                            n->my_nonce, buf, &len, &why);
+                            n->my_nonce, buf, &len, &n->sched_cipher, &why);
     if (rc < 0) {
         pr_err("scheduler %s: %s", pr_node_sched_addr(n), why);
         return rc;
@@ -278,6 +287,7 @@ static int on_challenge(struct pr_node *n, const Pr__V1__Msg *m)
     h.prev_node_id = n->self;
     h.auth.data = buf;
     h.auth.len = len;
+    h.seal = n->sched_cipher;
     Pr__V1__Msg r = PR_MSG_OF(HELLO, hello, &h);
     n->sstate = S_HELLO;
     return pr_node_send(n, &r);
@@ -294,7 +304,11 @@ static void connect_sched(struct pr_node *n)
     if (!n->sched)
         return;
     n->sstate = S_CONNECTING;
-    int rc = pr_conn_connect(n->sched, host, port, sched_connected);
+    n->sched_cipher = 0;
+    int rc = pr_hello_transcript(n->sched, n->key);
+    if (rc < 0)
+        return;
+    rc = pr_conn_connect(n->sched, host, port, sched_connected);
     if (rc < 0) {
         pr_err("scheduler %s: %s", pr_node_sched_addr(n), uv_strerror(rc));
         pr_conn_close(n->sched, rc);
@@ -394,6 +408,12 @@ static int open_rdma(struct pr_node *n)
     const struct pr_conf *c = n->conf;
     if (c->xport_type == PR_XPORT_TCP)
         return 0;
+    /* pr_conf_validate() refused transport.type = rdma with it. */
+    if (pr_conf_encrypts(c)) {
+        pr_info("transport: encrypted links carry the data over TCP; RDMA "
+                "is not used (security.encrypt, docs/security.md)");
+        return 0;
+    }
     struct pr_rdma_conf rc_conf = {
         .device = c->xport_rdma_device,
         .port = (uint8_t)c->xport_rdma_port,

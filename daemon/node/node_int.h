@@ -165,6 +165,7 @@ struct pr_node {
     uint8_t
         my_nonce[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
     uint8_t sched_challenge[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
+    uint32_t sched_cipher; /* the link's, seal.h; 0: in clear */
     /*
      * Successful reduces' latency (pr_node_reduce_observe): the sum, the
      * count, and per bucket of node_metrics.c's bounds the reduces that

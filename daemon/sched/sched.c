@@ -61,6 +61,12 @@ int pr_sched_hello_fields(const Pr__V1__Hello *h, const char **why)
         pr_conf_parse_hostport(h->data_addr, host, sizeof(host), &port) < 0 ||
         port == 0)
         return *why = "expected a node hello", -EPROTO;
+    /*
+     * Ids come from a microsecond clock (2^51 now): one near 2^64 is not
+     * a daemon's, and the base after it would wrap to 0.
+     */
+    if (h->max_group_id >= PR_SCHED_GROUP_ID_MAX)
+        return *why = "group id out of range", -EPROTO;
     return 0;
 }
 
@@ -249,6 +255,8 @@ static int on_hello(struct sched_node *n, const Pr__V1__Hello *h)
     if (h->max_group_id >= s->id_base)
         s->id_base = h->max_group_id + 1;
     send_welcome(n, proof, plen, dropped);
+    if (pr_hello_seal(n->conn, s->key, n->challenge, h) < 0)
+        return 0;
     pr_info("node %u (%s) joined, data at %s", n->id, n->name, n->data_addr);
     char differs[160];
     if (pr_hello_timing_differs(s->conf->sched_heartbeat_ms,
@@ -424,6 +432,8 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
+    if (pr_hello_transcript(n->conn, s->key) < 0)
+        return;
     Pr__V1__Challenge ch;
     pr_auth_challenge(s->key, n->challenge, &ch);
     Pr__V1__Msg m = PR_MSG_OF(CHALLENGE, challenge, &ch);

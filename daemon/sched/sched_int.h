@@ -157,10 +157,13 @@ static inline uint64_t pr_sched_now_us(void)
 /*
  * sched.c: a node's Hello, its fields past the protocol version and
  * before the key's proof: a node daemon's role and a data address of
- * host:port with a port above 0. 0, or -EPROTO with *why (the Error's
+ * host:port with a port above 0, a max_group_id below
+ * PR_SCHED_GROUP_ID_MAX. 0, or -EPROTO with *why (the Error's
  * reason).
  */
 int pr_sched_hello_fields(const Pr__V1__Hello *h, const char **why);
+/* Above any group id a scheduler gives out (a microsecond clock's). */
+#define PR_SCHED_GROUP_ID_MAX (1ull << 62)
 
 /*
  * sched_job.c: the jobs, by name and by id. pr_sched_job_get() finds the

@@ -47,7 +47,8 @@ static void on_challenge(const struct pr_auth_key *k,
     uint8_t s_nonce[N], c_nonce[N], buf[2 * N];
     size_t len = 1234;
     const char *why = NULL;
-    int rc = pr_auth_answer(k, ch, s_nonce, c_nonce, buf, &len, &why);
+    uint32_t cipher = 0;
+    int rc = pr_auth_answer(k, ch, s_nonce, c_nonce, buf, &len, &cipher, &why);
     if (ch->nonce.len != N) {
         refused(rc, -EPROTO, why);
         if (rc != -EPROTO || len != 0)
@@ -74,14 +75,16 @@ static void on_challenge(const struct pr_auth_key *k,
     ProtobufCBinaryData auth = {.len = len, .data = buf};
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen = 0;
-    if (pr_auth_check_hello(k, s_nonce, &auth, proof, &plen, &why) != 0 ||
+    if (pr_auth_check_hello(k, s_nonce, &auth, cipher, proof, &plen, &why) !=
+            0 ||
         plen != PR_AUTH_PROOF_LEN)
         abort();
     ProtobufCBinaryData back = {.len = plen, .data = proof};
     if (pr_auth_check_welcome(k, c_nonce, s_nonce, &back, &why) != 0)
         abort();
     why = NULL;
-    rc = pr_auth_check_hello(&other, s_nonce, &auth, proof, &plen, &why);
+    rc =
+        pr_auth_check_hello(&other, s_nonce, &auth, cipher, proof, &plen, &why);
     refused(rc, -EACCES, why);
 }
 
@@ -91,7 +94,8 @@ static void on_hello(const struct pr_auth_key *k, const Pr__V1__Hello *h)
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen = 1234;
     const char *why = NULL;
-    int rc = pr_auth_check_hello(k, s_sent, &h->auth, proof, &plen, &why);
+    int rc =
+        pr_auth_check_hello(k, s_sent, &h->auth, h->seal, proof, &plen, &why);
     if (!k) {
         if (rc != 0 || plen != 0)
             abort();

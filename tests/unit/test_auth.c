@@ -41,16 +41,18 @@ static int handshake(const struct pr_auth_key *s_key,
 {
     uint8_t s_ns[32], c_ns[32], nc[32], buf[64], proof[32];
     size_t len, plen;
+    uint32_t cipher;
     const char *why;
     Pr__V1__Challenge ch;
     pr_auth_challenge(s_key, s_ns, &ch);
-    if (pr_auth_answer(c_key, &ch, c_ns, nc, buf, &len, &why) < 0)
+    if (pr_auth_answer(c_key, &ch, c_ns, nc, buf, &len, &cipher, &why) < 0)
         return 2;
     ck_assert(memcmp(c_ns, s_ns, 32) == 0);
     if (tamper == 1)
         buf[40] ^= 1;
     ProtobufCBinaryData hello = {len, buf};
-    if (pr_auth_check_hello(s_key, s_ns, &hello, proof, &plen, &why) < 0)
+    if (pr_auth_check_hello(s_key, s_ns, &hello, cipher, proof, &plen, &why) <
+        0)
         return 3;
     if (tamper == 2)
         proof[0] ^= 0x80;
@@ -106,17 +108,20 @@ START_TEST(test_auth_replayed_hello_refused)
     load("sixteen bytes at least", &a);
     uint8_t ns1[32], ns2[32], c_ns[32], nc[32], buf[64], proof[32];
     size_t len, plen;
+    uint32_t cipher;
     const char *why;
     Pr__V1__Challenge ch;
     pr_auth_challenge(&a, ns1, &ch);
-    ck_assert_int_eq(pr_auth_answer(&a, &ch, c_ns, nc, buf, &len, &why), 0);
+    ck_assert_int_eq(
+        pr_auth_answer(&a, &ch, c_ns, nc, buf, &len, &cipher, &why), 0);
     /* A recorded hello does not answer a fresh challenge. */
     pr_auth_challenge(&a, ns2, &ch);
     ProtobufCBinaryData hello = {len, buf};
-    ck_assert_int_eq(pr_auth_check_hello(&a, ns2, &hello, proof, &plen, &why),
-                     -EACCES);
-    ck_assert_int_eq(pr_auth_check_hello(&a, ns1, &hello, proof, &plen, &why),
-                     0);
+    ck_assert_int_eq(
+        pr_auth_check_hello(&a, ns2, &hello, cipher, proof, &plen, &why),
+        -EACCES);
+    ck_assert_int_eq(
+        pr_auth_check_hello(&a, ns1, &hello, cipher, proof, &plen, &why), 0);
 }
 END_TEST
 

@@ -430,9 +430,10 @@ static int raw_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         uint8_t buf[2 * PR_AUTH_NONCE_LEN], chal[PR_AUTH_NONCE_LEN],
             nonce[PR_AUTH_NONCE_LEN];
         size_t len;
+        uint32_t cipher;
         const char *why;
-        if (pr_auth_answer(r->key, m->challenge, chal, nonce, buf, &len, &why) <
-            0)
+        if (pr_auth_answer(r->key, m->challenge, chal, nonce, buf, &len,
+                           &cipher, &why) < 0)
             len = 0;
         Pr__V1__Hello h = PR__V1__HELLO__INIT;
         h.auth.data = buf;

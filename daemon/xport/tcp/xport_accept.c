@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
 
@@ -139,6 +140,8 @@ static void on_connection(uv_stream_t *server, int status)
         pr_conn_close(c, -EIO);
         return;
     }
+    if (pr_hello_transcript(c, x->key) < 0)
+        return;
     Pr__V1__Challenge ch;
     pr_auth_challenge(x->key, st->challenge, &ch);
     Pr__V1__Msg m = PR_MSG_OF(CHALLENGE, challenge, &ch);

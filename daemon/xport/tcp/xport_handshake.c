@@ -46,8 +46,8 @@
 static const struct pr_conn_ops peer_ops;
 static int streams_dial(struct tpeer *p);
 static int streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
-                        const Pr__V1__Hello *h, const uint8_t *proof,
-                        size_t plen);
+                        const Pr__V1__Hello *h, const uint8_t *challenge,
+                        const uint8_t *proof, size_t plen);
 
 static void connect_cb(struct pr_conn *c, int status)
 {
@@ -67,20 +67,22 @@ static void connect_cb(struct pr_conn *c, int status)
 /*
  * Answers the peer's challenge on c, one of p's connections: the hello
  * with our id and the key's proof (the nonces kept for the welcome's
- * check), the link's streams, this one's index and the link id, and `ri`
- * when it offers RDMA. 0, or < 0 (logged).
+ * check), the cipher to seal with (*cipher, 0 for none), the link's
+ * streams, this one's index and the link id, and `ri` when it offers
+ * RDMA. 0, or < 0 (logged).
  */
 static int hello_send(struct tpeer *p, struct pr_conn *c,
                       const Pr__V1__Challenge *ch,
                       uint8_t our_nonce[PR_AUTH_NONCE_LEN],
                       uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
-                      uint32_t streams, uint32_t stream, Pr__V1__RdmaInfo *ri)
+                      uint32_t *cipher, uint32_t streams, uint32_t stream,
+                      Pr__V1__RdmaInfo *ri)
 {
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
     const char *why;
     int rc = pr_auth_answer(p->x->key, ch, peer_challenge, our_nonce, buf, &len,
-                            &why);
+                            cipher, &why);
     if (rc < 0) {
         pr_err("peer node %u (%s): %s", p->base.node_id, p->addr, why);
         return rc;
@@ -95,20 +97,22 @@ static int hello_send(struct tpeer *p, struct pr_conn *c,
     hello.stream = stream;
     hello.link_id = p->link_id;
     hello.rdma = ri;
+    hello.seal = *cipher;
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     return pr_conn_send(c, &m);
 }
 
 /*
- * The dialling side's check of a Welcome on one of p's connections
+ * The dialling side's check of a Welcome on c, one of p's connections
  * (`stream`, for logs): our protocol version, the expected node, the
- * key's proof against the nonces of that connection's hello. 0, or
- * -EPROTO / -EACCES (logged).
+ * key's proof against the nonces of that connection's hello; then c is
+ * sealed with `cipher` (0: not). 0, or -EPROTO / -EACCES (logged).
  */
-static int welcome_check(const struct tpeer *p, const Pr__V1__Welcome *w,
+static int welcome_check(const struct tpeer *p, struct pr_conn *c,
+                         const Pr__V1__Welcome *w,
                          const uint8_t our_nonce[PR_AUTH_NONCE_LEN],
                          const uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
-                         uint32_t stream)
+                         uint32_t cipher, uint32_t stream)
 {
     if (w->version != PR_PROTO_VERSION || w->id != p->base.node_id) {
         pr_warn("peer %s stream %u: welcome from node %u version %u, "
@@ -124,7 +128,14 @@ static int welcome_check(const struct tpeer *p, const Pr__V1__Welcome *w,
                p->addr, stream, why);
         return -EACCES;
     }
-    return 0;
+    int rc = cipher ? pr_conn_seal(c, cipher, p->x->key, 'C', peer_challenge,
+                                   our_nonce)
+                    : 0;
+    if (rc < 0)
+        pr_err("peer node %u (%s) stream %u: cannot encrypt the link: %s: "
+               "closing",
+               p->base.node_id, p->addr, stream, strerror(-rc));
+    return rc;
 }
 
 /* The peer's challenge came: offer RDMA and prove the key in the hello. */
@@ -142,7 +153,7 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     }
     /* Names this link to the accepting side as its other streams join. */
     randombytes_buf(&p->link_id, sizeof(p->link_id));
-    int rc = hello_send(p, c, ch, p->our_nonce, p->peer_challenge,
+    int rc = hello_send(p, c, ch, p->our_nonce, p->peer_challenge, &p->cipher,
                         p->x->streams, 0, offer);
     if (rc < 0)
         return rc;
@@ -203,8 +214,8 @@ static int peer_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     if (p->state == P_CHALLENGE && m->body_case == PR__V1__MSG__BODY_CHALLENGE)
         return on_challenge(p, c, m->challenge);
     if (p->state == P_HELLO && m->body_case == PR__V1__MSG__BODY_WELCOME) {
-        int rc =
-            welcome_check(p, m->welcome, p->our_nonce, p->peer_challenge, 0);
+        int rc = welcome_check(p, c, m->welcome, p->our_nonce,
+                               p->peer_challenge, p->cipher, 0);
         return rc < 0 ? rc : welcomed(p, m->welcome);
     }
     if (p->state == P_RDMA_WAIT &&
@@ -252,6 +263,8 @@ void pr_tcp_handshake_dial(struct tpeer *p)
         return;
     p->conn = c;
     p->state = P_CONNECTING;
+    if (pr_hello_transcript(c, p->x->key) < 0)
+        return;
     int rc = pr_conn_connect(c, host, port, connect_cb);
     if (rc < 0) {
         pr_warn("peer node %u: connect %s: %s", p->base.node_id, p->addr,
@@ -478,7 +491,7 @@ int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m)
     if (hello_check(st, h, proof, &plen) < 0)
         return 0;
     if (h->stream > 0) {
-        int rc = streams_join(st->x, c, h, proof, plen);
+        int rc = streams_join(st->x, c, h, st->challenge, proof, plen);
         if (rc == 0) {
             pr_stranger_remove(&st->base);
             free(st);
@@ -503,7 +516,10 @@ int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m)
     if (p->qp)
         streams = 1;
     rc = welcome_send(st->x, c, proof, plen, p->qp ? &ri : NULL, streams);
-    if (rc < 0) {
+    /* A failed seal closed c (logged): nothing more to do, and no error. */
+    if (rc == 0)
+        (void)pr_hello_seal(c, st->x->key, st->challenge, h);
+    if (rc < 0 || c->closing) {
         pr_tcp_peer_drop_qp(p);
         return rc;
     }
@@ -529,7 +545,7 @@ static int dial_hello(struct tstream *s, const Pr__V1__Challenge *ch)
 {
     struct tpeer *p = s->p;
     int rc = hello_send(p, s->conn, ch, s->our_nonce, s->peer_challenge,
-                        p->nstreams, s->index, NULL);
+                        &s->cipher, p->nstreams, s->index, NULL);
     if (rc == 0)
         s->hello_sent = 1;
     return rc;
@@ -539,7 +555,8 @@ static int dial_welcome(struct tstream *s, struct pr_conn *c,
                         const Pr__V1__Welcome *w)
 {
     struct tpeer *p = s->p;
-    int rc = welcome_check(p, w, s->our_nonce, s->peer_challenge, s->index);
+    int rc = welcome_check(p, c, w, s->our_nonce, s->peer_challenge, s->cipher,
+                           s->index);
     if (rc < 0)
         return rc;
     if (w->streams != p->nstreams || w->rdma) {
@@ -618,7 +635,10 @@ static int streams_dial(struct tpeer *p)
         if (!c)
             return -ENOMEM;
         s->conn = c;
-        int rc = pr_conn_connect(c, host, port, dial_connect_cb);
+        const struct pr_auth_key *key = p->x->key;
+        int rc = key && key->seal ? pr_conn_transcript_start(c) : 0;
+        if (rc == 0)
+            rc = pr_conn_connect(c, host, port, dial_connect_cb);
         if (rc < 0) {
             s->conn = NULL;
             pr_conn_detach_close(c);
@@ -634,8 +654,8 @@ static int streams_dial(struct tpeer *p)
  * of that peer waits for it (c is then failed, the link left as it is).
  */
 static int streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
-                        const Pr__V1__Hello *h, const uint8_t *proof,
-                        size_t plen)
+                        const Pr__V1__Hello *h, const uint8_t *challenge,
+                        const uint8_t *proof, size_t plen)
 {
     struct tpeer *p = pr_tcp_peer_find(x, h->node_id);
     /*
@@ -654,6 +674,8 @@ static int streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
         return -EPROTO;
     }
     int rc = welcome_send(x, c, proof, plen, NULL, p->nstreams);
+    if (rc == 0)
+        rc = pr_hello_seal(c, x->key, challenge, h);
     if (rc < 0)
         return rc;
     struct tstream *s = &p->more[h->stream - 1];

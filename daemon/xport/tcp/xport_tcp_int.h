@@ -91,6 +91,7 @@ struct tstream {
     int up;               /* carries chunks */
     uint8_t our_nonce[PR_AUTH_NONCE_LEN];
     uint8_t peer_challenge[PR_AUTH_NONCE_LEN];
+    uint32_t cipher; /* dialling: the one its hello picked (seal.h) */
 };
 
 struct tpeer {
@@ -112,6 +113,7 @@ struct tpeer {
     uint64_t since_ms;     /* when the current state (or queueing) began */
     uint8_t our_nonce[PR_AUTH_NONCE_LEN];      /* outgoing: in our hello */
     uint8_t peer_challenge[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's */
+    uint32_t cipher; /* outgoing: the one our hello picked (seal.h) */
     /* The link's connections: conn, then more[0 .. nstreams - 2]. */
     uint32_t nstreams;   /* agreed in the welcome; 1 before */
     uint32_t streams_up; /* of more[] */
