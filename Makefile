@@ -33,7 +33,7 @@ PROTOC_C ?= protoc-c
 PKG_CONFIG ?= pkg-config
 CLANG_FORMAT ?= clang-format
 
-PKGS := libuv libprotobuf-c inih libsodium libsystemd libibverbs
+PKGS := libuv libprotobuf-c inih libsodium libcrypto libsystemd libibverbs
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)

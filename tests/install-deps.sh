@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
     build-essential pkg-config
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-    libinih-dev libsodium-dev libsystemd-dev libibverbs-dev
+    libinih-dev libsodium-dev libssl-dev libsystemd-dev libibverbs-dev
     check clang-format clang libclang-rt-14-dev python3 python3-numpy
     shellcheck pyflakes3
     systemd systemd-container groff-base man-db procps iproute2

@@ -722,7 +722,7 @@ int pr_conf_validate(const struct pr_conf *c, struct pr_conf_err *err)
     if (c->sec_encrypt == PR_ENCRYPT_ON && !keyed)
         return pr_conf_seterr(err, -EINVAL, "security", "encrypt",
                               "on needs a security.key_file");
-    /* The verbs path lands tensors in clear (docs/security.md). */
+    /* The verbs path lands tensors in clear (docs/operations.md). */
     if (pr_conf_encrypts(c) && c->xport_type == PR_XPORT_RDMA)
         return pr_conf_seterr(err, -EINVAL, "transport", "type",
                               "rdma would carry tensors unencrypted, and "

@@ -2,6 +2,7 @@
 #include "daemon/base/conn.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,8 @@
 #include "daemon/base/seal.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
+#include <sodium.h>
 #include <string.h>
 
 uint32_t pr_seal_ciphers(void)
@@ -47,13 +49,24 @@ static void kdf(uint8_t out[32], const uint8_t key[32], const char *label,
     sodium_memzero(&st, sizeof(st));
 }
 
-static void dir_key(struct pr_seal *s, struct pr_seal_dir *d,
-                    const uint8_t key[32])
+static const EVP_CIPHER *evp_cipher(uint32_t cipher)
 {
+    return cipher == PR_SEAL_AES256GCM ? EVP_aes_256_gcm()
+                                       : EVP_chacha20_poly1305();
+}
+
+/* d takes `key`: its context keyed for what it does (enc 1: seal). */
+static int dir_key(struct pr_seal *s, struct pr_seal_dir *d,
+                   const uint8_t key[32], int enc)
+{
+    if (!d->ctx && !(d->ctx = EVP_CIPHER_CTX_new()))
+        return -ENOMEM;
     memcpy(d->key, key, 32);
-    if (s->cipher == PR_SEAL_AES256GCM)
-        crypto_aead_aes256gcm_beforenm(&d->aes, d->key);
     d->bytes = 0;
+    const EVP_CIPHER *c = d->rekeys ? NULL : evp_cipher(s->cipher);
+    int ok = enc ? EVP_EncryptInit_ex(d->ctx, c, NULL, d->key, NULL)
+                 : EVP_DecryptInit_ex(d->ctx, c, NULL, d->key, NULL);
+    return ok == 1 ? 0 : -EINVAL;
 }
 
 int pr_seal_init(struct pr_seal *s, uint32_t cipher,
@@ -62,7 +75,8 @@ int pr_seal_init(struct pr_seal *s, uint32_t cipher,
                  const uint8_t c_nonce[PR_AUTH_NONCE_LEN],
                  const uint8_t transcript[PR_SEAL_HASH_LEN])
 {
-    if (cipher != pr_seal_pick(cipher) || (role != 'C' && role != 'S'))
+    if (!cipher || cipher != pr_seal_pick(cipher) ||
+        (role != 'C' && role != 'S'))
         return -EINVAL;
     memset(s, 0, sizeof(*s));
     s->cipher = cipher;
@@ -76,16 +90,22 @@ int pr_seal_init(struct pr_seal *s, uint32_t cipher,
     kdf(secret, key->k, "preduce seal v1", in, sizeof(in));
     kdf(cs, secret, "C>S", NULL, 0);
     kdf(sc, secret, "S>C", NULL, 0);
-    dir_key(s, &s->tx, role == 'C' ? cs : sc);
-    dir_key(s, &s->rx, role == 'C' ? sc : cs);
+    int rc = dir_key(s, &s->tx, role == 'C' ? cs : sc, 1);
+    if (rc == 0)
+        rc = dir_key(s, &s->rx, role == 'C' ? sc : cs, 0);
     sodium_memzero(secret, sizeof(secret));
     sodium_memzero(cs, sizeof(cs));
     sodium_memzero(sc, sizeof(sc));
-    return 0;
+    if (rc < 0)
+        pr_seal_clear(s);
+    return rc;
 }
 
 void pr_seal_clear(struct pr_seal *s)
 {
+    /* EVP_CIPHER_CTX_free() wipes the expanded keys it held. */
+    EVP_CIPHER_CTX_free(s->tx.ctx);
+    EVP_CIPHER_CTX_free(s->rx.ctx);
     sodium_memzero(s, sizeof(*s));
 }
 
@@ -94,20 +114,39 @@ void pr_seal_clear(struct pr_seal *s)
  * pass the re-key volume: both sides do this at the same record.
  */
 static int next_record(struct pr_seal *s, struct pr_seal_dir *d, size_t n,
-                       uint8_t nonce[12])
+                       int enc, uint8_t nonce[12])
 {
     if (d->seq >= PR_SEAL_MAX_RECORDS)
         return -EKEYEXPIRED;
+    if (!d->ctx)
+        return -EINVAL;
     if (d->bytes + n > s->rekey_bytes && d->bytes > 0) {
         uint8_t next[32];
         kdf(next, d->key, "next", NULL, 0);
-        dir_key(s, d, next);
-        sodium_memzero(next, sizeof(next));
         d->rekeys++;
+        int rc = dir_key(s, d, next, enc);
+        sodium_memzero(next, sizeof(next));
+        if (rc < 0)
+            return rc;
     }
     memset(nonce, 0, 4);
     for (int i = 0; i < 8; i++)
         nonce[4 + i] = (uint8_t)(d->seq >> (56 - 8 * i));
+    return 0;
+}
+
+/* The cipher's update over n bytes, in steps that fit its int lengths. */
+static int update(EVP_CIPHER_CTX *ctx, int enc, uint8_t *dst,
+                  const uint8_t *src, size_t n)
+{
+    const size_t step = 1u << 30;
+    for (size_t off = 0; off < n; off += step) {
+        int len = (int)(n - off < step ? n - off : step), out;
+        int ok = enc ? EVP_EncryptUpdate(ctx, dst + off, &out, src + off, len)
+                     : EVP_DecryptUpdate(ctx, dst + off, &out, src + off, len);
+        if (ok != 1 || out != len)
+            return -EINVAL;
+    }
     return 0;
 }
 
@@ -117,15 +156,18 @@ int pr_seal_encrypt(struct pr_seal *s, const uint8_t ad[PR_SEAL_AD_LEN],
 {
     struct pr_seal_dir *d = &s->tx;
     uint8_t nonce[12];
-    int rc = next_record(s, d, n, nonce);
+    int out;
+    int rc = next_record(s, d, n, 1, nonce);
     if (rc < 0)
         return rc;
-    if (s->cipher == PR_SEAL_AES256GCM)
-        crypto_aead_aes256gcm_encrypt_detached_afternm(
-            dst, tag, NULL, src, n, ad, PR_SEAL_AD_LEN, NULL, nonce, &d->aes);
-    else
-        crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-            dst, tag, NULL, src, n, ad, PR_SEAL_AD_LEN, NULL, nonce, d->key);
+    EVP_CIPHER_CTX *ctx = d->ctx;
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 ||
+        EVP_EncryptUpdate(ctx, NULL, &out, ad, PR_SEAL_AD_LEN) != 1 ||
+        update(ctx, 1, dst, src, n) < 0 ||
+        EVP_EncryptFinal_ex(ctx, dst + n, &out) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, PR_SEAL_TAG_LEN, tag) !=
+            1)
+        return -EINVAL;
     d->seq++;
     d->bytes += n;
     return 0;
@@ -136,16 +178,19 @@ int pr_seal_decrypt(struct pr_seal *s, const uint8_t ad[PR_SEAL_AD_LEN],
 {
     struct pr_seal_dir *d = &s->rx;
     uint8_t nonce[12];
-    int rc = next_record(s, d, n, nonce);
+    int out;
+    int rc = next_record(s, d, n, 0, nonce);
     if (rc < 0)
         return rc;
-    if (s->cipher == PR_SEAL_AES256GCM)
-        rc = crypto_aead_aes256gcm_decrypt_detached_afternm(
-            buf, NULL, buf, n, tag, ad, PR_SEAL_AD_LEN, nonce, &d->aes);
-    else
-        rc = crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-            buf, NULL, buf, n, tag, ad, PR_SEAL_AD_LEN, nonce, d->key);
-    if (rc != 0)
+    EVP_CIPHER_CTX *ctx = d->ctx;
+    if (EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 ||
+        EVP_DecryptUpdate(ctx, NULL, &out, ad, PR_SEAL_AD_LEN) != 1 ||
+        update(ctx, 0, buf, buf, n) < 0 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, PR_SEAL_TAG_LEN,
+                            (void *)tag) != 1)
+        return -EINVAL;
+    /* The tag is checked here, after the bytes were decrypted in place. */
+    if (EVP_DecryptFinal_ex(ctx, buf + n, &out) != 1)
         return -EBADMSG;
     d->seq++;
     d->bytes += n;

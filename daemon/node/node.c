@@ -16,6 +16,7 @@
 #include "daemon/base/hello.h"
 #include "daemon/base/log.h"
 #include "daemon/base/metrics.h"
+#include "daemon/base/seal.h"
 #include "daemon/engine/pool.h"
 #include "daemon/node/node_int.h"
 #include "daemon/xport/rdma/rdma.h"
@@ -119,8 +120,10 @@ static int on_welcome(struct pr_node *n, const Pr__V1__Msg *m)
         n->sched_id_base = base;
     }
     /* "joined job": tests and Slurm scripts wait for these words. */
-    pr_info("joined job '%s' as node %u (scheduler %s)", n->conf->job, n->self,
-            pr_node_sched_addr(n));
+    pr_info("joined job '%s' as node %u (scheduler %s%s%s)", n->conf->job,
+            n->self, pr_node_sched_addr(n),
+            n->sched_cipher ? ", encrypted with " : "",
+            n->sched_cipher ? pr_seal_cipher_name(n->sched_cipher) : "");
     char differs[160];
     if (pr_hello_timing_differs(
             n->conf->sched_heartbeat_ms, n->conf->sched_node_timeout_ms,
@@ -411,7 +414,7 @@ static int open_rdma(struct pr_node *n)
     /* pr_conf_validate() refused transport.type = rdma with it. */
     if (pr_conf_encrypts(c)) {
         pr_info("transport: encrypted links carry the data over TCP; RDMA "
-                "is not used (security.encrypt, docs/security.md)");
+                "is not used (security.encrypt, docs/operations.md, Security)");
         return 0;
     }
     struct pr_rdma_conf rc_conf = {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "daemon/base/log.h"
+#include "daemon/base/seal.h"
 #include "daemon/xport/rdma/rdma.h"
 
 static const struct pr_link_ops tcp_link_ops;
@@ -113,15 +114,20 @@ void pr_tcp_peer_up(struct tpeer *p)
     p->state = P_UP;
     p->backoff_ms = PEER_BACKOFF_MIN_MS;
     uv_timer_stop(&p->retry);
+    /* Every connection of a link is sealed alike (or none is). */
+    const char *enc = p->conn->seal ? ", encrypted with " : "";
+    const char *cipher =
+        p->conn->seal ? pr_seal_cipher_name(p->conn->seal->cipher) : "";
     if (p->qp)
         pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
                 "control)",
                 p->base.node_id, p->addr, pr_rdma_device(p->x->rdma));
     else if (p->nstreams > 1)
-        pr_info("peer node %u (%s): link up (tcp, %u streams)", p->base.node_id,
-                p->addr, p->nstreams);
+        pr_info("peer node %u (%s): link up (tcp, %u streams%s%s)",
+                p->base.node_id, p->addr, p->nstreams, enc, cipher);
     else
-        pr_info("peer node %u (%s): link up (tcp)", p->base.node_id, p->addr);
+        pr_info("peer node %u (%s): link up (tcp%s%s)", p->base.node_id,
+                p->addr, enc, cipher);
     if (!p->qp) {
         pr_tcp_fair_lowat(p->conn);
         for (uint32_t i = 0; i + 1 < p->nstreams; i++)
