@@ -348,10 +348,12 @@ check-slurm: all
 # $(BUILD)/bench-hosts-slowlink.txt; transport.streams = 1, 2, 4 over a
 # link through a delay relay, next to iperf3 -P 1, 2, 4 through the same
 # (BENCH_STREAMS_ARGS="DELAY_MS WINDOW_KB RATE_MBIT MIB ROUNDS", 20 256
-# 200 16 3), in $(BUILD)/bench-hosts-streams.txt. BENCH_HOSTS_CASES picks
-# cases (bus ring slowlink streams). About 5 minutes, root.
+# 200 16 3), in $(BUILD)/bench-hosts-streams.txt; links encrypted against
+# in clear (security.encrypt) at a cap (BENCH_SEAL_ARGS="RATE_MBIT MIB
+# ROUNDS", 1000 16 3), in $(BUILD)/bench-hosts-seal.txt. BENCH_HOSTS_CASES
+# picks cases (bus ring slowlink streams seal). About 6 minutes, root.
 SLOWLINK_ROUNDS ?= 3
-BENCH_HOSTS_CASES ?= bus ring slowlink streams
+BENCH_HOSTS_CASES ?= bus ring slowlink streams seal
 bench_case = $(if $(filter $(1),$(BENCH_HOSTS_CASES)),$(2))
 .PHONY: bench-hosts
 $(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
@@ -377,6 +379,10 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(HOSTS_RELAY) $(BINS)
 		BENCH_STREAMS_OUT=$(abspath $(BUILD))/bench-hosts-streams.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts streams \
 		$(BENCH_STREAMS_ARGS)")
+	$(call bench_case,seal,@$(TEST_ENV) \
+		BENCH_SEAL_OUT=$(abspath $(BUILD))/bench-hosts-seal.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts seal \
+		$(BENCH_SEAL_ARGS)")
 
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking

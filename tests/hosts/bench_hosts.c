@@ -36,6 +36,14 @@
  * both ways at once (the ring's two nodes send to each other at once), in
  * the same topology and round; counts and tools alternate their order
  * round by round. The table goes to $BENCH_STREAMS_OUT.
+ *
+ * Encryption (`bench_hosts seal [RATE_MBIT [MIB [ROUNDS]]]`, 1000 16 3):
+ * 2 hosts capped at RATE_MBIT each way, one cluster key, the all-reduce
+ * with security.encrypt = on against off (the anchor: the same
+ * authenticated handshake, then clear text), alternating which goes
+ * first; the ratio is taken per round. Where the link is the bound, as
+ * across a network, a core's sealing rate is what decides the cost
+ * (bench_seal gives it). The table goes to $BENCH_SEAL_OUT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +175,88 @@ static double preduce(struct hh *h, size_t floats, int steps, int warmup,
     double per = worst / steps;
     double ring = 2.0 * (h->nhosts - 1) / h->nhosts;
     return ring * (double)floats * sizeof(float) / per;
+}
+
+/* 2 capped hosts, one key: the all-reduce sealed against in clear. */
+static int seal_main(int argc, char **argv)
+{
+    int mbit = argc > 2 ? atoi(argv[2]) : 1000;
+    double mib = argc > 3 ? atof(argv[3]) : 16;
+    int rounds = argc > 4 ? atoi(argv[4]) : 3;
+    if (mbit <= 0 || mib <= 0 || rounds <= 0 || rounds > MAX_ROUNDS) {
+        fprintf(stderr,
+                "usage: bench_hosts seal [RATE_MBIT [MIB [ROUNDS<=%d]]]\n",
+                MAX_ROUNDS);
+        return 2;
+    }
+    char key[] = "/tmp/preduce-bench-key-XXXXXX", set[80];
+    int fd = mkstemp(key); /* mode 0600 */
+    if (fd < 0 || write(fd, "bench_hosts seal: the cluster key", 33) != 33) {
+        perror("bench_hosts: key file");
+        return 1;
+    }
+    close(fd);
+    snprintf(set, sizeof(set), "security.key_file=%s", key);
+    size_t floats = (size_t)(mib * 262144);
+    double cap = mbit * 1e6 / 8;
+    int steps = (int)(6.0 * cap / ((double)floats * sizeof(float)));
+    steps = steps < 4 ? 4 : steps;
+    double on[MAX_ROUNDS], off[MAX_ROUNDS], ratio[MAX_ROUNDS];
+    int rc = 0;
+    for (int r = 0; r < rounds && rc == 0; r++) {
+        struct hh h;
+        if (hh_up(&h, 2) < 0 || hh_net(&h, "cap 0 %dmbit", mbit) < 0 ||
+            hh_net(&h, "cap 1 %dmbit", mbit) < 0) {
+            rc = 1;
+            break;
+        }
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            int enc = (k + r) % 2; /* alternate which goes first */
+            const char *extra[] = {
+                set, enc ? "security.encrypt=on" : "security.encrypt=off",
+                "transport.type=tcp", NULL};
+            double bus = preduce(&h, floats, steps, 2, extra);
+            if (bus < 0)
+                rc = 1;
+            *(enc ? &on[r] : &off[r]) = bus;
+        }
+        hh_down(&h);
+        if (rc)
+            break;
+        ratio[r] = on[r] / off[r];
+        printf("round %d: all-reduce bus %.2f MB/s encrypted, %.2f MB/s in "
+               "clear: %.3fx; cap %.2f MB/s\n",
+               r + 1, on[r] / 1e6, off[r] / 1e6, ratio[r], cap / 1e6);
+        fflush(stdout);
+    }
+    unlink(key);
+    if (rc)
+        return rc;
+    const char *out = getenv("BENCH_SEAL_OUT");
+    out = out ? out : "build/bench-hosts-seal.txt";
+    FILE *f = fopen(out, "w");
+    double lo, hi, m;
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? f : stdout;
+        if (!o)
+            continue;
+        fprintf(o,
+                "encrypted against clear links, 2 hosts capped at %d Mbit/s "
+                "each way, %.0f MiB all-reduce, %d rounds (medians "
+                "[min-max]):\n",
+                mbit, mib, rounds);
+        m = median(off, rounds, &lo, &hi);
+        fprintf(o, "  clear (anchor)  bus %8.2f MB/s [%.2f-%.2f]\n", m / 1e6,
+                lo / 1e6, hi / 1e6);
+        m = median(on, rounds, &lo, &hi);
+        fprintf(o, "  encrypted       bus %8.2f MB/s [%.2f-%.2f]\n", m / 1e6,
+                lo / 1e6, hi / 1e6);
+        m = median(ratio, rounds, &lo, &hi);
+        fprintf(o, "  encrypted / clear   %8.3fx     [%.3f-%.3f]\n", m, lo, hi);
+    }
+    if (f)
+        fclose(f);
+    return 0;
 }
 
 /* Two racks joined by a capped trunk: ring_order id against measured. */
@@ -369,13 +459,16 @@ static int streams_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "streams"))) {
+    if (argc > 1 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "streams") ||
+                     !strcmp(argv[1], "seal"))) {
         if (access("/run/netns", F_OK) != 0 && geteuid() != 0) {
             printf("bench-hosts %s: SKIPPED: network namespaces need "
                    "root\n",
                    argv[1]);
             return 0;
         }
+        if (!strcmp(argv[1], "seal"))
+            return seal_main(argc, argv);
         return argv[1][0] == 'r' ? ring_main(argc, argv)
                                  : streams_main(argc, argv);
     }
