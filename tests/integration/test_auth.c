@@ -77,6 +77,52 @@ START_TEST(test_auth_same_key_runs)
 }
 END_TEST
 
+/*
+ * With the key, links are encrypted (security.encrypt = auto): every
+ * stream of a 3-stream link, and the scheduler links, carry sealed
+ * frames, and the trainers' results, spread over several chunks per
+ * stream and checked against their inputs, are exact. _i: 0 = encrypt
+ * by default, 1 = security.encrypt = off (the same handshake, clear
+ * text), whose logs must not claim encryption.
+ */
+START_TEST(test_auth_sealed_streams_exact)
+{
+    struct h_cluster c;
+    const char *enc = _i ? "security.encrypt=off" : "security.encrypt=auto";
+    const char *const sched[] = {"scheduler.policy=allreduce", set_a, enc,
+                                 NULL};
+    const char *const node[] = {set_a, enc, "transport.streams=3",
+                                "transport.chunk_kb=64", NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 3, sched, node), 0);
+    char names[3][16];
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(names[i], sizeof(names[i]), "e%d", i);
+        struct h_trainer_opts o = {.name = names[i],
+                                   .node = i,
+                                   .n = 300001, /* 19 chunks a segment */
+                                   .nparts = 2,
+                                   .steps = 8,
+                                   .uniform = 1};
+        pids[i] = h_trainer_spawn(&c, &o);
+    }
+    int failed = h_wait_trainers(pids, names, 3, 60000);
+    if (failed)
+        h_log_dump(&c, "node0");
+    ck_assert_int_eq(failed, 0);
+    for (int i = 0; i < 3; i++) {
+        char who[16];
+        snprintf(who, sizeof(who), "node%d", i);
+        int sealed = h_log_contains(&c, who, "encrypted with") &&
+                     h_log_contains(&c, who, "3 streams, encrypted with");
+        ck_assert_msg(_i ? !h_log_contains(&c, who, "encrypted") : sealed,
+                      "%s: links %s", who,
+                      _i ? "claim encryption" : "not all encrypted");
+    }
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 /* _i: 0 = node with another key, 1 = node with no key. */
 START_TEST(test_auth_intruder_node_refused)
 {
@@ -139,6 +185,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_auth_same_key_runs);
+    tcase_add_loop_test(tc, test_auth_sealed_streams_exact, 0, 2);
     tcase_add_loop_test(tc, test_auth_intruder_node_refused, 0, 2);
     tcase_add_test(tc, test_auth_peer_without_proof_refused);
     suite_add_tcase(s, tc);
