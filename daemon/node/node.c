@@ -229,6 +229,8 @@ static void sched_on_close(struct pr_conn *conn, int status)
     int was_up = n->sstate == S_UP;
     n->sched = NULL;
     n->sstate = S_DOWN;
+    if (conn->auth_failed)
+        n->sched_auth_failures++;
     if (n->stopping)
         return;
     if (was_up) {

@@ -161,6 +161,8 @@ struct pr_node {
     int stopping;
     int handles;
     uint64_t reduces_ok, reduces_failed;
+    /* Scheduler links ended by a sealed frame that did not open. */
+    uint64_t sched_auth_failures;
     const struct pr_auth_key *key; /* NULL: no cluster key */
     uint8_t
         my_nonce[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */

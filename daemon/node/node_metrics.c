@@ -220,6 +220,15 @@ static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
     bytes(b, "rdma", rs.bytes_sent, rs.bytes_recv);
     gauge(b, "preduce_node_links_up", "Links to peer daemons that are up.",
           ts.links_up);
+    gauge(b, "preduce_node_links_encrypted",
+          "Links to peer daemons that are up and encrypted "
+          "(security.encrypt).",
+          ts.links_encrypted);
+    counter2(b, "preduce_node_link_auth_failures_total",
+             "Links ended by an encrypted frame that failed authentication "
+             "(altered, replayed, reordered or lost on the way).",
+             "link", "peer", ts.auth_failures, "scheduler",
+             n->sched_auth_failures);
     render_rates(b, n);
     gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
           n->rdma != NULL);

@@ -315,6 +315,9 @@ static void peer_lost(struct tpeer *p, int status)
 static void peer_on_close(struct pr_conn *c, int status)
 {
     struct tpeer *p = c->owner;
+    /* This side found a record that did not open: not the peer's word. */
+    if (c->auth_failed)
+        p->x->auth_failures++;
     struct tstream *s;
     if (p->conn == c) {
         p->conn = NULL; /* closing already */

@@ -231,8 +231,12 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
     st->bytes_sent = x->bytes_sent;
     st->bytes_recv = x->bytes_recv;
     st->links_up = 0;
-    for (const struct tpeer *p = x->peers; p; p = p->next)
+    st->links_encrypted = 0;
+    st->auth_failures = x->auth_failures;
+    for (const struct tpeer *p = x->peers; p; p = p->next) {
         st->links_up += p->state == P_UP;
+        st->links_encrypted += p->state == P_UP && p->conn && p->conn->seal;
+    }
 }
 
 uint64_t pr_tcp_xport_bytes_in(const struct pr_tcp_xport *x)

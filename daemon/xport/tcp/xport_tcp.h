@@ -88,6 +88,9 @@ struct pr_tcp_xport_stats {
     uint64_t bytes_sent;
     uint64_t bytes_recv;
     uint32_t links_up;
+    uint32_t links_encrypted; /* of links_up: sealed (security.encrypt) */
+    /* Links ended by a sealed frame that did not open (altered, ...). */
+    uint64_t auth_failures;
 };
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
                         struct pr_tcp_xport_stats *st);

@@ -147,8 +147,9 @@ struct pr_tcp_xport {
     int closing;
     int handles; /* open handles that still reference x */
     uint64_t bytes_sent, bytes_recv;
-    struct pr_rdma *rdma; /* NULL: TCP only */
-    int rdma_required;    /* transport = rdma: refuse peers without it */
+    uint64_t auth_failures; /* links ended by a record that did not open */
+    struct pr_rdma *rdma;   /* NULL: TCP only */
+    int rdma_required;      /* transport = rdma: refuse peers without it */
     struct pr_strangers strangers; /* of struct stranger */
     const struct pr_auth_key *key; /* NULL: no cluster key */
     uv_timer_t sweep;              /* hello and link-setup deadlines */
