@@ -85,8 +85,8 @@ UNIT_LIB_SRCS := $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c))
 UNIT_LIB_OBJS := $(UNIT_LIB_SRCS:%.c=$(BUILD)/%.o)
 ITEST_SRCS := $(wildcard tests/integration/test_*.c)
 ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/tests/i%)
-TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c, \
-	$(wildcard tests/integration/*.c))
+TEST_LIB_SRCS := $(filter-out tests/integration/test_%.c \
+	tests/integration/tamper_relay.c, $(wildcard tests/integration/*.c))
 TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/%.o)
 LOAD_SRCS := $(wildcard tests/load/*.c)
 LOAD_BINS := $(LOAD_SRCS:tests/load/%.c=$(BUILD)/tests/%)
@@ -95,6 +95,9 @@ HOSTS_BINS := $(HOSTS_SRCS:tests/hosts/test_%.c=$(BUILD)/tests/hosts_%)
 HOSTS_LIB_OBJS := $(BUILD)/tests/hosts/hosts.o
 # The delay relay the hosts' suites route a link through (hosts.h).
 HOSTS_RELAY := $(BUILD)/tests/hosts/relay
+# The relay test_tamper routes a sealed peer link through, a program of
+# its own (tests/integration/tamper_relay.c).
+TAMPER_RELAY := $(BUILD)/tests/tamper_relay
 BENCH_SRCS := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
@@ -229,6 +232,10 @@ $(CHAOS_BIN): $(BUILD)/tests/hosts/chaos.o $(HOSTS_LIB_OBJS) \
 $(HOSTS_RELAY): $(BUILD)/tests/hosts/relay.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(TAMPER_RELAY): $(BUILD)/tests/integration/tamper_relay.o
+	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
+$(BUILD)/tests/itest_tamper: | $(TAMPER_RELAY)
+
 # Benchmarks link the harness, not the Check-based command-line fixture.
 BENCH_LIB_OBJS := $(filter-out %/cli_fixture.o,$(TEST_LIB_OBJS))
 $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
@@ -239,7 +246,8 @@ $(BUILD)/bench/%: $(BUILD)/tests/bench/%.o $(BENCH_LIB_OBJS) \
 # Tests find the binaries they start through these variables.
 TEST_ENV = PREDUCE_BUILD=$(abspath $(BUILD)) \
 	PREDUCED=$(abspath $(BUILD)/preduced) \
-	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer)
+	PREDUCE_TRAINER=$(abspath $(BUILD)/preduce-trainer) \
+	PREDUCE_TAMPER_RELAY=$(abspath $(TAMPER_RELAY))
 
 test check: check-format check-layout check-unit check-integration \
 	check-replay check-python
@@ -256,7 +264,7 @@ check-unit: $(UNIT_BINS) $(BINS) $(LIB_SO)
 	for t in $(ENGINE_UNIT_BINS); do echo "== $$t (3 reduce threads)"; \
 		$(TEST_ENV) PR_TEST_REDUCE_THREADS=3 ./$$t; done
 
-check-integration: $(ITEST_BINS) $(BINS) $(LIB_SO)
+check-integration: $(ITEST_BINS) $(TAMPER_RELAY) $(BINS) $(LIB_SO)
 	@set -e; for t in $(ITEST_BINS); do echo "== $$t"; \
 		$(TEST_ENV) ./$$t; done
 
