@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Cluster-key authentication with real processes: with the same key the
- * job runs; a node with another key, or with none, is refused by the
- * scheduler with a logged reason while the others go on; and a peer
- * connection without a proof is refused by the node it dials.
+ * job runs; a node with another key, or with none, or that seals its
+ * links when the scheduler does not (security.encrypt) or the other way
+ * round, is refused with a logged reason while the others go on; and a
+ * peer connection without a proof, or with the proof but in clear to a
+ * node that seals, is refused by the node it dials.
  */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/base/auth.h"
 #include "proto/frame.h"
 #include "tests/integration/harness.h"
 #include "tests/check_run.h"
@@ -178,6 +182,120 @@ START_TEST(test_auth_peer_without_proof_refused)
 }
 END_TEST
 
+/*
+ * _i: 0 = the scheduler (and node0) seal, node1 has security.encrypt =
+ * off; 1 = the other way round. Same key: node1 is refused, and says why.
+ */
+START_TEST(test_auth_encrypt_mismatch_refused)
+{
+    struct h_cluster c;
+    const char *off = "security.encrypt=off";
+    const char *const sched[] = {"scheduler.policy=constant",
+                                 "scheduler.group_size=1", set_a,
+                                 _i == 0 ? NULL : off, NULL};
+    const char *const first[] = {set_a, _i == 0 ? NULL : off, NULL};
+    const char *const second[] = {set_a, _i == 0 ? off : NULL, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched, first), 0);
+    ck_assert_int_eq(h_node_start(&c, 1, second), 0);
+    c.nnodes = 2;
+    if (_i == 0)
+        ck_assert(logged(&c, "node1",
+                         "this side does not (security.encrypt "
+                         "= off)"));
+    else
+        ck_assert(logged(&c, "node1",
+                         "this side encrypts its links "
+                         "(security.encrypt) and the other "
+                         "does not"));
+    pid_t bad = trainer(&c, "unsealed", 1);
+    ck_assert_int_eq(h_wait(bad, 30000), 2);
+    pid_t ok = trainer(&c, "s0", 0);
+    ck_assert_int_eq(h_wait(ok, 30000), 0);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
+/* n bytes from fd, each read within 3 s: 0, or -1 (EOF, error, silence). */
+static int read_full(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t r = poll(&pfd, 1, 3000) == 1 ? read(fd, p, n) : -1;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* The next frame on fd, a message in clear; NULL if none came. */
+static Pr__V1__Msg *read_msg(int fd)
+{
+    uint8_t hdr[PR_FRAME_HDR_LEN];
+    struct pr_frame_hdr fh;
+    if (read_full(fd, hdr, sizeof(hdr)) < 0 ||
+        pr_frame_hdr_decode(hdr, 1 << 20, &fh) < 0 || fh.type != PR_FRAME_MSG)
+        return NULL;
+    uint8_t *body = malloc(fh.len + 1);
+    Pr__V1__Msg *m = NULL;
+    if (body && read_full(fd, body, fh.len) == 0)
+        m = pr_msg_unpack(body, fh.len);
+    free(body);
+    return m;
+}
+
+/*
+ * A peer that proves the key but picks no cipher (Hello.seal 0), to a
+ * node that seals: refused at its hello, for that reason.
+ */
+START_TEST(test_auth_peer_in_clear_refused)
+{
+    struct h_cluster c;
+    const char *const sched[] = {set_a, NULL};
+    const char *const node[] = {set_a, NULL};
+    ck_assert_int_eq(h_cluster_start(&c, 1, sched, node), 0);
+    struct pr_auth_key key;
+    const char *why = "";
+    ck_assert_msg(pr_auth_load(key_a, &key, &why) == 0, "%s", why);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(c.node_port[0])};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    Pr__V1__Msg *ch = read_msg(fd);
+    ck_assert_ptr_nonnull(ch);
+    ck_assert_int_eq(ch->body_case, PR__V1__MSG__BODY_CHALLENGE);
+    ck_assert_uint_ne(ch->challenge->seal, 0);
+    ck_assert_uint_eq(ch->challenge->nonce.len, PR_AUTH_NONCE_LEN);
+    uint8_t auth[PR_AUTH_NONCE_LEN + PR_AUTH_PROOF_LEN];
+    pr_auth_nonce(auth);
+    pr_auth_prove(&key, 'C', ch->challenge->nonce.data, auth,
+                  auth + PR_AUTH_NONCE_LEN);
+    pr_msg_free(ch);
+    Pr__V1__Msg m = PR__V1__MSG__INIT;
+    Pr__V1__Hello h = PR__V1__HELLO__INIT;
+    h.version = PR_PROTO_VERSION;
+    h.role = PR__V1__ROLE__ROLE_NODE;
+    h.node_id = 99;
+    h.auth.data = auth;
+    h.auth.len = sizeof(auth);
+    h.seal = 0;
+    m.body_case = PR__V1__MSG__BODY_HELLO;
+    m.hello = &h;
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(pr_msg_frame(&m, 1 << 20, &buf, &len), 0);
+    ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+    free(buf);
+    ck_assert(logged(&c, "node0",
+                     "(node 99): authentication failed: it does not encrypt "
+                     "its links and this side does (security.encrypt)"));
+    close(fd);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_auth");
@@ -188,6 +306,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_auth_sealed_streams_exact, 0, 2);
     tcase_add_loop_test(tc, test_auth_intruder_node_refused, 0, 2);
     tcase_add_test(tc, test_auth_peer_without_proof_refused);
+    tcase_add_loop_test(tc, test_auth_encrypt_mismatch_refused, 0, 2);
+    tcase_add_test(tc, test_auth_peer_in_clear_refused);
     suite_add_tcase(s, tc);
     return s;
 }

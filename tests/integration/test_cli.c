@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * preduced's command line and SIGHUP reload (daemon/main.c), run on the
- * real binary: -t and -T on good and broken files and --set overrides, -h,
- * -V, bad options and arguments, the default config path, and reloads of a
- * running scheduler (a changed reloadable key that /metrics shows, a key
- * that needs a restart, the log level, broken files that are refused while
- * the daemon keeps serving, --set overrides that outlive a reload, and a
- * daemon without a file). Each test works in its own mkdtemp directory,
- * removed at the end; every wait has a deadline.
+ * real binary: -t and -T on good and broken files and --set overrides,
+ * security.encrypt's rules, --gen-key, -h, -V, bad options and arguments,
+ * the default config path, and reloads of a running scheduler (a changed
+ * reloadable key that /metrics shows, a key that needs a restart, the log
+ * level, broken files that are refused while the daemon keeps serving, --set
+ * overrides that outlive a reload, and a daemon without a file). Each test
+ * works in its own mkdtemp directory, removed at the end; every wait has a
+ * deadline.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -201,6 +202,98 @@ START_TEST(test_cli_test_bad_key_file)
     struct cli_result r;
     cli_run(&r, "-t", "--set", set, NULL);
     cli_check_fails(&r, want);
+}
+END_TEST
+
+/* ---- security.encrypt and --gen-key ---- */
+
+#define TEST_OK                                                                \
+    "preduced: configuration (defaults and --set) test is successful\n"
+
+/* -t failed on `key`: exit 1, nothing on stdout, a line naming it. */
+static void check_fails_naming(const struct cli_result *r, const char *key)
+{
+    char want[128];
+    snprintf(want, sizeof(want), "preduced: --set: %s: ", key);
+    ck_assert_msg(r->status == 1, "exit status %d, stderr:\n%s", r->status,
+                  r->err);
+    ck_assert_str_eq(r->out, "");
+    ck_assert_msg(!strncmp(r->err, want, strlen(want)) &&
+                      strchr(r->err, '\n') == r->err + strlen(r->err) - 1,
+                  "expected one line \"%s...\", got:\n%s", want, r->err);
+}
+
+/* A new key at cli_dir/name by --gen-key; its "security.key_file=" set. */
+static const char *gen_key(const char *name, char *set, size_t len)
+{
+    const char *path = cli_path(name);
+    struct cli_result r;
+    cli_run(&r, "--gen-key", path, NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_has(r.out, path);
+    snprintf(set, len, "security.key_file=%s", path);
+    return path;
+}
+
+START_TEST(test_cli_gen_key)
+{
+    char set[400], set2[400], text[128], again[128];
+    const char *key = gen_key("cluster.key", set, sizeof(set));
+    struct stat st;
+    ck_assert_int_eq(stat(key, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    ck_assert_int_eq(st.st_size, 65);
+    ck_assert_int_eq(st.st_mode & 07777, 0600);
+    /* 32 random bytes in hex and a newline, which a daemon accepts. */
+    cli_read_into(key, text, sizeof(text));
+    ck_assert_uint_eq(strspn(text, "0123456789abcdef"), 64);
+    ck_assert_str_eq(text + 64, "\n");
+    struct cli_result r;
+    cli_run(&r, "-t", "--set", set, NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out, TEST_OK);
+    /* Another key is another key. */
+    const char *other = gen_key("other.key", set2, sizeof(set2));
+    ck_assert_str_ne(cli_read_into(other, again, sizeof(again)), text);
+
+    /* An existing file is never replaced: the daemons that have it stay. */
+    cli_run(&r, "--gen-key", key, NULL);
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_has(r.err, key);
+    ck_assert_has(r.err, "exists");
+    ck_assert_str_eq(cli_read_into(key, again, sizeof(again)), text);
+    ck_assert_int_eq(stat(key, &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0600);
+}
+END_TEST
+
+START_TEST(test_cli_encrypt_rules)
+{
+    struct cli_result r;
+    char set[400];
+    /* on needs the key that the links' keys come from. */
+    cli_run(&r, "-t", "--set", "security.encrypt=on", NULL);
+    check_fails_naming(&r, "security.encrypt");
+    gen_key("cluster.key", set, sizeof(set));
+    cli_run(&r, "-t", "--set", "security.encrypt=on", "--set", set, NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out, TEST_OK);
+
+    /*
+     * RDMA would carry tensors in clear: refused while sealing is on,
+     * which a key makes it by default.
+     */
+    cli_run(&r, "-t", "--set", "transport.type=rdma", "--set", set, NULL);
+    check_fails_naming(&r, "transport.type");
+    cli_run(&r, "-t", "--set", "transport.type=rdma", "--set", set, "--set",
+            "security.encrypt=on", NULL);
+    check_fails_naming(&r, "transport.type");
+    cli_run(&r, "-t", "--set", "transport.type=rdma", "--set", set, "--set",
+            "security.encrypt=off", NULL);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.out, TEST_OK);
 }
 END_TEST
 
@@ -638,6 +731,8 @@ int main(void)
     tcase_add_test(tc, test_cli_test_missing_file);
     tcase_add_test(tc, test_cli_test_bad_set);
     tcase_add_test(tc, test_cli_test_bad_key_file);
+    tcase_add_test(tc, test_cli_gen_key);
+    tcase_add_test(tc, test_cli_encrypt_rules);
     tcase_add_test(tc, test_cli_dump);
     tcase_add_test(tc, test_cli_help_version);
     tcase_add_test(tc, test_cli_bad_options);
