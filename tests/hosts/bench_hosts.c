@@ -165,6 +165,10 @@ static double preduce(struct hh *h, size_t floats, int steps, int warmup,
             h_trainer_figures(&h->c, names[i], &n, &secs, &errors) < 0 ||
             n != steps || errors) {
             fprintf(stderr, "bench_hosts: trainer %s failed\n", names[i]);
+            h_log_dump(&h->c, names[i]);
+            h_log_dump(&h->c, "node0");
+            h_log_dump(&h->c, "node1");
+            hh_stop(h);
             return -1;
         }
         if (secs > worst)
