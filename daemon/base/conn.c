@@ -300,14 +300,15 @@ static void landed_bytes(struct pr_conn *c, size_t n, uint64_t now_ns)
     /*
      * Opened in the bounce buffer, and copied to its place only once it
      * authenticated: the owner's memory (a trainer's tensor, maybe) never
-     * holds ciphertext or bytes that failed.
+     * holds ciphertext or bytes that failed. Memory the owner said nobody
+     * reads before on_data_end (answer 2) is opened in place.
      */
     if (c->seal) {
         int rc = pr_seal_decrypt(c->seal, c->land.ad, c->land.at, c->land.len,
                                  c->land.tag);
         if (rc < 0)
             status = seal_failed(c, rc, "a chunk");
-        else
+        else if (c->land.at != c->land.dst)
             memcpy(c->land.dst, c->land.at, c->land.len);
     }
     if (status == 0) {
@@ -355,11 +356,13 @@ static int maybe_land(struct pr_conn *c)
         c->land.refused = 1;
         return rc;
     }
-    /* Sealed, the payload lands in the bounce buffer first. */
+    /* Sealed, the payload lands in the bounce buffer first (but see 2). */
     uint8_t *at = dst;
-    if (c->seal) {
-        if (c->bounce_cap < rest) {
-            uint8_t *b = realloc(c->bounce, rest);
+    if (c->seal && rc != 2) {
+        /* A byte at least: an empty payload still opens at an address. */
+        size_t cap = rest ? rest : 1;
+        if (c->bounce_cap < cap) {
+            uint8_t *b = realloc(c->bounce, cap);
             if (!b) {
                 pr_err("%s: out of memory for a chunk of %zu bytes: closing",
                        c->name, rest);
@@ -367,7 +370,7 @@ static int maybe_land(struct pr_conn *c)
                 return -ENOMEM;
             }
             c->bounce = b;
-            c->bounce_cap = rest;
+            c->bounce_cap = cap;
         }
         at = c->bounce;
     }

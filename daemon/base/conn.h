@@ -49,7 +49,10 @@ struct pr_conn_ops {
      * `data_prefix` payload bytes of a data frame are in (and the rest is
      * not), on_data_begin(prefix, payload bytes after it) answers 1 with
      * *dst (room for that many bytes) and *token, 0 to have the frame come
-     * whole through on_data, or < 0 to close. After a 1, on_data_end runs
+     * whole through on_data, or < 0 to close. Sealed, the payload lands in
+     * a bounce buffer and is copied to *dst once it opened, unless the
+     * answer is 2: *dst is memory nobody reads before on_data_end, where
+     * it may land and open in place (no copy). After a 1, on_data_end runs
      * exactly once with that token: status 0 when all the bytes are at
      * *dst, or < 0 when the connection closed first (from pr_conn_close,
      * before it returns: no byte lands after). Nothing else is read from

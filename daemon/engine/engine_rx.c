@@ -182,6 +182,7 @@ int pr_engine_reserve(struct pr_engine *e, uint32_t from,
     g->rx_out++;
     g->rx_member += dst != NULL;
     out->dst = dst ? dst : g->scratch + h->off;
+    out->scratch = dst == NULL;
     out->token = g;
     out->land = land_cb;
     return 1;

@@ -69,6 +69,12 @@ struct pr_link_ops {
  */
 struct pr_landing {
     float *dst;
+    /*
+     * dst is the engine's own scratch, which nothing reads before land():
+     * an encrypted link may open the payload there (conn.h). 0: dst may
+     * be a trainer's memory, which must never hold ciphertext.
+     */
+    int scratch;
     void *token;
     void (*land)(struct pr_landing *l, uint32_t node,
                  const struct pr_chunk_hdr *h, int status);

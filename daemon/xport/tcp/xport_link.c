@@ -242,7 +242,7 @@ int pr_tcp_peer_on_data_begin(struct pr_conn *c, const uint8_t *prefix,
     }
     *dst = ld->l.dst;
     *token = ld;
-    return 1;
+    return ld->l.scratch ? 2 : 1;
 }
 
 void pr_tcp_peer_on_data_end(struct pr_conn *c, void *token, int status)
