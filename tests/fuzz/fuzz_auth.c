@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: the cluster key's handshake (daemon/base/auth.c) as a
- * peer drives it. The first byte says whether this side holds the key (0:
- * it does); the rest is a packed Msg as conn.c hands it up. A Challenge
+ * peer drives it. The first byte says whether this side holds the key
+ * (bit 0 clear: it does) and which ciphers it seals with (bits 1 and 2,
+ * AES-256-GCM and ChaCha20-Poly1305, of those this machine has; none:
+ * security.encrypt = off); the rest is a packed Msg as conn.c hands it
+ * up. A Challenge
  * is answered as a dialling side does (pr_auth_answer); a Hello's proof
  * is checked against the nonce this side sent (pr_auth_check_hello); a
  * Welcome's against both nonces of the hello this side sent
@@ -12,7 +15,13 @@
  * key makes for those nonces in that role (a forged, truncated, other
  * key's or reflected proof is refused with -EACCES and a reason); an
  * answer to a challenge is taken by the side that sent it, and the proof
- * that side sends back is taken by the answering side.
+ * that side sends back is taken by the answering side. Sealing: a side
+ * that seals and one that does not never make a link, either way (the
+ * answer to a Challenge, the check of a Hello, each -EACCES with a
+ * reason); two that seal agree on pr_seal_pick of the offer and this
+ * side's ciphers (-EPROTO when there is none); a Hello is taken only
+ * with one cipher the checking side offered, or none when it does not
+ * seal.
  */
 #include <errno.h>
 #include <sodium.h>
@@ -21,6 +30,7 @@
 #include <string.h>
 
 #include "daemon/base/auth.h"
+#include "daemon/base/seal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -40,6 +50,19 @@ static void refused(int rc, int other_rc, const char *why)
         abort();
 }
 
+/*
+ * Whether a side that offered `offer` (its key's seal, 0: it does not
+ * seal) takes a Hello that picks `seal`: one cipher of its offer that
+ * this machine has, or none when it offered none.
+ */
+static int pick_ok(uint32_t offer, uint32_t seal)
+{
+    if (!offer)
+        return seal == 0;
+    int one_bit = seal != 0 && (seal & (seal - 1)) == 0;
+    return one_bit && (seal & offer) && (seal & pr_seal_ciphers());
+}
+
 /* The dialling side answers a challenge from the peer. */
 static void on_challenge(const struct pr_auth_key *k,
                          const Pr__V1__Challenge *ch)
@@ -51,18 +74,32 @@ static void on_challenge(const struct pr_auth_key *k,
     int rc = pr_auth_answer(k, ch, s_nonce, c_nonce, buf, &len, &cipher, &why);
     if (ch->nonce.len != N) {
         refused(rc, -EPROTO, why);
-        if (rc != -EPROTO || len != 0)
+        if (rc != -EPROTO || len != 0 || cipher != 0)
             abort();
         return;
     }
     if (!ch->required != !k) {
         /* One side has a key, the other none: no link either way. */
         refused(rc, -EACCES, why);
-        if (len != 0)
+        if (len != 0 || cipher != 0)
             abort();
         return;
     }
-    if (rc != 0 || memcmp(s_nonce, ch->nonce.data, N) != 0)
+    if (k && !k->seal != !ch->seal) {
+        /* One side seals, the other not: no link, and no clear text. */
+        refused(rc, -EACCES, why);
+        if (len != 0 || cipher != 0)
+            abort();
+        return;
+    }
+    uint32_t want = k && k->seal ? pr_seal_pick(ch->seal & k->seal) : 0;
+    if (k && k->seal && !want) {
+        refused(rc, -EPROTO, why);
+        if (len != 0 || cipher != 0)
+            abort();
+        return;
+    }
+    if (rc != 0 || memcmp(s_nonce, ch->nonce.data, N) != 0 || cipher != want)
         abort();
     if (!k) {
         if (len != 0)
@@ -71,21 +108,44 @@ static void on_challenge(const struct pr_auth_key *k,
     }
     if (len != 2 * N || memcmp(buf, c_nonce, N) != 0)
         abort();
-    /* The side that challenged takes the answer; with another key, not. */
+    /*
+     * The side that challenged (the key, offering what the Challenge
+     * did) takes the answer; with another key, or another pick, not.
+     */
+    struct pr_auth_key s_key = {.seal = ch->seal};
+    memcpy(s_key.k, k->k, sizeof(s_key.k));
     ProtobufCBinaryData auth = {.len = len, .data = buf};
     uint8_t proof[PR_AUTH_PROOF_LEN];
     size_t plen = 0;
-    if (pr_auth_check_hello(k, s_nonce, &auth, cipher, proof, &plen, &why) !=
-            0 ||
+    if (!pick_ok(s_key.seal, cipher) ||
+        pr_auth_check_hello(&s_key, s_nonce, &auth, cipher, proof, &plen,
+                            &why) != 0 ||
         plen != PR_AUTH_PROOF_LEN)
         abort();
     ProtobufCBinaryData back = {.len = plen, .data = proof};
     if (pr_auth_check_welcome(k, c_nonce, s_nonce, &back, &why) != 0)
         abort();
+    struct pr_auth_key wrong = other;
+    wrong.seal = s_key.seal;
     why = NULL;
     rc =
-        pr_auth_check_hello(&other, s_nonce, &auth, cipher, proof, &plen, &why);
+        pr_auth_check_hello(&wrong, s_nonce, &auth, cipher, proof, &plen, &why);
     refused(rc, -EACCES, why);
+    /* The other cipher, both, or none, where S seals: refused. */
+    const uint32_t picks[] = {
+        cipher ^ (PR_SEAL_AES256GCM | PR_SEAL_CHACHA20POLY1305),
+        PR_SEAL_AES256GCM | PR_SEAL_CHACHA20POLY1305, 0};
+    for (size_t i = 0; i < sizeof(picks) / sizeof(picks[0]); i++) {
+        if (pick_ok(s_key.seal, picks[i]))
+            continue;
+        why = NULL;
+        plen = 1234;
+        rc = pr_auth_check_hello(&s_key, s_nonce, &auth, picks[i], proof, &plen,
+                                 &why);
+        refused(rc, -EACCES, why);
+        if (plen != 0)
+            abort();
+    }
 }
 
 /* This side challenged with s_sent; the peer's Hello proves the key. */
@@ -108,7 +168,8 @@ static void on_hello(const struct pr_auth_key *k, const Pr__V1__Hello *h)
         pr_auth_prove(k, 'C', s_sent, h->auth.data, want);
         right = memcmp(want, h->auth.data + N, sizeof(want)) == 0;
     }
-    if (!right) {
+    /* A right proof, then a pick of what this side offered (or none). */
+    if (!right || !pick_ok(k->seal, h->seal)) {
         refused(rc, -EACCES, why);
         if (plen != 0)
             abort();
@@ -165,7 +226,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (size < 1)
         return 0;
-    const struct pr_auth_key *k = data[0] & 1 ? NULL : &key;
+    struct pr_auth_key mine = key;
+    mine.seal = (uint32_t)(data[0] >> 1 & 3) & pr_seal_ciphers();
+    const struct pr_auth_key *k = data[0] & 1 ? NULL : &mine;
     Pr__V1__Msg *m = pr_msg_unpack(data + 1, size - 1);
     if (!m)
         return 0;

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cluster-key handshake (daemon/base/auth.h): both proofs, what a wrong or
- * missing key gets, and the key file's checks.
+ * missing key gets, and the key file's checks; and sealing's negotiation
+ * on the same frames (the Challenge offers ciphers, the Hello picks one):
+ * two sides that seal agree on pr_seal_pick of both, a side that seals
+ * never talks to one that does not, and a Hello's pick is checked.
  */
 #include <check.h>
 #include <errno.h>
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/base/auth.h"
+#include "daemon/base/seal.h"
 #include "tests/check_run.h"
 
 static char path[64];
@@ -125,6 +129,152 @@ START_TEST(test_auth_replayed_hello_refused)
 }
 END_TEST
 
+/* Where a negotiation stopped: step 0 (none), 2 (the answer) or 3. */
+struct neg {
+    int step;
+    int rc;
+    uint32_t cipher; /* the answer's */
+    const char *why;
+};
+
+/*
+ * The dialling side's answer to a Challenge from S, and S's check of the
+ * Hello that picks `pick` (~0u: the cipher the answer chose).
+ */
+static struct neg negotiate(const struct pr_auth_key *s_key,
+                            const struct pr_auth_key *c_key, uint32_t pick)
+{
+    uint8_t s_ns[32], c_ns[32], nc[32], buf[64], proof[32];
+    size_t len, plen = 99;
+    Pr__V1__Challenge ch;
+    struct neg n = {0};
+    pr_auth_challenge(s_key, s_ns, &ch);
+    ck_assert_uint_eq(ch.seal, s_key->seal);
+    n.rc = pr_auth_answer(c_key, &ch, c_ns, nc, buf, &len, &n.cipher, &n.why);
+    if (n.rc < 0) {
+        ck_assert_uint_eq(n.cipher, 0);
+        ck_assert_uint_eq(len, 0);
+        n.step = 2;
+        return n;
+    }
+    ProtobufCBinaryData hello = {len, buf};
+    n.rc =
+        pr_auth_check_hello(s_key, s_ns, &hello, pick == ~0u ? n.cipher : pick,
+                            proof, &plen, &n.why);
+    if (n.rc < 0) {
+        ck_assert_uint_eq(plen, 0);
+        n.step = 3;
+        return n;
+    }
+    ProtobufCBinaryData welcome = {plen, proof};
+    ck_assert_int_eq(pr_auth_check_welcome(c_key, nc, c_ns, &welcome, &n.why),
+                     0);
+    return n;
+}
+
+/* A refusal at step `step` with `err` and a reason. */
+static void refused_at(struct neg n, int step, int err)
+{
+    ck_assert_int_eq(n.step, step);
+    ck_assert_int_eq(n.rc, err);
+    ck_assert_ptr_nonnull(n.why);
+    ck_assert_uint_gt(strlen(n.why), 0);
+}
+
+/*
+ * Both seal: the cipher is pr_seal_pick of what S offers and C has, and
+ * S takes the Hello that names it; without one in common, the answer
+ * refuses (-EPROTO).
+ */
+START_TEST(test_auth_seal_negotiated)
+{
+    const uint32_t A = PR_SEAL_AES256GCM, C = PR_SEAL_CHACHA20POLY1305;
+    static const uint32_t masks[][2] = {
+        {A | C, A | C}, {C, A | C}, {A | C, C}, {C, C},
+        {A, A | C},     {A, A},     {C | 8, C}, {A | C | 4, A | C},
+    };
+    struct pr_auth_key s_key, c_key;
+    load("sixteen bytes at least", &s_key);
+    c_key = s_key;
+    ck_assert_uint_eq(s_key.seal, pr_seal_ciphers());
+    for (size_t i = 0; i < sizeof(masks) / sizeof(masks[0]); i++) {
+        s_key.seal = masks[i][0];
+        c_key.seal = masks[i][1];
+        uint32_t want = pr_seal_pick(masks[i][0] & masks[i][1]);
+        struct neg n = negotiate(&s_key, &c_key, ~0u);
+        if (!want) {
+            /* AES alone on a machine without it. */
+            refused_at(n, 2, -EPROTO);
+            continue;
+        }
+        ck_assert_msg(n.step == 0, "masks %#x %#x: step %d: %s", masks[i][0],
+                      masks[i][1], n.step, n.why);
+        ck_assert_uint_eq(n.cipher, want);
+    }
+    /* What S offers and C lacks: nothing to pick. */
+    s_key.seal = A;
+    c_key.seal = C;
+    refused_at(negotiate(&s_key, &c_key, ~0u), 2, -EPROTO);
+}
+END_TEST
+
+/*
+ * One side seals and the other does not: refused whichever it is, at
+ * the answer (it sees the Challenge's offer) and at S's check (it sees
+ * the Hello's pick), each with a reason; never a link in clear.
+ */
+START_TEST(test_auth_seal_one_side_refused)
+{
+    struct pr_auth_key seals, clear;
+    load("sixteen bytes at least", &seals);
+    clear = seals;
+    clear.seal = 0;
+    /* S seals, C does not; C seals, S does not: the answer refuses. */
+    refused_at(negotiate(&seals, &clear, ~0u), 2, -EACCES);
+    refused_at(negotiate(&clear, &seals, ~0u), 2, -EACCES);
+    /*
+     * S's own check, should C not refuse: a Hello without a cipher to S
+     * that seals, and one with a cipher to S that does not.
+     */
+    struct neg n = negotiate(&seals, &seals, 0);
+    refused_at(n, 3, -EACCES);
+    ck_assert_uint_ne(n.cipher, 0);
+    refused_at(negotiate(&clear, &clear, PR_SEAL_CHACHA20POLY1305), 3, -EACCES);
+    /* Neither seals: the keyed link in clear, as before. */
+    n = negotiate(&clear, &clear, ~0u);
+    ck_assert_int_eq(n.step, 0);
+    ck_assert_uint_eq(n.cipher, 0);
+}
+END_TEST
+
+/*
+ * S takes a Hello's pick only if it is one cipher it offered: one it did
+ * not offer, two at once, an unknown bit or none are refused.
+ */
+START_TEST(test_auth_seal_hello_pick_checked)
+{
+    const uint32_t A = PR_SEAL_AES256GCM, C = PR_SEAL_CHACHA20POLY1305;
+    struct pr_auth_key s_key, c_key;
+    load("sixteen bytes at least", &s_key);
+    c_key = s_key;
+    /* S offers ChaCha20 alone. */
+    s_key.seal = C;
+    static const uint32_t bad[] = {A, A | C, 4, C | 4, 0, 0x80000000u};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        refused_at(negotiate(&s_key, &c_key, bad[i]), 3, -EACCES);
+    ck_assert_int_eq(negotiate(&s_key, &c_key, C).step, 0);
+    /* S offers both (where it has AES): a pick of either is taken. */
+    s_key.seal = pr_seal_ciphers();
+    ck_assert_int_eq(negotiate(&s_key, &c_key, C).step, 0);
+    struct neg n = negotiate(&s_key, &c_key, A);
+    if (s_key.seal & A)
+        ck_assert_int_eq(n.step, 0);
+    else
+        refused_at(n, 3, -EACCES);
+    refused_at(negotiate(&s_key, &c_key, A | C), 3, -EACCES);
+}
+END_TEST
+
 START_TEST(test_auth_key_file_checks)
 {
     struct pr_auth_key k;
@@ -151,6 +301,13 @@ static Suite *suite(void)
     tcase_add_test(tc, test_auth_key_on_one_side_only);
     tcase_add_test(tc, test_auth_replayed_hello_refused);
     tcase_add_test(tc, test_auth_key_file_checks);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("seal");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_auth_seal_negotiated);
+    tcase_add_test(tc, test_auth_seal_one_side_refused);
+    tcase_add_test(tc, test_auth_seal_hello_pick_checked);
     suite_add_tcase(s, tc);
     return s;
 }
