@@ -387,6 +387,13 @@ static double groups_restored(uint16_t port)
     return h_metric_at(port, "preduce_node_groups_restored_total ");
 }
 
+/* Peer links this node ended for a sealed frame that did not open. */
+static double peer_auth_failures(uint16_t port)
+{
+    return h_metric_at(port,
+                       "preduce_node_link_auth_failures_total{link=\"peer\"} ");
+}
+
 START_TEST(test_tamper_link_ends_floats_intact)
 {
     const struct tamper_case *tc = &cases[_i];
@@ -426,6 +433,10 @@ START_TEST(test_tamper_link_ends_floats_intact)
     }
     ck_assert(h_log_contains(&c, "node0", "link down") ||
               h_log_contains(&c, "node1", "link down"));
+    /* The reader counted it; the other side saw the link close, no more. */
+    int ri = !strcmp(tc->dir, "up") ? 0 : 1;
+    ck_assert_double_eq(peer_auth_failures(metrics[ri]), 1);
+    ck_assert_double_eq(peer_auth_failures(metrics[1 - ri]), 0);
     /* Some reduce failed, and both went on reducing after it. */
     ck_assert_int_gt(o[0].failed + o[1].failed, 0);
     for (int i = 0; i < 2; i++)
@@ -470,6 +481,12 @@ START_TEST(test_tamper_pass_control)
     ck_assert_int_gt(o[1].ok, FIRST_N);
     ck_assert(!h_log_contains(&c, "node0", "failed authentication"));
     ck_assert(!h_log_contains(&c, "node1", "failed authentication"));
+    /* Both ends count the link up and encrypted, and no failure. */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_double_eq(
+            h_metric_at(metrics[i], "preduce_node_links_encrypted "), 1);
+        ck_assert_double_eq(peer_auth_failures(metrics[i]), 0);
+    }
     relay_stop(relay);
     ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
