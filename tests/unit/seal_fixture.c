@@ -3,13 +3,17 @@
 
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "daemon/base/log.h"
 #include "daemon/base/seal.h"
 #include "proto/frame.h"
+#include "tests/check_run.h"
 
 #define LIMIT_MS 10000
 #define T        PR_SEAL_TAG_LEN
@@ -501,6 +505,15 @@ void sp_check_event(const struct sp_side *d, size_t i, char kind, uint32_t k,
     }
     if (kind == 'L')
         ck_assert_int_eq(e->status, 0);
+}
+
+int sp_main(struct Suite *s)
+{
+    if (sodium_init() < 0)
+        return EXIT_FAILURE;
+    pr_log_set_level(PR_LOG_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    return check_run(s);
 }
 
 static const uint32_t ciphers[] = {PR_SEAL_CHACHA20POLY1305, PR_SEAL_AES256GCM};

@@ -133,6 +133,13 @@ void sp_send_data(struct sp_side *d, uint32_t k, size_t len);
 /* A sealed data frame's bytes on the wire. */
 size_t sp_data_wire_len(size_t len);
 /* d's event i is of this kind and number, and its bytes were right. */
+/*
+ * A sealed-conn suite's main(): libsodium started, warnings (a frame that
+ * fails to open logs one) kept out of the output, SIGPIPE ignored, then
+ * the suite run (check_run's exit status).
+ */
+struct Suite;
+int sp_main(struct Suite *s);
 void sp_check_event(const struct sp_side *d, size_t i, char kind, uint32_t k,
                     size_t len);
 

@@ -11,18 +11,14 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <signal.h>
-#include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "daemon/base/conn.h"
-#include "daemon/base/log.h"
 #include "daemon/base/seal.h"
 #include "proto/frame.h"
-#include "tests/check_run.h"
 #include "tests/unit/seal_fixture.h"
 
 #define T PR_SEAL_TAG_LEN
@@ -247,10 +243,5 @@ static Suite *conn_seal_tamper_suite(void)
 
 int main(void)
 {
-    if (sodium_init() < 0)
-        return EXIT_FAILURE;
-    /* A frame that fails to open warns; keep the output to errors. */
-    pr_log_set_level(PR_LOG_ERROR);
-    signal(SIGPIPE, SIG_IGN);
-    return check_run(conn_seal_tamper_suite());
+    return sp_main(conn_seal_tamper_suite());
 }
