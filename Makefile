@@ -160,6 +160,7 @@ $(BUILD)/proto/preduce.pb-c.o: $(PROTO_GEN)
 
 # The reduction loops run over whole tensors: let the compiler vectorise.
 $(BUILD)/daemon/engine/reduce.o: CFLAGS += -O3
+$(BUILD)/daemon/engine/wire.o: CFLAGS += -O3
 
 # The client library: everything hidden but what preduce.h marks public.
 $(BUILD)/client/%.o: CFLAGS += -fvisibility=hidden

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/engine/wire.h"
 #include "daemon/engine/xport.h"
 
 struct pr_engine_part {
@@ -63,6 +64,21 @@ struct pr_engine_member {
      * pr_engine_detach().
      */
     int detached;
+    /*
+     * The encoding the member's trainer asked for (enum pr_wire, wire.h;
+     * the node's transport.wire unless the trainer chose): the group's
+     * chunks from this daemon go in the most precise of its local
+     * members' encodings.
+     */
+    uint32_t wire;
+    /*
+     * int8's error feedback (docs/algorithm.md, "Wire encodings"): what
+     * this member's earlier reduces lost to rounding, `total` floats kept
+     * by the node per trainer, added to its contribution and replaced by
+     * what this group's encoding lost when the group succeeds; left as it
+     * was when the group fails. NULL: none kept (fp32, bf16).
+     */
+    float *err;
 };
 
 typedef void (*pr_engine_done_cb)(void *arg, uint64_t group_id, int status);
@@ -111,6 +127,12 @@ struct pr_engine_stats {
     uint64_t chunks_stashed;
     uint64_t chunks_dropped;
     uint64_t bytes_reduced; /* floats * 4 written back to members */
+    /*
+     * By encoding (enum pr_wire): groups over the wire that sent in it,
+     * and the payload bytes of their chunks posted to peers.
+     */
+    uint64_t wire_groups[PR_WIRE_COUNT];
+    uint64_t wire_bytes[PR_WIRE_COUNT];
 };
 
 struct pr_engine;
