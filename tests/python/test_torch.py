@@ -160,18 +160,6 @@ def test_partial_reduce_parameters_are_views_of_shared_memory(cluster):
         cl.close()
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16,
-                                   torch.bfloat16])
-def test_partial_reduce_refuses_other_dtypes(cluster, dtype):
-    c = cluster(1)
-    cl = preduce.Client(c.sock[0], "w")
-    net = small_net().to(dtype)
-    with pytest.raises(TypeError, match="float32 only"):
-        preduce.torch.PartialReduce(net, torch.optim.SGD(net.parameters(),
-                                                         lr=0.1), cl)
-    cl.close()
-
-
 def test_period_averages_every_h_steps(cluster):
     """period=3 (local SGD): 6 optimizer steps, 2 averages; between them
     the replicas drift apart, after one they are the same model."""

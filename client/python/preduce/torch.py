@@ -10,11 +10,12 @@
         loss_fn(model(x), y).backward()
         pr.step()               # the average, then opt.step()
 
-PartialReduce moves every float32 parameter (and, with buffers=True, every
-float32 buffer) into one flat tensor in the client's shared memory: each
-parameter's .data becomes a view of it, so the Parameter objects and the
-optimizer stay as they were, and a reduce reads and writes the model
-where it lives, without a copy in either direction.
+PartialReduce gives every parameter (and, with buffers=True, every
+floating buffer) a place in one flat float32 tensor in the client's shared
+memory. A float32 parameter on the CPU lives there: its .data becomes a
+view of it, so the Parameter objects and the optimizer stay as they were,
+and a reduce reads and writes the model where it lives, without a copy in
+either direction. The others are copied (Dtypes, below).
 
 What is averaged (docs/algorithm.md, section 11):
 - average="gradients" (the default): before each optimizer step.
@@ -42,7 +43,9 @@ What is averaged (docs/algorithm.md, section 11):
 The state averaged is the optimizer's per-parameter state (Adam's and
 AdamW's moments, SGD's momentum): it moves into shared memory beside the
 parameters, as views the optimizer updates in place, bound again before
-each reduce (after an optimizer load_state_dict()), moved out on close().
+each reduce (after an optimizer load_state_dict()), moved out on close();
+a bfloat16 or float16 parameter's state is copied instead, as the
+parameter is.
 Supported for torch.optim.Adam, AdamW (amsgrad too) and SGD (with
 momentum, without dampening), with the parameters on the CPU; the step
 counts stay local. Otherwise state=True raises TypeError (another
@@ -64,10 +67,19 @@ Options of average="model":
   made meanwhile (x += average - snapshot). The parameters then live in
   ordinary memory and are copied in once per average.
 
-Parameters of other dtypes (float16, bfloat16, float64) are refused with
-a TypeError: average a float32 copy (keep the model in float32 and cast
-inside forward, or use torch.autocast). Parameters that are not on the
-CPU are copied to and from the shared memory at each average.
+Dtypes: bfloat16 and float16 parameters (a model cast with
+.to(torch.bfloat16), or mixed with float32 ones) keep their own memory and
+dtype. Each has a float32 place in the flat tensor: before each reduce its
+values are cast into it, and after a successful one the group's average,
+computed in float32, is cast back into the parameter (and its gradient, in
+gradients mode); a failed reduce leaves it as it was. Their optimizer
+state, when it is averaged, is copied the same way, in the dtype the
+optimizer keeps it in. float64 parameters are refused with a TypeError:
+the sums are float32's, so cast the model (model.float()). Parameters that
+are not on the CPU, and every parameter with overlap, are copied to and
+from the flat tensor likewise. The client's wire encoding
+(preduce.Client(wire="bf16")) is apart from all this: it is how floats
+travel between daemons, and the flat tensor and the sums stay float32.
 
 A reduce that fails with a retryable code (a timeout, a lost peer) leaves
 the model as it was and training goes on; `failed` counts them. Other
@@ -88,6 +100,10 @@ from preduce._buckets import GradBuckets, TagsRefused
 
 __all__ = ["PartialReduce"]
 
+
+# The dtypes of the tensors averaged; those other than float32 are cast
+# to and from float32 places in the shared memory around each reduce.
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Steps (or averages) in a row that make PartialReduce warn that a
 # worker's averages keep failing, or that it stays in groups of one.
@@ -137,7 +153,9 @@ class PartialReduce:
     Attributes for a training loop's logs: steps, reduces (successful
     averages), failed (averages that failed with a retryable code),
     mean_group_size, sync_seconds (time step() spent averaging),
-    consensus (True once steps are consensus steps) and last_result.
+    consensus (True once steps are consensus steps), last_result, and
+    zero_copy (True when every parameter lives in the shared memory: all
+    float32 on the CPU, without overlap).
     It warns once (RuntimeWarning) if the averages of HEALTH_WINDOW steps
     in a row fail, and once if that many averages in a row are groups of
     one (unless PREDUCE_WORLD_SIZE is 1): either way the worker is
@@ -189,30 +207,30 @@ class PartialReduce:
             if id(t) in seen:  # shared (tied) parameters move once
                 continue
             seen.add(id(t))
-            if t.dtype != torch.float32:
+            if t.dtype not in DTYPES:
                 raise TypeError(
                     f"{type(mod).__name__}.{name} is {t.dtype}: preduce "
-                    "averages float32 only; keep the model in float32 "
-                    "(model.float()) and cast inside forward or use "
-                    "torch.autocast")
+                    "averages float32, bfloat16 and float16 tensors (its "
+                    "sums are float32); cast the model (model.float())")
             self._tensors.append(t)
         if not self._tensors:
-            raise ValueError("the model has no float32 parameters")
+            raise ValueError("the model has no floating-point parameters")
         n = sum(t.numel() for t in self._tensors)
         self._shared_np = client.tensor(n)
         self.flat = torch.from_numpy(self._shared_np)  # the shared memory
-        self._views = []
-        off = 0
-        for t in self._tensors:
-            self._views.append(self.flat[off:off + t.numel()].view(t.shape))
-            off += t.numel()
-        # Zero copy: the parameters live in the shared memory themselves.
-        self.zero_copy = (not self.overlap and
-                          all(t.device.type == "cpu" for t in self._tensors))
+        self._views = list(self._split(self.flat))
+        # Which tensors live in the shared memory (.data a view of flat):
+        # the float32 ones on the CPU, unless overlap keeps the model in
+        # ordinary memory. The others are cast into their views before a
+        # reduce and back after a successful one (_copy_in, _copy_out).
+        self._resident = [not self.overlap and t.device.type == "cpu" and
+                          t.dtype == torch.float32 for t in self._tensors]
+        self.zero_copy = all(self._resident)
         with torch.no_grad():
-            for t, v in zip(self._tensors, self._views):
+            for t, v, home in zip(self._tensors, self._views,
+                                  self._resident):
                 v.copy_(t)
-                if self.zero_copy:
+                if home:
                     t.data = v
         self._anchor = self.flat.clone() if outer_lr is not None else None
         self._momentum = (torch.zeros_like(self.flat)
@@ -393,8 +411,8 @@ class PartialReduce:
             except preduce.PreduceError:
                 pass
             self._pending = None
-        if self.zero_copy:
-            for t in self._tensors:
+        for t, home in zip(self._tensors, self._resident):
+            if home:
                 t.data = t.data.clone()
         for t, views in zip(self._tensors, self._state_views):
             st = self.optimizer.state.get(t, {})
@@ -476,11 +494,20 @@ class PartialReduce:
             self._state_views = [
                 dict(zip(self._state_names, views))
                 for views in zip(*(self._split(c) for c in chunks))]
-        owned = {id(p) for g in self.optimizer.param_groups
-                 for p in g["params"]}
-        for t, views in zip(self._tensors, self._state_views):
+        owned = self._owned()
+        for t, home, views in zip(self._tensors, self._resident,
+                                  self._state_views):
             if id(t) not in owned:
                 continue  # not optimized: its state stays zero
+            if not home:  # copied in; _copy_out copies the average back
+                st = self.optimizer.state.get(t, {})
+                for name, view in views.items():
+                    cur = st.get(name)
+                    if isinstance(cur, torch.Tensor):
+                        view.copy_(cur)
+                    else:
+                        view.zero_()
+                continue
             st = self.optimizer.state[t]
             for name, view in views.items():
                 cur = st.get(name)
@@ -491,6 +518,50 @@ class PartialReduce:
                 else:
                     view.zero_()
                 st[name] = view
+            if "exp_avg" in views and "step" not in st:
+                st["step"] = torch.tensor(0.0)
+
+    def _owned(self):
+        """The ids of the tensors the optimizer steps."""
+        return {id(p) for g in self.optimizer.param_groups
+                for p in g["params"]}
+
+    def _copies(self):
+        """(tensor, its view in flat) of each tensor that does not live in
+        the shared memory."""
+        return [(t, v) for t, v, home in
+                zip(self._tensors, self._views, self._resident) if not home]
+
+    @torch.no_grad()
+    def _copy_in(self):
+        """Before a reduce: the values of the tensors that do not live in
+        the shared memory into their views (cast to float32)."""
+        for t, v in self._copies():
+            v.copy_(t)
+
+    @torch.no_grad()
+    def _copy_out(self):
+        """After a successful reduce: the averages into the tensors that
+        do not live in the shared memory (cast to their dtype), and into
+        their optimizer state (state averaged: _bind_state copied it in).
+        A state the optimizer did not have yet is made in the parameter's
+        dtype, as its own first step would have made it."""
+        for t, v in self._copies():
+            t.copy_(v)
+        if self._state is None:
+            return
+        owned = self._owned()
+        for t, home, views in zip(self._tensors, self._resident,
+                                  self._state_views):
+            if home or id(t) not in owned:
+                continue
+            st = self.optimizer.state[t]
+            for name, view in views.items():
+                cur = st.get(name)
+                if isinstance(cur, torch.Tensor) and cur.shape == view.shape:
+                    cur.copy_(view)
+                else:
+                    st[name] = view.to(t.dtype, copy=True)
             if "exp_avg" in views and "step" not in st:
                 st["step"] = torch.tensor(0.0)
 
@@ -506,9 +577,7 @@ class PartialReduce:
 
     @torch.no_grad()
     def _reduce_model(self):
-        if not self.zero_copy:
-            for t, v in zip(self._tensors, self._views):
-                v.copy_(t)
+        self._copy_in()
         if not self._reduce(self._parts()):
             return
         if self._anchor is not None and self._healed():
@@ -518,9 +587,7 @@ class PartialReduce:
             self._momentum.zero_()
         elif self._anchor is not None:
             self._outer_step()
-        if not self.zero_copy:
-            for t, v in zip(self._tensors, self._views):
-                t.copy_(v)
+        self._copy_out()
 
     def _healed(self):
         """This worker took its group's model without giving its own
@@ -545,23 +612,17 @@ class PartialReduce:
                 g.zero_()
             else:
                 g.copy_(t.grad)
-        copy = not self.zero_copy
-        if copy:
-            for t, v in zip(self._tensors, self._views):
-                v.copy_(t)
+        self._copy_in()
         if not self._reduce(self._parts()):
             return  # each replica steps on its own gradients this time
         for t, g in zip(self._tensors, grads):
             if t.grad is not None:
                 t.grad.copy_(g)
-        if copy:
-            for t, v in zip(self._tensors, self._views):
-                t.copy_(v)
+        self._copy_out()
 
     @torch.no_grad()
     def _start(self):
-        for t, v in zip(self._tensors, self._views):
-            v.copy_(t)
+        self._copy_in()  # overlap: every tensor is a copy
         self._snapshot = self.flat.clone()
         self._pending = self._attempt(self.client.reduce_start, [self.flat],
                                       self.timeout_ms)
