@@ -74,6 +74,7 @@ static void group_free(struct group *g)
 {
     free(g->ring);
     free(g->local);
+    pr_engine_wire_free(g);
     pr_engine_scratch_put(g->e, g->scratch, g->total * sizeof(float));
     for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
         free(g->steps[i].spans);
@@ -222,12 +223,18 @@ int pr_engine_post_from(struct group *g, uint32_t step, uint32_t seg,
         .nfloats = (uint32_t)n,
         .step = step,
         .seg = seg,
+        .enc = g->enc,
     };
+    const void *data = src ? (const void *)src : g->scratch + off;
     if (src)
         g->reads_member = 1;
-    int rc = l->ops->send(l, &h, src ? src : g->scratch + off, send_done_cb, g);
-    if (rc == 0)
+    else if (g->enc != PR_WIRE_FP32)
+        data = pr_engine_wire_out(g, step, seg, off, n);
+    int rc = l->ops->send(l, &h, data, send_done_cb, g);
+    if (rc == 0) {
         g->sends_posted++;
+        g->e->st.wire_bytes[g->enc] += pr_chunk_payload_bytes(&h);
+    }
     return rc;
 }
 
@@ -255,6 +262,9 @@ static int sum_and_post_own_segment(struct group *g)
     size_t start, len;
     pr_ring_segment(g->total, g->m, g->pos, &start, &len);
     size_t c = g->e->chunk_floats;
+    /* int8 chunks are whole blocks but the segment's last (wire.h). */
+    if (g->enc == PR_WIRE_INT8)
+        c = (c + PR_WIRE_BLOCK - 1) / PR_WIRE_BLOCK * PR_WIRE_BLOCK;
     if (len == 0)
         return post(g, 0, g->pos, start, 0);
     for (size_t off = 0, n; off < len; off += n) {
@@ -311,6 +321,7 @@ static void finish(struct group *g, int status)
         g->e->st.groups_ok++;
         g->e->st.groups_in_place++;
     } else if (status == 0) {
+        pr_engine_wire_feedback(g);
         pr_engine_write_back(g);
         g->e->st.groups_ok++;
         g->e->st.groups_shadow += g->shadow != 0;
@@ -369,7 +380,8 @@ static void kick_cb(uv_timer_t *t)
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 {
     if (!spec->nlocal || !spec->local || spec->m == 0 || spec->pos >= spec->m ||
-        !spec->ring || spec->k < spec->nlocal || spec->total == 0)
+        !spec->ring || spec->k < spec->nlocal || spec->total == 0 ||
+        spec->wire >= PR_WIRE_COUNT)
         return -EINVAL;
     if (pr_engine_find(e, spec->id))
         return -EEXIST;
@@ -398,6 +410,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     g->pos = spec->pos;
     g->personal = spec->personal;
     g->mean_scale = pr_engine_uniform_scale(spec);
+    /* Alone, nothing goes over the wire. */
+    g->enc = m > 1 ? spec->wire : PR_WIRE_FP32;
     pr_engine_choose_mode(g, spec);
     g->done = spec->done;
     g->arg = spec->arg;
@@ -414,6 +428,11 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     }
     memcpy(g->ring, spec->ring, m * sizeof(*g->ring));
     memcpy(g->local, spec->local, spec->nlocal * sizeof(*g->local));
+    int rc = pr_engine_wire_setup(g);
+    if (rc < 0) {
+        group_free(g);
+        return rc;
+    }
     g->left = g->ring[(g->pos + m - 1) % m];
     g->right = g->ring[(g->pos + 1) % m];
     g->steps_left = m > 1 ? 2 * (m - 1) : 0;
@@ -423,6 +442,8 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
     e->groups = g;
     if (g->id > e->max_started)
         e->max_started = g->id;
+    if (m > 1)
+        e->st.wire_groups[g->enc]++;
     arm_sweep(e);
 
     /* 1. Alone: the weighted local sum goes into the members at once. */
@@ -434,7 +455,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
      * 2. Our segment goes right, and the shadow saves it while it travels;
      * then what came early from the left.
      */
-    int rc = sum_and_post_own_segment(g);
+    rc = sum_and_post_own_segment(g);
     if (rc < 0)
         finish(g, rc);
     g->saved = g->shadow;
@@ -444,7 +465,7 @@ int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *spec)
 }
 
 void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
-                        const struct pr_chunk_hdr *h, const float *data)
+                        const struct pr_chunk_hdr *h, const void *data)
 {
     struct group *g = pr_engine_find(e, h->group_id);
     if (g) {
@@ -580,7 +601,7 @@ size_t pr_engine_running(const struct pr_engine *e)
 }
 
 static void sink_on_chunk(void *ctx, uint32_t node,
-                          const struct pr_chunk_hdr *h, const float *data)
+                          const struct pr_chunk_hdr *h, const void *data)
 {
     pr_engine_on_chunk(ctx, node, h, data);
 }

@@ -106,6 +106,12 @@ struct pr_engine_group {
      * not end in time is not begun: it fails the group the same way).
      */
     uint32_t timeout_ms;
+    /*
+     * The encoding of the group's chunks (enum pr_wire), the same on every
+     * daemon of the ring (the scheduler's Group.wire): a chunk in another
+     * fails the group. Unused by a group of this daemon alone.
+     */
+    uint32_t wire;
     pr_engine_done_cb done;
     void *arg;
 };
@@ -191,7 +197,7 @@ void pr_engine_set_allocator(struct pr_engine *e,
 int pr_engine_start(struct pr_engine *e, const struct pr_engine_group *g);
 /* A chunk from peer `from`; data valid during the call only. */
 void pr_engine_on_chunk(struct pr_engine *e, uint32_t from,
-                        const struct pr_chunk_hdr *h, const float *data);
+                        const struct pr_chunk_hdr *h, const void *data);
 /* Fails every group whose ring contains `node`. */
 void pr_engine_link_down(struct pr_engine *e, uint32_t node, int status);
 /* The sink that hands a transport's chunks and link losses to e. */

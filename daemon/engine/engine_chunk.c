@@ -40,7 +40,7 @@ int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
     const struct step *s = &g->steps[h->step];
     if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
         return *why = "more data than the segment holds", 0;
-    return 1;
+    return pr_engine_wire_chunk_ok(g, h, why);
 }
 
 /*

@@ -124,6 +124,27 @@ struct group {
      * cached time, which a stopped or busy loop leaves behind.
      */
     uint64_t deadline_ns;
+    /*
+     * The group's encoding (enum pr_wire; engine_wire.c). Other than fp32,
+     * every chunk goes out of and lands in `wire`: the reduce-scatter's
+     * region [0, wire_bytes) and the all-gather's [wire_bytes, 2 *
+     * wire_bytes), segment s at wseg[s] in each, a chunk at the bytes its
+     * offset in the segment encodes to (int8 chunks start on a block of
+     * their segment). Each float is encoded once per region at most, and
+     * the all-gather forwards the bytes it received, so every daemon
+     * decodes the same bits. Such a group is never in place nor a shadow,
+     * and never sends from a member's memory.
+     */
+    uint32_t enc;
+    uint8_t *wire;
+    size_t wire_bytes;
+    size_t *wseg;
+    /*
+     * int8 error feedback (some local member has an err vector): what this
+     * daemon's encodings of the group lost, in the sum's terms, handed to
+     * the members' err vectors when the group succeeds.
+     */
+    float *lost;
     pr_engine_done_cb done;
     void *arg;
 };
@@ -134,7 +155,7 @@ struct stashed {
     uint32_t from;
     struct pr_chunk_hdr h;
     uint64_t expires_ms;
-    float data[];
+    max_align_t data[]; /* the payload, pr_chunk_payload_bytes(&h) */
 };
 
 struct pr_engine {
@@ -222,7 +243,7 @@ static inline int pr_engine_past_deadline(const struct group *g)
  * it takes the usual way (on_chunk).
  */
 void pr_engine_apply_chunk(struct group *g, uint32_t from,
-                           const struct pr_chunk_hdr *h, const float *data);
+                           const struct pr_chunk_hdr *h, const void *data);
 int pr_engine_reserve(struct pr_engine *e, uint32_t from,
                       const struct pr_chunk_hdr *h, struct pr_landing *out);
 
@@ -243,7 +264,7 @@ void pr_engine_scratch_release(struct pr_engine *e, float *p);
  * (uv_now), dropped; and all freed when the engine closes.
  */
 int pr_engine_stash_chunk(struct pr_engine *e, uint32_t from,
-                          const struct pr_chunk_hdr *h, const float *data);
+                          const struct pr_chunk_hdr *h, const void *data);
 void pr_engine_stash_replay(struct pr_engine *e, struct group *g);
 void pr_engine_stash_drop_from(struct pr_engine *e, uint32_t node);
 void pr_engine_stash_expire(struct pr_engine *e, uint64_t now_ms);
@@ -258,6 +279,29 @@ void pr_engine_stash_clear(struct pr_engine *e);
 void pr_engine_choose_mode(struct group *g, const struct pr_engine_group *spec);
 int pr_engine_write_back_fits(const struct group *g);
 void pr_engine_shadow_settle(struct group *g, int status);
+
+/*
+ * engine_wire.c: a group's wire buffer (and error-feedback vector) at
+ * start (0 or -ENOMEM) and freed; where chunk bytes of a step lie in it;
+ * the bytes to post for floats [off, off + n) of a step, encoded from the
+ * scratch vector where this daemon encodes them (the reduce-scatter, and
+ * the segment it completed, whose floats then become what every daemon
+ * decodes); a received chunk's payload decoded into its place in the
+ * scratch vector (and kept where the all-gather forwards it from); whether
+ * a chunk's encoding and bounds fit (1, or 0 with *why); and the members'
+ * error feedback replaced once the group succeeded.
+ */
+int pr_engine_wire_setup(struct group *g);
+void pr_engine_wire_free(struct group *g);
+uint8_t *pr_engine_wire_at(const struct group *g, uint32_t step, uint32_t seg,
+                           size_t off);
+const void *pr_engine_wire_out(struct group *g, uint32_t step, uint32_t seg,
+                               size_t off, size_t n);
+void pr_engine_wire_in(struct group *g, const struct pr_chunk_hdr *h,
+                       const void *data);
+int pr_engine_wire_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
+                            const char **why);
+void pr_engine_wire_feedback(struct group *g);
 
 /*
  * engine_chunk.c: whether a chunk fits the group (its length, ring step,

@@ -57,7 +57,7 @@ static void sum_into(struct group *g, float *out, size_t a, size_t b,
                      const float *in, float scale)
 {
     int uniform = g->mean_scale != 0;
-    int fused = scale != 0 && in && g->nlocal == 1;
+    int fused = scale != 0 && in && g->nlocal == 1 && !g->lost;
     for (size_t i = 0; i < g->nlocal; i++) {
         const struct pr_engine_member *mb = &g->local[i];
         float w = (float)mb->weight;
@@ -106,6 +106,12 @@ static void sum_into(struct group *g, float *out, size_t a, size_t b,
             else
                 pr_reduce_scale(dst, x, w, n);
         }
+    }
+    /* int8's error feedback: what earlier encodings lost (engine_wire.c). */
+    for (size_t i = 0; g->lost && i < g->nlocal; i++) {
+        const struct pr_engine_member *mb = &g->local[i];
+        if (mb->err && (uniform || mb->weight != 0.0))
+            pr_reduce_add(out, mb->err + a, b - a);
     }
     if (scale != 0 && !fused)
         pr_reduce_scale(out, out, scale, b - a);
@@ -320,7 +326,7 @@ void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
  */
 const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n)
 {
-    if (!g->e->direct || g->nlocal != 1 ||
+    if (!g->e->direct || g->nlocal != 1 || g->enc != PR_WIRE_FP32 ||
         (g->mean_scale == 0 && g->local[0].weight != 1.0))
         return NULL;
     const struct pr_engine_member *mb = &g->local[0];

@@ -37,6 +37,11 @@ void pr_engine_choose_mode(struct group *g, const struct pr_engine_group *spec)
 {
     struct pr_engine *e = g->e;
     uint32_t m = spec->m;
+    /* An encoded group's chunks go out of and land in its wire buffer. */
+    if (g->enc != PR_WIRE_FP32) {
+        g->in_place = g->shadow = 0;
+        return;
+    }
     /* Forwarding from the member's memory needs direct sends. */
     g->in_place = m > 1 && spec->nlocal == 1 && spec->local[0].in_place &&
                   !spec->personal && e->direct;

@@ -139,7 +139,7 @@ static void land_cb(struct pr_landing *l, uint32_t from,
                     const struct pr_chunk_hdr *h, int status);
 
 void pr_engine_apply_chunk(struct group *g, uint32_t from,
-                           const struct pr_chunk_hdr *h, const float *data)
+                           const struct pr_chunk_hdr *h, const void *data)
 {
     /*
      * A chunk after the deadline (the loop was held up, or the sweep has
@@ -152,6 +152,11 @@ void pr_engine_apply_chunk(struct group *g, uint32_t from,
     }
     if (!from_left(g, from) || claim_chunk(g, from, h) < 0)
         return;
+    if (g->enc != PR_WIRE_FP32) {
+        /* Decoded into its place, as if it had landed there. */
+        pr_engine_wire_in(g, h, data);
+        data = g->scratch + h->off;
+    }
     absorb_and_forward(g, h, data);
 }
 
@@ -181,7 +186,12 @@ int pr_engine_reserve(struct pr_engine *e, uint32_t from,
         return 0;
     g->rx_out++;
     g->rx_member += dst != NULL;
-    out->dst = dst ? dst : g->scratch + h->off;
+    if (dst)
+        out->dst = dst;
+    else if (g->enc != PR_WIRE_FP32)
+        out->dst = pr_engine_wire_at(g, h->step, h->seg, h->off);
+    else
+        out->dst = g->scratch + h->off;
     out->scratch = dst == NULL;
     out->token = g;
     out->land = land_cb;
@@ -195,14 +205,18 @@ static void land_cb(struct pr_landing *l, uint32_t from,
     struct pr_engine *e = g->e;
     (void)from;
     g->rx_out--;
-    int member = l->dst != g->scratch + h->off;
+    /* Only an fp32 group (a shadow) lands in a member's memory. */
+    int member = g->enc == PR_WIRE_FP32 && l->dst != g->scratch + h->off;
     g->rx_member -= member;
     if (g->state == G_RUNNING && status < 0)
         pr_engine_finish(g,
                          status); /* its floats are claimed and will not come */
     else if (g->state == G_RUNNING && pr_engine_past_deadline(g))
         pr_engine_fail_late(g);
-    else if (g->state == G_RUNNING)
+    else if (g->state == G_RUNNING && g->enc != PR_WIRE_FP32) {
+        pr_engine_wire_in(g, h, l->dst);
+        absorb_and_forward(g, h, g->scratch + h->off);
+    } else if (g->state == G_RUNNING)
         absorb_and_forward(g, h, l->dst);
     /* A group that ended waits for its member's landings to report. */
     int wake = member && g->rx_member == 0 && g->state == G_DRAINING &&

@@ -20,7 +20,7 @@ static void stash_drop(struct pr_engine *e, struct stashed **pp)
     *pp = s->next;
     if (!*pp)
         e->stash_tail = pp;
-    e->stash_bytes -= s->h.nfloats * sizeof(float);
+    e->stash_bytes -= pr_chunk_payload_bytes(&s->h);
     free(s);
 }
 
@@ -40,9 +40,9 @@ void pr_engine_stash_replay(struct pr_engine *e, struct group *g)
 }
 
 int pr_engine_stash_chunk(struct pr_engine *e, uint32_t from,
-                          const struct pr_chunk_hdr *h, const float *data)
+                          const struct pr_chunk_hdr *h, const void *data)
 {
-    size_t bytes = (size_t)h->nfloats * sizeof(float);
+    size_t bytes = pr_chunk_payload_bytes(h);
     if (e->stash_bytes + bytes > e->stash_max) {
         e->st.chunks_dropped++;
         pr_warn("group %llu: early chunk from node %u dropped: stash full "

@@ -1,6 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include "daemon/engine/xport.h"
 
+#include "daemon/engine/wire.h"
+
+size_t pr_chunk_payload_bytes(const struct pr_chunk_hdr *h)
+{
+    if (h->enc >= PR_WIRE_COUNT)
+        return 0;
+    return pr_wire_bytes((enum pr_wire)h->enc, h->nfloats);
+}
+
 static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -38,7 +47,7 @@ void pr_chunk_hdr_encode(uint8_t out[PR_CHUNK_HDR_LEN],
     put32(out + 24, h->nfloats);
     put32(out + 28, h->step);
     put32(out + 32, h->seg);
-    put32(out + 36, 0);
+    put32(out + 36, h->enc);
 }
 
 void pr_chunk_hdr_decode(const uint8_t in[PR_CHUNK_HDR_LEN],
@@ -50,6 +59,7 @@ void pr_chunk_hdr_decode(const uint8_t in[PR_CHUNK_HDR_LEN],
     h->nfloats = get32(in + 24);
     h->step = get32(in + 28);
     h->seg = get32(in + 32);
+    h->enc = get32(in + 36);
 }
 
 void pr_link_rate_sample(struct pr_link *l, size_t bytes, uint64_t ns,

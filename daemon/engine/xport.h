@@ -5,7 +5,8 @@
  * RDMA verbs and the tests' in-memory links plug in behind it.
  *
  * The model is the RDMA one: a send is a one-sided write of one chunk
- * (header + float32 payload) into the peer, with a completion callback that
+ * (header + payload: its floats in the chunk's encoding, wire.h) into
+ * the peer, with a completion callback that
  * fires exactly once when the payload buffer may be reused. The receiving
  * side hands each chunk up through its pr_link_sink (the engine's, given
  * by whoever wires the two together) with a pointer that is valid only
@@ -16,7 +17,9 @@
  *
  * Chunk header on the wire (PR_FRAME_DATA payload prefix, little-endian,
  * PR_CHUNK_HDR_LEN bytes): group_id u64, total u64 (floats in the group's
- * vector), off u64 (first float), nfloats u32, step u32, seg u32, pad u32.
+ * vector), off u64 (first float), nfloats u32, step u32, seg u32, enc u32
+ * (enum pr_wire: 0, fp32, is what daemons that predate encodings send in
+ * that field, which was padding). The payload is pr_chunk_payload_bytes().
  */
 #ifndef PR_XPORT_H
 #define PR_XPORT_H
@@ -33,7 +36,15 @@ struct pr_chunk_hdr {
     uint32_t nfloats;
     uint32_t step; /* ring step: 0..m-2 reduce-scatter, m-1..2m-3 gather */
     uint32_t seg;
+    uint32_t enc; /* enum pr_wire */
 };
+
+/*
+ * Bytes of chunk h's payload; 0 with an encoding that is none (which a
+ * transport refuses, as it does a payload of another length, before it
+ * hands the chunk up).
+ */
+size_t pr_chunk_payload_bytes(const struct pr_chunk_hdr *h);
 
 void pr_chunk_hdr_encode(uint8_t out[PR_CHUNK_HDR_LEN],
                          const struct pr_chunk_hdr *h);
@@ -47,11 +58,12 @@ struct pr_link;
 
 struct pr_link_ops {
     /*
-     * Posts one chunk. `data` (h->nfloats floats) must stay valid until cb.
+     * Posts one chunk. `data` (pr_chunk_payload_bytes(h) bytes) must stay
+     * valid until cb.
      * 0 (cb will run), or a negative errno (cb will not run).
      */
     int (*send)(struct pr_link *l, const struct pr_chunk_hdr *h,
-                const float *data, pr_send_cb cb, void *arg);
+                const void *data, pr_send_cb cb, void *arg);
     /*
      * Optional (may be NULL). Drops the link because sends on it stopped
      * completing: every send still out completes with an error, soon, and
@@ -62,13 +74,14 @@ struct pr_link_ops {
 
 /*
  * A chunk's payload received straight into its place (the engine's
- * scratch vector) instead of a read buffer: dst has room for the chunk's
- * nfloats floats and stays valid, token pinned, until land() ran, which
- * it does exactly once: status 0 with the payload all at dst, or < 0 when
- * the link went down first (no byte lands after that call).
+ * scratch vector, or its wire buffer for an encoded chunk) instead of a
+ * read buffer: dst has room for the chunk's payload and stays valid, token
+ * pinned, until land() ran, which it does exactly once: status 0 with the
+ * payload all at dst, or < 0 when the link went down first (no byte lands after
+ * that call).
  */
 struct pr_landing {
-    float *dst;
+    void *dst;
     /*
      * dst is the engine's own scratch, which nothing reads before land():
      * an encrypted link may open the payload there (conn.h). 0: dst may
@@ -88,7 +101,7 @@ struct pr_landing {
 struct pr_link_sink {
     /* One chunk from peer `node`; data valid during the call only. */
     void (*on_chunk)(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
-                     const float *data);
+                     const void *data);
     /* The link to `node` is gone: its sends have failed or will fail. */
     void (*on_link_down)(void *ctx, uint32_t node, int status);
     /*

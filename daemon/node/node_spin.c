@@ -150,7 +150,7 @@ void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s)
  * (a slow link) starts again once data flows.
  */
 static void spin_on_chunk(void *ctx, uint32_t node,
-                          const struct pr_chunk_hdr *h, const float *data)
+                          const struct pr_chunk_hdr *h, const void *data)
 {
     struct pr_node *n = ctx;
     pr_node_spin(n);

@@ -26,8 +26,8 @@ struct fuzz_link {
 };
 
 static inline int fuzz_link_send(struct pr_link *l,
-                                 const struct pr_chunk_hdr *h,
-                                 const float *data, pr_send_cb cb, void *arg)
+                                 const struct pr_chunk_hdr *h, const void *data,
+                                 pr_send_cb cb, void *arg)
 {
     (void)h;
     (void)data;

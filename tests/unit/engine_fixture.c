@@ -46,7 +46,7 @@ struct msg {
     struct pr_chunk_hdr h;
     pr_send_cb cb;
     void *arg;
-    float data[];
+    max_align_t data[]; /* the payload, pr_chunk_payload_bytes() */
 };
 
 static void idle_cb(uv_idle_t *h);
@@ -58,13 +58,13 @@ static void net_kick(struct net *net)
 }
 
 static int ml_send(struct pr_link *base, const struct pr_chunk_hdr *h,
-                   const float *data, pr_send_cb cb, void *arg)
+                   const void *data, pr_send_cb cb, void *arg)
 {
     struct memlink *l = container_of(base, struct memlink, base);
     ck_assert_uint_eq(base->node_id, NODE0 + (uint32_t)l->to);
     if (l->fail)
         return l->fail;
-    size_t bytes = (size_t)h->nfloats * sizeof(float);
+    size_t bytes = pr_chunk_payload_bytes(h);
     struct msg *m = malloc(sizeof(*m) + bytes);
     ck_assert_ptr_nonnull(m);
     m->next = NULL;
@@ -150,7 +150,7 @@ static void deliver(struct memlink *l, struct msg **pp)
     if (!l->drop && dst) {
         l->delivered++;
         l->net->links[l->to][l->from].base.bytes_recv +=
-            (size_t)h.nfloats * sizeof(float);
+            pr_chunk_payload_bytes(&h);
         if (l->land)
             memlink_land(l, dst, from, &h, m->data);
         else
@@ -506,6 +506,7 @@ int tg_start_timeout(struct net *net, struct tgroup *tg, uint32_t pos,
         .local = local,
         .nlocal = tg->nlocal[pos],
         .timeout_ms = timeout_ms,
+        .wire = tg->wire,
         .done = done_cb,
         .arg = &tg->done[pos],
     };

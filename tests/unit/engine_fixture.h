@@ -140,7 +140,7 @@ size_t net_queued(const struct net *net, int held_too);
  * then the payload and land(), or on_chunk when reserve() says 0.
  */
 void memlink_land(struct memlink *l, struct pr_engine *e, uint32_t from,
-                  const struct pr_chunk_hdr *h, const float *data);
+                  const struct pr_chunk_hdr *h, const void *data);
 /* Every link delivers by landing (land != 0) or by on_chunk. */
 void net_land_all(struct net *net, int land);
 /*
@@ -197,6 +197,7 @@ struct tgroup {
     size_t total;
     uint32_t m, k;
     int personal;
+    uint32_t wire;       /* the group's encoding (enum pr_wire), 0: fp32 */
     uint32_t ring[MAXN]; /* node ids in ring order */
     size_t nlocal[MAXN];
     struct tmember mb[MAXN][MAXMB];

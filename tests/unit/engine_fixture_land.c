@@ -20,7 +20,7 @@ struct landing {
     struct pr_landing ld;
     struct pr_chunk_hdr h;
     uint32_t from;
-    float data[];
+    max_align_t data[]; /* the payload, pr_chunk_payload_bytes() */
 };
 
 /*
@@ -29,18 +29,17 @@ struct landing {
  * then land(), exactly once.
  */
 static void land_end(struct memlink *l, struct pr_landing *ld, uint32_t from,
-                     const struct pr_chunk_hdr *h, const float *data,
-                     int status)
+                     const struct pr_chunk_hdr *h, const void *data, int status)
 {
-    size_t n = h->nfloats;
-    memcpy(ld->dst, data, (status == 0 ? n : n / 2) * sizeof(float));
+    size_t n = pr_chunk_payload_bytes(h);
+    memcpy(ld->dst, data, status == 0 ? n : n / 2);
     l->landed++;
     ld->land(ld, from, h, status);
 }
 
 /* A chunk by way of the engine's reserve(), as TCP reads one into place. */
 void memlink_land(struct memlink *l, struct pr_engine *e, uint32_t from,
-                  const struct pr_chunk_hdr *h, const float *data)
+                  const struct pr_chunk_hdr *h, const void *data)
 {
     struct pr_link_sink sink = pr_engine_sink(e);
     struct pr_landing ld = {0};
@@ -54,7 +53,7 @@ void memlink_land(struct memlink *l, struct pr_engine *e, uint32_t from,
     ck_assert_ptr_nonnull(ld.land);
     l->reserved++;
     if (l->land_hold) {
-        size_t bytes = (size_t)h->nfloats * sizeof(float);
+        size_t bytes = pr_chunk_payload_bytes(h);
         struct landing *hl = malloc(sizeof(*hl) + bytes);
         ck_assert_ptr_nonnull(hl);
         hl->next = NULL;

@@ -352,11 +352,16 @@ struct bad_case {
  */
 #define H(off, n, step, seg)                                                   \
     {                                                                          \
-        1, 12, off, n, step, seg                                               \
+        1, 12, off, n, step, seg, 0                                            \
     }
 static const struct bad_case bad_cases[] = {
-    {"total too large", 0, {{0}}, {1, 13, 0, 4, 0, 0}, 100},
-    {"total too small", 0, {{0}}, {1, 11, 0, 4, 0, 0}, 100},
+    {"total too large", 0, {{0}}, {1, 13, 0, 4, 0, 0, 0}, 100},
+    {"total too small", 0, {{0}}, {1, 11, 0, 4, 0, 0, 0}, 100},
+    {"encoding not the group's",
+     0,
+     {{0}},
+     {1, 12, 0, 4, 0, 0, PR_WIRE_BF16},
+     100},
     {"wrong segment", 0, {{0}}, H(4, 4, 0, 1), 100},
     {"step out of range", 0, {{0}}, H(0, 4, 4, 0), 100},
     {"step huge", 0, {{0}}, H(0, 4, UINT32_MAX, 0), 100},
@@ -410,7 +415,7 @@ START_TEST(test_engine_bad_chunk)
     ck_assert_uint_eq(stats(net, 1).groups_failed, 1);
     tg_check_unchanged(tg, 1);
     /* A chunk after the failure changes nothing. */
-    struct pr_chunk_hdr ok = {1, 12, 0, 4, 0, 0};
+    struct pr_chunk_hdr ok = {1, 12, 0, 4, 0, 0, 0};
     pr_engine_on_chunk(E(net, 1), 100, &ok, data);
     run_quiet(net);
     tg_check_unchanged(tg, 1);
@@ -448,7 +453,7 @@ START_TEST(test_engine_stray_chunk_dropped)
     ck_assert_int_eq(tg_start_timeout(net, tg, 1, 2000), 0);
     run_quiet(net);
     float data[4] = {1, 1, 1, 1};
-    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0}; /* step 0, segment 0 */
+    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0, 0}; /* step 0, segment 0 */
     pr_engine_on_chunk(E(net, 1), stray_from[_i], &h, data);
     run_quiet(net);
     ck_assert_int_eq(tg->done[1].calls, 0);
@@ -487,7 +492,7 @@ START_TEST(test_engine_scattered_chunks_fail)
     float one = 1.0f;
     size_t sent = 0;
     for (size_t off = 8190; tg->done[1].calls == 0 && off > 0; off -= 2) {
-        struct pr_chunk_hdr h = {1, total, off, 1, 0, 0};
+        struct pr_chunk_hdr h = {1, total, off, 1, 0, 0, 0};
         pr_engine_on_chunk(E(net, 1), 100, &h, &one);
         sent++;
         run_turns(net);

@@ -475,7 +475,7 @@ START_TEST(test_engine_inplace_repeated_chunk_rejected)
     ck_assert_int_eq(tg_start(net, tg, 1), 0);
     run_quiet(net);
     const float one[2] = {1.0f, 1.0f};
-    struct pr_chunk_hdr h = {1, 12, 8, 2, 1, 2};
+    struct pr_chunk_hdr h = {1, 12, 8, 2, 1, 2, 0};
     pr_engine_on_chunk(E(net, 1), 100, &h, one);
     pr_engine_on_chunk(E(net, 1), 100, &h, one);
     run_turns(net);

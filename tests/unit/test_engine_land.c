@@ -433,16 +433,16 @@ START_TEST(test_engine_land_refuses_unplaceable)
     static const float data[4] = {1, 1, 1, 1};
     struct pr_landing ld;
     /* A group that has not started here: 0, and on_chunk stashes it. */
-    struct pr_chunk_hdr early = {2, 12, 0, 4, 0, 0};
+    struct pr_chunk_hdr early = {2, 12, 0, 4, 0, 0, 0};
     ck_assert_int_eq(reserve(net, 100, early, &ld), 0);
     pr_engine_on_chunk(E(net, 1), 100, &early, data);
     ck_assert_uint_eq(stats(net, 1).chunks_stashed, 1);
     /* Not the left neighbour: the right one, or a node not in the ring. */
-    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0};
+    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0, 0};
     ck_assert_int_eq(reserve(net, 102, h, &ld), 0);
     ck_assert_int_eq(reserve(net, 7, h, &ld), 0);
     /* An empty chunk has nothing to land (on_chunk judges it). */
-    struct pr_chunk_hdr empty = {1, 12, 0, 0, 0, 0};
+    struct pr_chunk_hdr empty = {1, 12, 0, 0, 0, 0, 0};
     ck_assert_int_eq(reserve(net, 100, empty, &ld), 0);
     /* None of them claimed a float or failed the group. */
     ck_assert_uint_eq(pr_engine_running(E(net, 1)), 1);
@@ -454,7 +454,7 @@ START_TEST(test_engine_land_refuses_unplaceable)
     ck_assert_int_eq(pr_engine_abort(E(net, 1), 1, -ECANCELED), 0);
     run_until(net, pos_done, &tg->done[1]);
     /* A group that has ended: 0. */
-    struct pr_chunk_hdr later = {1, 12, 8, 4, 1, 2};
+    struct pr_chunk_hdr later = {1, 12, 8, 4, 1, 2, 0};
     ck_assert_int_eq(reserve(net, 100, later, &ld), 0);
     tg_check_unchanged(tg, 1);
     net_free(net);
@@ -474,12 +474,12 @@ START_TEST(test_engine_land_refuses_repeat)
     struct tgroup *tg;
     struct net *net = lone_node1(&tg, 2000, 120 + _i);
     struct pr_landing ld, ld2;
-    struct pr_chunk_hdr h = {1, 12, 0, _i ? 2 : 4, 0, 0};
+    struct pr_chunk_hdr h = {1, 12, 0, _i ? 2 : 4, 0, 0, 0};
     ck_assert_int_eq(reserve(net, 100, h, &ld), 1);
     if (!_i)
         land(&ld, 100, h, data, 0); /* landed: the repeat comes after */
     struct pr_chunk_hdr again =
-        _i ? (struct pr_chunk_hdr){1, 12, 1, 3, 0, 0} : h;
+        _i ? (struct pr_chunk_hdr){1, 12, 1, 3, 0, 0, 0} : h;
     ck_assert_int_eq(reserve(net, 100, again, &ld2), 0);
     ck_assert_uint_eq(pr_engine_running(E(net, 1)), 0);
     run_until(net, pos_done, &tg->done[1]);
@@ -503,7 +503,7 @@ START_TEST(test_engine_land_refuses_past_deadline)
     struct timespec ts = {0, 60 * 1000000};
     nanosleep(&ts, NULL);
     struct pr_landing ld;
-    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0};
+    struct pr_chunk_hdr h = {1, 12, 0, 4, 0, 0, 0};
     ck_assert_int_eq(reserve(net, 100, h, &ld), 0);
     ck_assert_int_eq(tg->done[1].calls, 0);
     pr_engine_on_chunk(E(net, 1), 100, &h, data);

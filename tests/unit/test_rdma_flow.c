@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "daemon/engine/wire.h"
 #include "daemon/xport/rdma/rdma_flow.h"
 #include "tests/check_run.h"
 
@@ -260,6 +261,13 @@ START_TEST(test_rdma_flow_pieces_edge_cases)
 }
 END_TEST
 
+/* pr_rdma_write_ok for a chunk of n fp32 floats. */
+static int write_ok(uint32_t byte_len, size_t slot, uint32_t n)
+{
+    struct pr_chunk_hdr h = {.nfloats = n};
+    return pr_rdma_write_ok(byte_len, slot, &h);
+}
+
 /*
  * A peer writes where its rkey lets it: across several of our slots at
  * once. A write longer than one slot is refused even when the header in
@@ -271,21 +279,62 @@ START_TEST(test_rdma_flow_write_checked_against_slot)
     const size_t slot = 4160;
     const uint32_t hdr = PR_CHUNK_HDR_LEN;
     uint32_t fit = (uint32_t)((slot - hdr) / sizeof(float));
-    ck_assert_int_eq(pr_rdma_write_ok(hdr + fit * 4, slot, fit), 0);
-    ck_assert_int_eq(pr_rdma_write_ok(hdr, slot, 0), 0);
-    ck_assert_int_eq(pr_rdma_write_ok(hdr + 4, slot, 1), 0);
+    ck_assert_int_eq(write_ok(hdr + fit * 4, slot, fit), 0);
+    ck_assert_int_eq(write_ok(hdr, slot, 0), 0);
+    ck_assert_int_eq(write_ok(hdr + 4, slot, 1), 0);
     /* Two slots' worth, header and length agreeing. */
     uint32_t two = (uint32_t)((2 * slot - hdr) / sizeof(float));
-    ck_assert_int_eq(pr_rdma_write_ok(hdr + two * 4, slot, two), -EPROTO);
-    ck_assert_int_eq(pr_rdma_write_ok((uint32_t)slot + 4, slot, fit + 1),
-                     -EPROTO);
+    ck_assert_int_eq(write_ok(hdr + two * 4, slot, two), -EPROTO);
+    ck_assert_int_eq(write_ok((uint32_t)slot + 4, slot, fit + 1), -EPROTO);
     /* Length and header disagree, or no header at all. */
-    ck_assert_int_eq(pr_rdma_write_ok(hdr + 8, slot, 1), -EPROTO);
-    ck_assert_int_eq(pr_rdma_write_ok(hdr + 4, slot, 2), -EPROTO);
-    ck_assert_int_eq(pr_rdma_write_ok(hdr - 1, slot, 0), -EPROTO);
-    ck_assert_int_eq(pr_rdma_write_ok(0, slot, 0), -EPROTO);
+    ck_assert_int_eq(write_ok(hdr + 8, slot, 1), -EPROTO);
+    ck_assert_int_eq(write_ok(hdr + 4, slot, 2), -EPROTO);
+    ck_assert_int_eq(write_ok(hdr - 1, slot, 0), -EPROTO);
+    ck_assert_int_eq(write_ok(0, slot, 0), -EPROTO);
     /* nfloats * 4 must not wrap to match a short write. */
-    ck_assert_int_eq(pr_rdma_write_ok(hdr, slot, 0x40000000u), -EPROTO);
+    ck_assert_int_eq(write_ok(hdr, slot, 0x40000000u), -EPROTO);
+}
+END_TEST
+
+/*
+ * Encoded chunks: pieces as many floats as a slot's bytes hold in the
+ * encoding, whole int8 blocks (a piece's bytes start on one of the
+ * chunk's blocks), and writes whose length is the encoded payload's.
+ */
+START_TEST(test_rdma_flow_encoded_pieces)
+{
+    uint32_t per;
+    struct pr_chunk_hdr h = {.off = 100, .nfloats = 1000, .enc = PR_WIRE_BF16};
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 2000, &per), 1);
+    ck_assert_uint_eq(per, 1000);
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 1999, &per), 2);
+    h.enc = PR_WIRE_INT8;
+    /* 4096 bytes: 15 blocks of 260. */
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 4096, &per), 1);
+    ck_assert_uint_eq(per, 15 * PR_WIRE_BLOCK);
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 1000, &per), 2);
+    ck_assert_uint_eq(per, 3 * PR_WIRE_BLOCK);
+    struct pr_chunk_hdr p;
+    pr_rdma_piece(&h, per, 1, &p);
+    ck_assert_uint_eq(p.off, 100 + 768);
+    ck_assert_uint_eq(p.nfloats, 1000 - 768);
+    ck_assert_uint_eq(p.enc, PR_WIRE_INT8);
+    /* Less than a block's bytes: no piece fits. */
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 259, &per), 0);
+    /* An encoding that is none. */
+    h.enc = PR_WIRE_COUNT;
+    ck_assert_uint_eq(pr_rdma_pieces(&h, PR_CHUNK_HDR_LEN + 4096, &per), 0);
+
+    const size_t slot = 4160;
+    const uint32_t hdr = PR_CHUNK_HDR_LEN;
+    struct pr_chunk_hdr b = {.nfloats = 3, .enc = PR_WIRE_BF16};
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 6, slot, &b), 0);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 12, slot, &b), -EPROTO);
+    struct pr_chunk_hdr q = {.nfloats = 257, .enc = PR_WIRE_INT8};
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 257 + 8, slot, &q), 0);
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 257 + 4, slot, &q), -EPROTO);
+    q.enc = 7;
+    ck_assert_int_eq(pr_rdma_write_ok(hdr + 257 + 8, slot, &q), -EPROTO);
 }
 END_TEST
 
@@ -326,6 +375,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_rdma_flow_pieces_cover_chunk);
     tcase_add_test(tc, test_rdma_flow_pieces_edge_cases);
+    tcase_add_test(tc, test_rdma_flow_encoded_pieces);
     suite_add_tcase(s, tc);
     tc = tcase_create("peer_input");
     tcase_set_timeout(tc, 10);

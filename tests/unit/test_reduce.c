@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon/engine/reduce.h"
+#include "daemon/engine/wire.h"
 #include "daemon/engine/xport.h"
 #include "tests/check_run.h"
 
@@ -350,11 +351,11 @@ END_TEST
 START_TEST(test_reduce_chunk_hdr_roundtrip)
 {
     static const struct pr_chunk_hdr cases[] = {
-        {0, 0, 0, 0, 0, 0},
-        {1, 1000003, 999999, 4096, 3, 4},
+        {0, 0, 0, 0, 0, 0, 0},
+        {1, 1000003, 999999, 4096, 3, 4, PR_WIRE_INT8},
         {0x0102030405060708ULL, 0x1112131415161718ULL, 0x2122232425262728ULL,
-         0x31323334U, 0x41424344U, 0x51525354U},
-        {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT32_MAX, UINT32_MAX,
+         0x31323334U, 0x41424344U, 0x51525354U, 0x61626364U},
+        {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
          UINT32_MAX},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -362,8 +363,9 @@ START_TEST(test_reduce_chunk_hdr_roundtrip)
         memset(buf, 0xa5, sizeof(buf));
         pr_chunk_hdr_encode(buf, &cases[c]);
         ck_assert_uint_eq(buf[PR_CHUNK_HDR_LEN], 0xa5);
+        /* enc, little-endian, where daemons before encodings sent 0. */
         for (int i = 36; i < 40; i++)
-            ck_assert_uint_eq(buf[i], 0); /* pad */
+            ck_assert_uint_eq(buf[i], (cases[c].enc >> (8 * (i - 36))) & 0xff);
         struct pr_chunk_hdr h;
         memset(&h, 0xee, sizeof(h));
         pr_chunk_hdr_decode(buf, &h);
@@ -373,15 +375,20 @@ START_TEST(test_reduce_chunk_hdr_roundtrip)
         ck_assert_uint_eq(h.nfloats, cases[c].nfloats);
         ck_assert_uint_eq(h.step, cases[c].step);
         ck_assert_uint_eq(h.seg, cases[c].seg);
+        ck_assert_uint_eq(h.enc, cases[c].enc);
     }
 }
 END_TEST
 
 START_TEST(test_reduce_chunk_hdr_little_endian)
 {
-    const struct pr_chunk_hdr h = {0x0102030405060708ULL, 0x1112131415161718ULL,
-                                   0x2122232425262728ULL, 0x31323334U,
-                                   0x41424344U,           0x51525354U};
+    const struct pr_chunk_hdr h = {0x0102030405060708ULL,
+                                   0x1112131415161718ULL,
+                                   0x2122232425262728ULL,
+                                   0x31323334U,
+                                   0x41424344U,
+                                   0x51525354U,
+                                   0x61626364U};
     static const uint8_t want[PR_CHUNK_HDR_LEN] = {
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* group_id */
         0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* total */
@@ -389,7 +396,7 @@ START_TEST(test_reduce_chunk_hdr_little_endian)
         0x34, 0x33, 0x32, 0x31,                         /* nfloats */
         0x44, 0x43, 0x42, 0x41,                         /* step */
         0x54, 0x53, 0x52, 0x51,                         /* seg */
-        0x00, 0x00, 0x00, 0x00,                         /* pad */
+        0x64, 0x63, 0x62, 0x61,                         /* enc */
     };
     uint8_t buf[PR_CHUNK_HDR_LEN];
     pr_chunk_hdr_encode(buf, &h);

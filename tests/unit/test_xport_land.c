@@ -91,7 +91,7 @@ static struct chunk *chunk_of(struct world *w, const struct pr_chunk_hdr *h)
 }
 
 static void sink_on_chunk(void *ctx, uint32_t node,
-                          const struct pr_chunk_hdr *h, const float *data)
+                          const struct pr_chunk_hdr *h, const void *data)
 {
     struct world *w = ctx;
     (void)node;

@@ -98,7 +98,7 @@ static int chunk_index(const struct pr_chunk_hdr *h)
 }
 
 static void on_chunk(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
-                     const float *data)
+                     const void *data)
 {
     struct side *s = ctx;
     ck_assert_uint_eq(node, s->i == 0 ? 2 : 1);
@@ -820,7 +820,7 @@ static void g_down(void *ctx, uint32_t node, int status)
     g_downs[(intptr_t)ctx]++;
 }
 static void g_chunk(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
-                    const float *d)
+                    const void *d)
 {
     (void)ctx;
     (void)node;
@@ -905,7 +905,7 @@ static void h_claim(const struct pr_chunk_hdr *h)
     h_got++;
 }
 static void h_chunk(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
-                    const float *d)
+                    const void *d)
 {
     (void)ctx;
     (void)node;

@@ -42,7 +42,7 @@ struct pr_rdma_qp;
 struct pr_rdma_ops {
     /* A chunk arrived from `node` (data valid during the call). */
     void (*on_chunk)(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
-                     const float *data);
+                     const void *data);
     /* The queue pair to `node` failed (status: negative errno). */
     void (*on_error)(void *ctx, uint32_t node, int status);
 };

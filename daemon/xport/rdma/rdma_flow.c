@@ -3,6 +3,8 @@
 
 #include <errno.h>
 
+#include "daemon/engine/wire.h"
+
 void pr_credit_init(struct pr_credit *c, uint32_t peer_slots)
 {
     c->slots = peer_slots;
@@ -77,9 +79,17 @@ int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n, uint32_t *credits)
 size_t pr_rdma_pieces(const struct pr_chunk_hdr *h, size_t slot_bytes,
                       uint32_t *per_piece)
 {
-    if (slot_bytes < PR_CHUNK_HDR_LEN + sizeof(float))
+    if (slot_bytes < PR_CHUNK_HDR_LEN + sizeof(float) ||
+        h->enc >= PR_WIRE_COUNT)
         return 0;
-    size_t per = (slot_bytes - PR_CHUNK_HDR_LEN) / sizeof(float);
+    size_t room = slot_bytes - PR_CHUNK_HDR_LEN, per;
+    /* int8 pieces are whole blocks, as the chunk's own (wire.h). */
+    if (h->enc == PR_WIRE_INT8)
+        per = room / PR_WIRE_BLOCK_BYTES * PR_WIRE_BLOCK;
+    else
+        per = room / (pr_wire_bytes((enum pr_wire)h->enc, 2) / 2);
+    if (per == 0)
+        return 0;
     if (per > UINT32_MAX)
         per = UINT32_MAX;
     *per_piece = (uint32_t)per;
@@ -106,10 +116,12 @@ int pr_rdma_slots_ok(uint32_t slots, uint32_t slot_bytes)
     return 0;
 }
 
-int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes, uint32_t nfloats)
+int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes,
+                     const struct pr_chunk_hdr *h)
 {
     if (byte_len > slot_bytes || byte_len < PR_CHUNK_HDR_LEN ||
-        byte_len - PR_CHUNK_HDR_LEN != (uint64_t)nfloats * sizeof(float))
+        h->enc >= PR_WIRE_COUNT ||
+        byte_len - PR_CHUNK_HDR_LEN != pr_chunk_payload_bytes(h))
         return -EPROTO;
     return 0;
 }

@@ -74,7 +74,8 @@ int pr_imm_decode(uint32_t imm, uint32_t slots, uint32_t *n, uint32_t *credits);
  * Cuts chunk `h` into pieces that fit a peer slot of `slot_bytes` (a chunk
  * header plus payload). Piece i covers floats [h->off + i * per, ...).
  * Returns the number of pieces (>= 1), or 0 if a slot cannot hold even a
- * header and one float.
+ * header and one float (one block for int8) or h's encoding is none.
+ * Pieces of an int8 chunk are whole blocks of it (wire.h).
  */
 size_t pr_rdma_pieces(const struct pr_chunk_hdr *h, size_t slot_bytes,
                       uint32_t *per_piece);
@@ -95,9 +96,10 @@ int pr_rdma_slots_ok(uint32_t slots, uint32_t slot_bytes);
 /*
  * A data write that landed in one of this side's slots of `slot_bytes`:
  * 0 when its length fits the slot and matches the chunk header written
- * with it (`nfloats` floats after the header), else -EPROTO. The length
+ * with it (h's payload after the header), else -EPROTO. The length
  * must be checked against the slot: the peer may write across slots.
  */
-int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes, uint32_t nfloats);
+int pr_rdma_write_ok(uint32_t byte_len, size_t slot_bytes,
+                     const struct pr_chunk_hdr *h);
 
 #endif

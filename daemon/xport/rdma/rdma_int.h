@@ -58,7 +58,7 @@ struct pending {
     struct pending *next;
     struct sctx *s;
     struct pr_chunk_hdr h;
-    const float *data;
+    const void *data;
 };
 
 struct pr_rdma_qp {

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "daemon/base/log.h"
+#include "daemon/engine/wire.h"
 #include "daemon/xport/rdma/rdma_int.h"
 
 static const struct pr_link_ops rdma_link_ops;
@@ -274,10 +275,10 @@ struct pr_link *pr_rdma_qp_link(struct pr_rdma_qp *q)
 
 /* Posts one write of `h` (payload at data) into the peer's next slot. */
 static int post_write(struct pr_rdma_qp *q, struct sctx *s,
-                      const struct pr_chunk_hdr *h, const float *data)
+                      const struct pr_chunk_hdr *h, const void *data)
 {
     struct pr_rdma *r = q->r;
-    size_t len = (size_t)h->nfloats * sizeof(float);
+    size_t len = pr_chunk_payload_bytes(h);
     struct ibv_mr *mr = len ? pr_rdma_mr_of(r, data, len) : NULL;
     if (len && !mr)
         return -EFAULT; /* not memory from pr_rdma_alloc() */
@@ -352,7 +353,7 @@ static void flush(struct pr_rdma_qp *q)
 }
 
 static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
-                     const float *data, pr_send_cb cb, void *arg)
+                     const void *data, pr_send_cb cb, void *arg)
 {
     struct pr_rdma_qp *q = (struct pr_rdma_qp *)l;
     if (q->dying)
@@ -386,7 +387,8 @@ static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
         p->next = NULL;
         p->s = s;
         pr_rdma_piece(h, per, i, &p->h);
-        p->data = data + (p->h.off - h->off);
+        p->data = (const uint8_t *)data +
+                  pr_wire_bytes((enum pr_wire)h->enc, p->h.off - h->off);
         *q->qtail = p;
         q->qtail = &p->next;
     }
@@ -494,18 +496,17 @@ static void on_recv(struct pr_rdma_qp *q, const struct ibv_wc *wc)
     const uint8_t *slot = q->slots + (size_t)n * r->slot_bytes;
     struct pr_chunk_hdr h;
     pr_chunk_hdr_decode(slot, &h);
-    if (pr_rdma_write_ok(wc->byte_len, r->slot_bytes, h.nfloats) < 0) {
+    if (pr_rdma_write_ok(wc->byte_len, r->slot_bytes, &h) < 0) {
         pr_warn("rdma: peer node %u: write of %u bytes (slots of %zu) for "
-                "a chunk of %u floats",
-                q->node, wc->byte_len, r->slot_bytes, h.nfloats);
+                "a chunk of %u floats in encoding %u",
+                q->node, wc->byte_len, r->slot_bytes, h.nfloats, h.enc);
         fail_qp(q, -EPROTO);
         return;
     }
-    r->st.bytes_recv += (size_t)h.nfloats * sizeof(float);
-    q->link.bytes_recv += (size_t)h.nfloats * sizeof(float);
+    r->st.bytes_recv += pr_chunk_payload_bytes(&h);
+    q->link.bytes_recv += pr_chunk_payload_bytes(&h);
     r->delivering = 1;
-    r->ops->on_chunk(r->octx, q->node, &h,
-                     (const float *)(const void *)(slot + PR_CHUNK_HDR_LEN));
+    r->ops->on_chunk(r->octx, q->node, &h, slot + PR_CHUNK_HDR_LEN);
     r->delivering = 0;
     pr_credit_consumed(&q->cr);
     /* What the engine sent meanwhile goes now, the credit riding along. */

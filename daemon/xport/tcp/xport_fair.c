@@ -69,14 +69,14 @@ static size_t queued(const struct tpeer *p)
 
 /* One chunk to libuv on the connection pr_tcp_streams_pick chooses. */
 static int write_chunk(struct tpeer *p, const struct pr_chunk_hdr *h,
-                       const float *data, pr_send_cb cb, void *arg)
+                       const void *data, pr_send_cb cb, void *arg)
 {
     struct pr_conn *c = pr_tcp_streams_pick(p);
     if (!c)
         return -ENOTCONN;
     uint8_t hdr[PR_CHUNK_HDR_LEN];
     pr_chunk_hdr_encode(hdr, h);
-    size_t len = (size_t)h->nfloats * sizeof(float);
+    size_t len = pr_chunk_payload_bytes(h);
     int rc = pr_conn_send_data(c, hdr, sizeof(hdr), data, len, cb, arg);
     if (rc == 0) {
         p->base.bytes_sent += len;
@@ -170,7 +170,7 @@ static void pump_cb(uv_check_t *h)
 }
 
 int pr_tcp_fair_send(struct tpeer *p, const struct pr_chunk_hdr *h,
-                     const float *data, pr_send_cb cb, void *arg)
+                     const void *data, pr_send_cb cb, void *arg)
 {
     if (!p->tx_ring && queued(p) < FAIR_QUEUE_BYTES)
         return write_chunk(p, h, data, cb, arg);

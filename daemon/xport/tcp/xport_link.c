@@ -18,6 +18,7 @@
 
 #include "daemon/base/log.h"
 #include "daemon/base/seal.h"
+#include "daemon/engine/wire.h"
 #include "daemon/xport/rdma/rdma.h"
 
 static const struct pr_link_ops tcp_link_ops;
@@ -60,7 +61,7 @@ static void flush_pending(struct tpeer *p)
 }
 
 static int link_send(struct pr_link *l, const struct pr_chunk_hdr *h,
-                     const float *data, pr_send_cb cb, void *arg)
+                     const void *data, pr_send_cb cb, void *arg)
 {
     struct tpeer *p = (struct tpeer *)l;
     if (!p->listed)
@@ -153,10 +154,15 @@ static int chunk_frame_ok(struct tpeer *p, const uint8_t *b, size_t n,
         return -EPROTO;
     }
     pr_chunk_hdr_decode(b, h);
-    if (payload != (size_t)h->nfloats * sizeof(float)) {
-        pr_warn("peer node %u: chunk says %u floats but carries %zu bytes: "
-                "closing",
-                p->base.node_id, h->nfloats, payload);
+    if (h->enc >= PR_WIRE_COUNT) {
+        pr_warn("peer node %u: chunk in encoding %u, which is none: closing",
+                p->base.node_id, h->enc);
+        return -EPROTO;
+    }
+    if (payload != pr_chunk_payload_bytes(h)) {
+        pr_warn("peer node %u: chunk says %u floats in %s but carries %zu "
+                "bytes: closing",
+                p->base.node_id, h->nfloats, pr_wire_name(h->enc), payload);
         return -EPROTO;
     }
     return 0;
@@ -188,14 +194,14 @@ int pr_tcp_peer_on_data(struct pr_conn *c, const uint8_t *b, size_t n)
         return -EPROTO;
     size_t len = n - PR_CHUNK_HDR_LEN;
     const uint8_t *payload = b + PR_CHUNK_HDR_LEN;
-    const float *data = (const float *)(const void *)payload;
+    const void *data = payload;
     /*
      * An empty chunk has nothing to copy (and abuf may still be NULL,
      * which memcpy must not be given even for 0 bytes).
      */
     if (len > 0 && (uintptr_t)payload % _Alignof(float) != 0) {
         if (p->abuf_len < len) {
-            float *nb = realloc(p->abuf, len);
+            void *nb = realloc(p->abuf, len);
             if (!nb)
                 return -ENOMEM;
             p->abuf = nb;
@@ -251,7 +257,7 @@ void pr_tcp_peer_on_data_end(struct pr_conn *c, void *token, int status)
     /* On a close the owner may be on its way out: only counted when in. */
     if (status == 0)
         chunk_in(c->owner, c,
-                 PR_CHUNK_HDR_LEN + (size_t)ld->h.nfloats * sizeof(float));
+                 PR_CHUNK_HDR_LEN + pr_chunk_payload_bytes(&ld->h));
     ld->l.land(&ld->l, ld->node, &ld->h, status);
     free(ld);
 }

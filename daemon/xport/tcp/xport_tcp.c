@@ -56,7 +56,7 @@ void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
 }
 
 static void rdma_on_chunk(void *ctx, uint32_t node,
-                          const struct pr_chunk_hdr *h, const float *data)
+                          const struct pr_chunk_hdr *h, const void *data)
 {
     struct pr_tcp_xport *x = ctx;
     if (x->sink.on_chunk)

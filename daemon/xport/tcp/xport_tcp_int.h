@@ -69,7 +69,7 @@ struct txflow;
 struct pending {
     struct pending *next;
     struct pr_chunk_hdr h;
-    const float *data;
+    const void *data;
     pr_send_cb cb;
     void *arg;
 };
@@ -107,7 +107,7 @@ struct tpeer {
     struct txflow *tx_ring; /* xport_fair.c: groups with chunks waiting */
     uv_timer_t retry;
     uint32_t backoff_ms;
-    float *abuf; /* aligned copy for a payload at an odd address */
+    void *abuf; /* aligned copy for a payload at an odd address */
     size_t abuf_len;
     struct pr_rdma_qp *qp; /* data over RDMA when set and the link is up */
     uint64_t since_ms;     /* when the current state (or queueing) began */
@@ -190,7 +190,7 @@ int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m);
  * kernel buffer of unsent bytes kept small (TCP_NOTSENT_LOWAT).
  */
 int pr_tcp_fair_send(struct tpeer *p, const struct pr_chunk_hdr *h,
-                     const float *data, pr_send_cb cb, void *arg);
+                     const void *data, pr_send_cb cb, void *arg);
 void pr_tcp_fair_fail(struct tpeer *p, int status);
 void pr_tcp_fair_lowat(struct pr_conn *c);
 
