@@ -67,6 +67,7 @@ struct sched_worker {
     int live;
     uint32_t node;
     uint64_t nfloats; /* its layout: its last READY's, refused or not */
+    uint32_t wire;    /* its last queued READY's encoding (enum pr_wire) */
     char name[64];
     struct pr_sched_wstats st;
 };

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "daemon/base/log.h"
+#include "daemon/engine/wire.h"
 #include "daemon/sched/sched_int.h"
 #include "daemon/sched/sched_ring.h"
 
@@ -175,6 +176,11 @@ static void dispatch(struct sched_job *j, const struct pr_sched_group *g)
     gm.job = j->id;
     gm.personal = g->personal != 0;
     gm.timeout_ms = s->conf->sched_group_timeout_ms;
+    /* The most precise any member asked for (enum pr_wire's order). */
+    gm.wire = PR_WIRE_COUNT - 1;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (j->workers[g->members[i].rank].wire < gm.wire)
+            gm.wire = j->workers[g->members[i].rank].wire;
     Pr__V1__Msg msg = PR_MSG_OF(GROUP, group, &gm);
 
     sg->id = gm.id;
@@ -605,6 +611,11 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         reject(n, j->id, r->rank, r->seq, -EINVAL, TAGS_NEED_ALLREDUCE);
         return;
     }
+    if (r->wire >= PR_WIRE_COUNT) {
+        reject(n, j->id, r->rank, r->seq, -EINVAL,
+               "an encoding this scheduler does not know");
+        return;
+    }
     struct sched_worker *w = &j->workers[r->rank];
     if (check_layout(j, w, r->nfloats, why, sizeof(why)) < 0) {
         pr_warn("job '%s': worker %u (%s): %s", j->name, r->rank, w->name, why);
@@ -621,6 +632,7 @@ void pr_sched_on_ready(struct sched_node *n, const Pr__V1__Ready *r)
         reject(n, j->id, r->rank, r->seq, rc, "ready refused");
         return;
     }
+    w->wire = r->wire;
     pr_sched_wstats_ready(&w->st, r->version, pr_sched_now_us());
     pr_sched_schedule(j);
 }
