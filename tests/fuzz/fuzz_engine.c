@@ -7,7 +7,9 @@
  * start, links go down and the loop runs in between. Nothing a peer sends
  * may crash the daemon, read or write outside the tensors, or leak
  * (AddressSanitizer and UBSan watch); what the engine accepts it must
- * also finish.
+ * also finish. The groups run in fp32, bf16 or int8 (with an err vector):
+ * chunks mostly in the group's encoding, some in another or in one that
+ * is none, their payloads decoded from whatever bytes they carry.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,6 +44,9 @@ static void done_cb(void *arg, uint64_t id, int status)
 }
 
 /* Starts group `id` at position 1 of the ring 100, 101, 102: 1 if so. */
+static uint32_t wire; /* the groups' encoding */
+static float err[2][TOTAL];
+
 static int start_group(struct pr_engine *e, uint64_t id, float *x,
                        struct pr_engine_part *part, int in_place, int *calls_of)
 {
@@ -52,7 +57,8 @@ static int start_group(struct pr_engine *e, uint64_t id, float *x,
                                   .weight = 1.0 / 3.0,
                                   .parts = part,
                                   .nparts = 1,
-                                  .in_place = in_place};
+                                  .in_place = in_place,
+                                  .err = err[id == 12]};
     struct pr_engine_group g = {.id = id,
                                 .total = TOTAL,
                                 .k = 3,
@@ -62,6 +68,7 @@ static int start_group(struct pr_engine *e, uint64_t id, float *x,
                                 .local = &mb,
                                 .nlocal = 1,
                                 .timeout_ms = 1000,
+                                .wire = wire,
                                 .done = done_cb,
                                 .arg = calls_of};
     return pr_engine_start(e, &g) == 0;
@@ -84,11 +91,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (size_t i = 0; i < 2 * TOTAL; i++)
         payload[i] = (float)i;
+    memset(err, 0, sizeof(err));
     struct pr_engine *e =
         pr_engine_create(&loop, CHUNK, 64 * 1024, resolve, NULL);
     pr_engine_set_direct(e, 1);
     struct fuzz_cursor c = {data, size};
-    int in_place = (int)fuzz_take(&c, 1) & 1;
+    uint32_t first = fuzz_take(&c, 1);
+    int in_place = (int)first & 1;
+    wire = (first >> 1) % PR_WIRE_COUNT;
     calls[0] = calls[1] = 0;
     int started[2] = {start_group(e, 10, x[0], &parts[0], in_place, &calls[0]),
                       0};
@@ -121,6 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         h.total = op & 4 ? fuzz_take(&c, 4) : TOTAL;
         h.off = fuzz_take(&c, 2);
         h.nfloats = op & 8 ? fuzz_take(&c, 4) : fuzz_take(&c, 1);
+        uint32_t enc = fuzz_take(&c, 1);
+        h.enc = enc < 0xc0 ? wire : enc % (PR_WIRE_COUNT + 1);
         if (op & 16)
             h.off = (uint64_t)fuzz_take(&c, 4) << 32 | fuzz_take(&c, 4);
         /* The payload: at most what a transport could have received. */
