@@ -359,10 +359,13 @@ check-slurm: all
 # (BENCH_STREAMS_ARGS="DELAY_MS WINDOW_KB RATE_MBIT MIB ROUNDS", 20 256
 # 200 16 3), in $(BUILD)/bench-hosts-streams.txt; links encrypted against
 # in clear (security.encrypt) at a cap (BENCH_SEAL_ARGS="RATE_MBIT MIB
-# ROUNDS", 1000 16 3), in $(BUILD)/bench-hosts-seal.txt. BENCH_HOSTS_CASES
-# picks cases (bus ring slowlink streams seal). About 6 minutes, root.
+# ROUNDS", 1000 16 3), in $(BUILD)/bench-hosts-seal.txt; the wire
+# encodings bf16 and int8 against fp32 at a cap (BENCH_WIRE_ARGS="RATE_MBIT
+# MIB ROUNDS", 500 16 3; RATE_MBIT 0: uncapped), in
+# $(BUILD)/bench-hosts-wire.txt. BENCH_HOSTS_CASES picks cases (bus ring
+# slowlink streams seal wire). About 8 minutes, root.
 SLOWLINK_ROUNDS ?= 3
-BENCH_HOSTS_CASES ?= bus ring slowlink streams seal
+BENCH_HOSTS_CASES ?= bus ring slowlink streams seal wire
 bench_case = $(if $(filter $(1),$(BENCH_HOSTS_CASES)),$(2))
 .PHONY: bench-hosts
 $(BUILD)/bench/bench_hosts: $(BUILD)/tests/hosts/bench_hosts.o \
@@ -392,6 +395,10 @@ bench-hosts: $(BUILD)/bench/bench_hosts $(HOSTS_RELAY) $(BINS)
 		BENCH_SEAL_OUT=$(abspath $(BUILD))/bench-hosts-seal.txt \
 		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts seal \
 		$(BENCH_SEAL_ARGS)")
+	$(call bench_case,wire,@$(TEST_ENV) \
+		BENCH_WIRE_OUT=$(abspath $(BUILD))/bench-hosts-wire.txt \
+		tests/hosts/run.sh "$(abspath $(BUILD))/bench/bench_hosts wire \
+		$(BENCH_WIRE_ARGS)")
 
 # Several hosts on this machine (tests/hosts/): each a network namespace
 # on a bridge the suite makes, links capped with tc, partitions by taking

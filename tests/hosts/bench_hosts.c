@@ -44,6 +44,14 @@
  * first; the ratio is taken per round. Where the link is the bound, as
  * across a network, a core's sealing rate is what decides the cost
  * (bench_seal gives it). The table goes to $BENCH_SEAL_OUT.
+ *
+ * Wire encodings (`bench_hosts wire [RATE_MBIT [MIB [ROUNDS]]]`, 500 16
+ * 3): 2 hosts capped at RATE_MBIT each way (0: uncapped, the veth pair at
+ * whatever this machine's cores move), the all-reduce with
+ * transport.wire = fp32 (the anchor), bf16 and int8, the order rotated
+ * round by round; throughput is the model's float32 bytes per second
+ * (bus bandwidth as if it went as fp32), so the ratios are what a user
+ * gains. The table goes to $BENCH_WIRE_OUT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +271,90 @@ static int seal_main(int argc, char **argv)
     return 0;
 }
 
+/* 2 hosts: the all-reduce in bf16 and int8 against fp32. */
+static int wire_main(int argc, char **argv)
+{
+    int mbit = argc > 2 ? atoi(argv[2]) : 500;
+    double mib = argc > 3 ? atof(argv[3]) : 16;
+    int rounds = argc > 4 ? atoi(argv[4]) : 3;
+    if (mbit < 0 || mib <= 0 || rounds <= 0 || rounds > MAX_ROUNDS) {
+        fprintf(stderr,
+                "usage: bench_hosts wire [RATE_MBIT [MIB [ROUNDS<=%d]]]\n",
+                MAX_ROUNDS);
+        return 2;
+    }
+    static const char *const wire[3] = {"fp32", "bf16", "int8"};
+    size_t floats = (size_t)(mib * 262144);
+    double cap = mbit * 1e6 / 8;
+    /* About 6 s of fp32 at the cap; uncapped, as if at 4 Gbit/s. */
+    double rate = mbit ? cap : 4e9 / 8;
+    int steps = (int)(6.0 * rate / ((double)floats * sizeof(float)));
+    steps = steps < 4 ? 4 : steps;
+    double bus[3][MAX_ROUNDS], ratio[3][MAX_ROUNDS];
+    int rc = 0;
+    for (int r = 0; r < rounds && rc == 0; r++) {
+        struct hh h;
+        if (hh_up(&h, 2) < 0 ||
+            (mbit && (hh_net(&h, "cap 0 %dmbit", mbit) < 0 ||
+                      hh_net(&h, "cap 1 %dmbit", mbit) < 0))) {
+            rc = 1;
+            break;
+        }
+        for (int j = 0; j < 3 && rc == 0; j++) {
+            int k = (j + r) % 3; /* rotate which goes first */
+            char set[40];
+            snprintf(set, sizeof(set), "transport.wire=%s", wire[k]);
+            const char *extra[] = {set, "transport.type=tcp", NULL};
+            bus[k][r] = preduce(&h, floats, steps, 2, extra);
+            rc = bus[k][r] < 0;
+        }
+        hh_down(&h);
+        if (rc)
+            break;
+        for (int k = 0; k < 3; k++)
+            ratio[k][r] = bus[k][r] / bus[0][r];
+        printf("round %d: all-reduce bus %.2f MB/s fp32, %.2f bf16 (%.3fx), "
+               "%.2f int8 (%.3fx)\n",
+               r + 1, bus[0][r] / 1e6, bus[1][r] / 1e6, ratio[1][r],
+               bus[2][r] / 1e6, ratio[2][r]);
+        fflush(stdout);
+    }
+    if (rc)
+        return rc;
+    const char *out = getenv("BENCH_WIRE_OUT");
+    out = out ? out : "build/bench-hosts-wire.txt";
+    FILE *f = fopen(out, "w");
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? f : stdout;
+        if (!o)
+            continue;
+        if (mbit)
+            fprintf(o, "wire encodings, 2 hosts capped at %d Mbit/s each way",
+                    mbit);
+        else
+            fprintf(o, "wire encodings, 2 hosts on an uncapped veth pair");
+        fprintf(o,
+                ", %.0f MiB all-reduce, %d rounds (bus bandwidth of the "
+                "float32 model; medians [min-max]):\n",
+                mib, rounds);
+        for (int k = 0; k < 3; k++) {
+            double lo, hi, m = median(bus[k], rounds, &lo, &hi);
+            fprintf(o, "  %s%s bus %8.2f MB/s [%.2f-%.2f]", wire[k],
+                    k ? "         " : " (anchor)", m / 1e6, lo / 1e6, hi / 1e6);
+            if (k) {
+                m = median(ratio[k], rounds, &lo, &hi);
+                fprintf(o, "  %.3fx [%.3f-%.3f]", m, lo, hi);
+            }
+            fprintf(o, "\n");
+        }
+    }
+    if (f) {
+        fclose(f);
+        printf("written to %s\n", out);
+    }
+    return 0;
+}
+
 /* Two racks joined by a capped trunk: ring_order id against measured. */
 static int ring_main(int argc, char **argv)
 {
@@ -464,7 +556,7 @@ static int streams_main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "streams") ||
-                     !strcmp(argv[1], "seal"))) {
+                     !strcmp(argv[1], "seal") || !strcmp(argv[1], "wire"))) {
         if (access("/run/netns", F_OK) != 0 && geteuid() != 0) {
             printf("bench-hosts %s: SKIPPED: network namespaces need "
                    "root\n",
@@ -473,6 +565,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[1], "seal"))
             return seal_main(argc, argv);
+        if (!strcmp(argv[1], "wire"))
+            return wire_main(argc, argv);
         return argv[1][0] == 'r' ? ring_main(argc, argv)
                                  : streams_main(argc, argv);
     }
