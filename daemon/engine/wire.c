@@ -10,6 +10,7 @@
 #include "daemon/engine/wire.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -109,35 +110,43 @@ static uint32_t max_abs_bits(const float *x, size_t n)
     return m;
 }
 
+/* 1.5 x 2^23: adding and taking it away rounds |t| < 2^22 to an integer,
+ * to nearest even, in the current (default) rounding mode. */
+#define ROUND_MAGIC 12582912.0f
+
 /*
- * One block of n <= PR_WIRE_BLOCK floats. q = x * 127 / max, rounded half
- * away from zero and clamped (x * inv may round a hair past 127); decoded
- * as q * scale with scale = max / 127 sent. An all-zero block has scale 0
- * and decodes to zeros.
+ * One block of n <= PR_WIRE_BLOCK floats. q = x * 127 / max rounded to
+ * nearest even (|x * 127 / max| is at most a few ulps past 127, which
+ * rounds to 127: no clamp), decoded as q * scale with scale = max / 127
+ * sent, rounded down where 127 x scale would pass the largest float. The
+ * quantising loop has no branch, so that GCC vectorises it. An all-zero
+ * block has scale 0 and decodes to zeros.
  */
 static void int8_block(uint8_t *restrict dst, const float *src, size_t n,
                        float *lost)
 {
     uint32_t mb = max_abs_bits(src, n);
-    float scale, inv;
-    if (mb >= 0x7f800000u) {
-        scale = NAN;
-        inv = 0;
-    } else {
+    int8_t *q = (int8_t *)(dst + 4);
+    float scale = NAN, inv = 0, pre = 1;
+    if (mb < 0x7f800000u) {
         float max = float_of(mb);
         scale = max / 127.0f;
-        /* A max so small its scale is 0 (subnormal / 127): all round to 0. */
-        inv = scale > 0 ? 1.0f / scale : 0;
+        if (!(127.0f * scale <= FLT_MAX))
+            scale = nextafterf(scale, 0); /* FLT_MAX / 127 rounds up */
+        /* Below 127 / FLT_MAX, 127 / max overflows: scaled up first. */
+        pre = max > 127.0f / FLT_MAX ? 1.0f : 0x1p64f;
+        inv = mb ? 127.0f / (max * pre) : 0;
     }
     uint32_t sb = bits_of(scale);
     for (int i = 0; i < 4; i++)
         dst[i] = (uint8_t)(sb >> (8 * i));
-    int8_t *q = (int8_t *)(dst + 4);
-    for (size_t i = 0; i < n; i++) {
-        float t = src[i] * inv;
-        t = t > 127.0f ? 127.0f : t;
-        t = t < -127.0f ? -127.0f : t;
-        q[i] = (int8_t)(t + copysignf(0.5f, t));
+    if (mb >= 0x7f800000u) {
+        memset(q, 0, n); /* x * 0 would be NaN, no integer */
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float t = (src[i] * pre * inv + ROUND_MAGIC) - ROUND_MAGIC;
+            q[i] = (int8_t)(int32_t)t;
+        }
     }
     if (lost)
         for (size_t i = 0; i < n; i++)

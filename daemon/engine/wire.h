@@ -29,7 +29,7 @@ enum pr_wire {
 #define PR_WIRE_COUNT 3
 
 /* Floats per int8 block, and bytes per block with its scale. */
-#define PR_WIRE_BLOCK 256
+#define PR_WIRE_BLOCK       256
 #define PR_WIRE_BLOCK_BYTES (4 + PR_WIRE_BLOCK)
 
 /* "fp32", "bf16", "int8"; "?" for anything else. */

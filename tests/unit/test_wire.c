@@ -582,15 +582,51 @@ START_TEST(test_wire_int8_nonfinite_block)
 END_TEST
 
 /*
+ * A block so small that 127 / max overflows in float (max below 127 /
+ * FLT_MAX, about 3.7e-37, down to the subnormals): each float still
+ * within half a step, and a zero stays a zero.
+ */
+START_TEST(test_wire_int8_tiny_scale)
+{
+    static const float maxes[] = {3.7e-37f, 1e-37f, FLT_MIN, 1e-38f,
+                                  5e-39f,   1e-40f, 2e-42f};
+    for (size_t k = 0; k < sizeof(maxes) / sizeof(maxes[0]); k++) {
+        float m = maxes[k];
+        float x[6] = {m, m / 2, -m / 3, 0.0f, -0.0f, m / 64};
+        check_int8(x, 6);
+    }
+}
+END_TEST
+
+/*
+ * FLT_MAX is finite: its block decodes finite, within half a step of the
+ * scale sent (a hair under FLT_MAX / 127, which rounds up).
+ */
+START_TEST(test_wire_int8_flt_max)
+{
+    float x[3] = {FLT_MAX, -FLT_MAX / 2, 1.0f}, dec[3];
+    uint8_t enc[4 + 3];
+    pr_wire_encode(PR_WIRE_INT8, enc, x, 3, NULL);
+    pr_wire_decode(PR_WIRE_INT8, dec, enc, 3);
+    float s = le_float(enc);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(isfinite(dec[i]) &&
+                          fabs((double)x[i] - (double)dec[i]) <= int8_bound(s),
+                      "float %d (%a): decoded %a, scale %a", i, (double)x[i],
+                      (double)dec[i], (double)s);
+}
+END_TEST
+
+/*
  * The bytes of a block: its scale as a little-endian float32, then one
- * two's complement byte per float; halves round away from zero (wire.c).
+ * two's complement byte per float; halves round to even (wire.c).
  */
 START_TEST(test_wire_int8_layout)
 {
     const float x[8] = {127.0f, -3.0f, 1.4f, -126.6f, 0.0f, 2.5f, -2.5f, 0.5f};
     static const uint8_t want[4 + 8] = {
         0x00, 0x00, 0x80, 0x3f, /* scale 1.0f */
-        0x7f, 0xfd, 0x01, 0x81, 0x00, 0x03, 0xfd, 0x01,
+        0x7f, 0xfd, 0x01, 0x81, 0x00, 0x02, 0xfe, 0x00,
     };
     uint8_t enc[sizeof(want) + 1];
     enc[sizeof(want)] = CANARY_BYTE;
@@ -772,6 +808,8 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_wire_int8_partial_blocks);
     tcase_add_test(tc, test_wire_int8_negative_max);
     tcase_add_test(tc, test_wire_int8_max_is_127);
+    tcase_add_test(tc, test_wire_int8_tiny_scale);
+    tcase_add_test(tc, test_wire_int8_flt_max);
     tcase_add_test(tc, test_wire_int8_nonfinite_block);
     tcase_add_test(tc, test_wire_int8_layout);
     suite_add_tcase(s, tc);
