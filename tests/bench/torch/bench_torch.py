@@ -19,16 +19,28 @@ the same wall time. Printed and written to build/bench-torch/WORKLOAD/
   every replica does; the steps the median worker took by then;
 - the metric (median over the workers) at the end of the time budget;
 - each as the median over the repeats with its range, and the ratio of
-  the anchor's time to the configuration's (above 1: sooner).
+  the anchor's time to the configuration's (above 1: sooner);
+- the metric (median over the workers) at the same step for every
+  configuration, the last that every run's median worker evaluated at:
+  what a configuration's averages are worth per step, apart from how
+  fast its steps are.
+
+The anchor is DDP unless --anchor names another configuration. With
+--cap-mbit R the preduce configurations run on two hosts whose links are
+capped at R Mbit/s each way (tests/python/netns.py: network namespaces,
+tbf; the scheduler beside node 0; the trainers connect through the
+nodes' sockets); DDP runs stay on loopback, uncapped.
 
     bench_torch.py [--workload transformer|mlp] [--repeats 3]
-                   [--seconds S] [--target T] [--quick]
+                   [--seconds S] [--target T] [--quick] [--configs A,B]
+                   [--profiles P] [--anchor NAME] [--cap-mbit R]
 """
 
 import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(TOP, "tests", "python"))
 from cluster import Cluster, free_port  # noqa: E402
+import netns  # noqa: E402
 
 EXAMPLES = os.path.join(TOP, "client", "examples")
 PYTHON = "/usr/bin/python3"
@@ -120,12 +133,17 @@ WORKLOADS = {
 }
 
 
-def run_once(w, cfg, profile, seconds, tmp):
-    """One run: the workers' JSON lines, by worker."""
+def run_once(w, cfg, profile, seconds, tmp, cap_mbit=None):
+    """One run: the workers' JSON lines, by worker. With cap_mbit the
+    node daemons are on two hosts capped at that rate (DDP stays on
+    loopback)."""
     name, backend, sched_sets, opts = cfg[:4]
     node_sets = cfg[4] if len(cfg) > 4 else ()
     cluster = None
-    if backend == "preduce":
+    if backend == "preduce" and cap_mbit:
+        cluster = netns.CappedCluster(tmp, 2, sched_sets, node_sets,
+                                      cap_mbit)
+    elif backend == "preduce":
         cluster = Cluster(tmp, 2, sched_sets, node_sets)
     master = f"127.0.0.1:{free_port()}"
     start_at = time.time() + 5.0  # setup (imports, joins) before it
@@ -166,7 +184,8 @@ def run_once(w, cfg, profile, seconds, tmp):
 def figures(w, lines, target):
     """Per run: the median worker's and every replica's time to target
     (None if not reached), the median worker's steps by then, the median
-    final metric, each worker's mean group size, the curves."""
+    final metric, each worker's mean group size, the curves against time
+    and against steps."""
     key, lower = w["metric"], w["lower"]
     reach, steps, final = {}, {}, []
     for r, ls in lines.items():
@@ -192,7 +211,9 @@ def figures(w, lines, target):
             "final": statistics.median(final), "sizes": sizes,
             "per_step": per_step,
             "curves": {r: [(x["t"], x[key]) for x in ls if "t" in x]
-                       for r, ls in lines.items()}}
+                       for r, ls in lines.items()},
+            "evals": {r: [(x["step"], x[key]) for x in ls if "t" in x]
+                      for r, ls in lines.items()}}
 
 
 def med_range(vals, fmt="{:.2f}"):
@@ -231,19 +252,57 @@ def group_sizes(runs):
     return "-" if all(x == "-" for x in per) else " / ".join(per)
 
 
-def table(w, results, target, seconds, repeats):
-    anchor = w["configs"][0][0]
+def common_step(runs):
+    """The last step at which every run's median worker evaluated (its
+    workers' evaluations being every --eval-every steps), or None."""
+    last = []
+    for run in runs:
+        ends = sorted(ev[-1][0] for ev in run["evals"].values() if ev)
+        if not ends:
+            return None
+        last.append(ends[(len(ends) - 1) // 2])
+    return min(last) if last else None
+
+
+def at_step(run, step):
+    """The median over the workers of the metric at their last
+    evaluation at or before `step` (None if none had one)."""
+    vals = []
+    for ev in run["evals"].values():
+        before = [v for s, v in ev if s <= step]
+        if before:
+            vals.append(before[-1])
+    return statistics.median(vals) if vals else None
+
+
+def table(w, results, target, seconds, repeats, anchor, cap_mbit=None):
+    """The Markdown table of every profile: times to target with ranges
+    and ratios against `anchor`, the metric at the end and at a common
+    step, the group sizes."""
     what = "validation loss" if w["metric"] == "loss" else "test accuracy"
     out = [f"Target {what} {target}, {seconds:g} s per run, {repeats} "
            f"repeats, medians (range); x {anchor}: {anchor}'s time over "
-           "this one's in the same repeat (above 1 is sooner).", ""]
+           "this one's in the same repeat (above 1 is sooner); "
+           f"{w['metric']} at step K: at the last evaluation step every "
+           "run's median worker reached (the value of a step, apart from "
+           "its speed)."]
+    if cap_mbit:
+        out[0] += (f" preduce: 2 hosts (network namespaces), each link "
+                   f"capped at {cap_mbit:g} Mbit/s each way (tbf)")
+        if any(c[1] != "preduce" for c in w["configs"]):
+            out[0] += "; ddp: loopback, uncapped"
+        out[0] += "."
+    out.append("")
     for prof, _ in w["profiles"]:
+        every = [r for c in w["configs"] for r in results[prof][c[0]]]
+        k = common_step(every)
         out += [f"**{prof}**", "",
                 "| configuration | median worker to target, s | "
                 f"x {anchor} | every replica to target, s | x {anchor} | "
                 f"steps to target | {w['metric']} at {seconds:g} s | "
+                f"{w['metric']} at step {k} | "
                 f"mean group size, w0-w{WORLD - 1} |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         base = results[prof][anchor]
         for name, *_ in w["configs"]:
             runs = results[prof][name]
@@ -251,9 +310,11 @@ def table(w, results, target, seconds, repeats):
             e, _ = med_range([r["every"] for r in runs])
             st, _ = med_range([r["steps"] for r in runs], "{:.0f}")
             a, _ = med_range([r["final"] for r in runs], "{:.3f}")
+            ak = "-" if k is None else med_range(
+                [at_step(r, k) for r in runs], "{:.3f}")[0]
             out.append(f"| {name} | {f} | {ratio_range(base, runs, 'median')}"
                        f" | {e} | {ratio_range(base, runs, 'every')} | {st} "
-                       f"| {a} | {group_sizes(runs)} |")
+                       f"| {a} | {ak} | {group_sizes(runs)} |")
         out.append("")
     return "\n".join(out)
 
@@ -288,10 +349,12 @@ def plot(w, results, path):
     fig.savefig(path, dpi=110)
 
 
-def pick(w, configs, profiles):
+def pick(w, configs, profiles, anchor):
     """Keeps the named configurations (and the anchor) and profiles."""
+    if anchor not in {c[0] for c in w["configs"]}:
+        sys.exit(f"bench_torch: no configuration {anchor!r} to be the "
+                 f"anchor; known: {[c[0] for c in w['configs']]}")
     if configs and configs != "all":
-        anchor = w["configs"][0][0]
         want = {anchor, *configs.split(",")}
         bad = want - {c[0] for c in w["configs"]}
         if bad:
@@ -305,6 +368,22 @@ def pick(w, configs, profiles):
             sys.exit(f"bench_torch: no profile {sorted(bad)}; "
                      f"known: {[p[0] for p in w['profiles']]}")
         w["profiles"] = [p for p in w["profiles"] if p[0] in want]
+
+
+# ^C, timeout(1)'s SIGTERM, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def interrupted(signum, _frame):
+    """Unwinds: run_once's cleanup kills the trainers, stops the daemons
+    and deletes the namespaces. Further signals are ignored meanwhile, so
+    that a second ^C (or timeout(1) signalling the whole process group)
+    does not cut the cleanup short; it is bounded by its own timeouts."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    print(f"bench_torch: {signal.Signals(signum).name}, cleaning up",
+          file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 def main(argv):
@@ -322,6 +401,13 @@ def main(argv):
                    "one; the anchor always runs)")
     p.add_argument("--profiles", default="",
                    help="comma-separated profile names (default: all)")
+    p.add_argument("--anchor", default=None,
+                   help="the configuration the ratios are against "
+                   "(default: the workload's first, ddp)")
+    p.add_argument("--cap-mbit", type=float, default=None, metavar="R",
+                   help="preduce runs on 2 hosts (network namespaces, "
+                   "root) whose links are capped at R Mbit/s each way; "
+                   "ddp runs stay on loopback")
     p.add_argument("--out", default=os.path.join(TOP, "build",
                                                  "bench-torch"))
     a = p.parse_args(argv)
@@ -332,16 +418,24 @@ def main(argv):
         a.repeats, seconds = 1, 8.0
     out = os.path.join(a.out, a.workload)
     os.makedirs(out, exist_ok=True)
+    anchor = a.anchor or w["configs"][0][0]
     pick(w, a.configs or ",".join(DEFAULT_CONFIGS.get(a.workload, [])),
-         a.profiles)
+         a.profiles, anchor)
+    if a.cap_mbit is not None:
+        why = netns.unavailable()
+        if a.cap_mbit <= 0 or why:
+            sys.exit(f"bench_torch: --cap-mbit {a.cap_mbit:g}: "
+                     + (why or "a rate above 0"))
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, interrupted)
     results = {prof: {name: [] for name, *_ in w["configs"]}
                for prof, _ in w["profiles"]}
     for rep in range(a.repeats):
         for prof, popts in w["profiles"]:
             for cfg in w["configs"]:  # in turn: the machine's drift hits all
                 with tempfile.TemporaryDirectory(prefix="preduce-bt-") as d:
-                    f = figures(w, run_once(w, cfg, popts, seconds, d),
-                                target)
+                    f = figures(w, run_once(w, cfg, popts, seconds, d,
+                                            a.cap_mbit), target)
                 results[prof][cfg[0]].append(f)
                 print(f"repeat {rep + 1}/{a.repeats}, {prof}, {cfg[0]}: "
                       f"median {f['median']}, every {f['every']}, steps "
@@ -349,7 +443,8 @@ def main(argv):
                       f"{f['sizes']}, ms per step (busy, averaging) "
                       + ", ".join(f"{b * 1e3:.0f}/{s * 1e3:.0f}" for b, s
                                   in f["per_step"].values()), flush=True)
-    md = table(w, results, target, seconds, a.repeats)
+    md = table(w, results, target, seconds, a.repeats, anchor,
+               a.cap_mbit)
     print(md)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md + "\n")
