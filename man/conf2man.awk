@@ -35,7 +35,7 @@ function render(lines, n, par,    i, t, out, indented, item, example) {
         if (indented && !item) {
             out = out ".br\n"
             example = 1
-        } else if (!indented && t ~ /^[a-z_]+: /) {
+        } else if (!indented && t ~ /^[a-z][a-z0-9_]*: /) {
             out = out ".br\n"
             item = 1
             example = 0

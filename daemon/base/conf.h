@@ -107,6 +107,12 @@ struct pr_conf {
 
     /* [transport] */
     enum pr_xport_kind xport_type;
+    /*
+     * The encoding of the floats a trainer's reduce sends to peers when it
+     * names none (Reduce.wire 0): an enum pr_wire (daemon/engine/wire.h),
+     * kept as an int here, the config being below the engine.
+     */
+    int xport_wire;
     uint32_t xport_chunk_kb; /* ring chunk size, KiB */
     uint32_t xport_streams;  /* TCP connections per peer link, 1.. */
     uint32_t xport_inflight; /* RDMA receive slots per peer */

@@ -19,6 +19,14 @@ static const struct pr_name xports[] = {{"auto", PR_XPORT_AUTO},
                                         {"tcp", PR_XPORT_TCP},
                                         {NULL, 0}};
 
+/*
+ * transport.wire: the values of enum pr_wire (daemon/engine/wire.h, whose
+ * pr_wire_name() spells them too: the config, below the engine, cannot
+ * include it). test_conf_wire_names_agree checks the two agree.
+ */
+static const struct pr_name wires[] = {
+    {"fp32", 0}, {"bf16", 1}, {"int8", 2}, {NULL, 0}};
+
 static const struct pr_name encrypts[] = {{"auto", PR_ENCRYPT_AUTO},
                                           {"on", PR_ENCRYPT_ON},
                                           {"off", PR_ENCRYPT_OFF},
@@ -150,6 +158,8 @@ static const struct entry rows[] = {
 
     {"transport", "type", T_ENUM, OFF(xport_type), "auto", 0, 0, xports, 0,
      "auto, rdma or tcp"},
+    {"transport", "wire", T_ENUM, OFF(xport_wire), "fp32", 0, 0, wires, 0,
+     "floats between daemons: fp32, bf16 or int8; a trainer may choose"},
     {"transport", "chunk_kb", T_U32, OFF(xport_chunk_kb), "1024", 4, 65536,
      NULL, 0, "ring all-reduce chunk, KiB"},
     {"transport", "streams", T_U32, OFF(xport_streams), "1", 1,
@@ -191,6 +201,7 @@ INT_SIZED(sched_policy);
 INT_SIZED(sched_weighting);
 INT_SIZED(sched_ring_order);
 INT_SIZED(xport_type);
+INT_SIZED(xport_wire);
 INT_SIZED(log_level);
 
 _Static_assert(sizeof(rows) / sizeof(rows[0]) <= PR_CONF_KEYS_MAX,

@@ -6,6 +6,7 @@
  * repository root, because it reads conf/preduced.conf.
  */
 #include "daemon/base/conf.h"
+#include "daemon/engine/wire.h"
 #include "daemon/sched/core/sched_core.h"
 
 #include <check.h>
@@ -55,6 +56,7 @@ START_TEST(test_conf_defaults)
     ck_assert_uint_eq(c.sched_node_timeout_ms, 5000);
     ck_assert_uint_eq(c.sched_group_timeout_ms, 30000);
     ck_assert_int_eq(c.xport_type, PR_XPORT_AUTO);
+    ck_assert_int_eq(c.xport_wire, PR_WIRE_FP32);
     ck_assert_uint_eq(c.xport_chunk_kb, 1024);
     ck_assert_uint_eq(c.xport_inflight, 8);
     ck_assert_str_eq(c.xport_rdma_device, "");
@@ -150,6 +152,7 @@ START_TEST(test_conf_load_values)
                        "weighting = staleness\n"
                        "[transport]\n"
                        "type = tcp\n"
+                       "wire = bf16\n"
                        "rdma_device = \"\"\n"
                        "[log]\n"
                        "level = debug\n",
@@ -165,6 +168,7 @@ START_TEST(test_conf_load_values)
     ck_assert_double_eq(c.sched_staleness_alpha, 0.5);
     ck_assert_int_eq(c.sched_weighting, PR_WEIGHT_STALENESS);
     ck_assert_int_eq(c.xport_type, PR_XPORT_TCP);
+    ck_assert_int_eq(c.xport_wire, PR_WIRE_BF16);
     ck_assert_str_eq(c.xport_rdma_device, "");
     ck_assert_int_eq(c.log_level, PR_LOG_DEBUG);
     pr_conf_fini(&c);
@@ -260,6 +264,10 @@ START_TEST(test_conf_enum_error_lists_allowed)
          "'Dynamic' is not one of"},
         {"[transport]\ntype = ib", -EINVAL, "transport.type",
          "auto, rdma, tcp"},
+        {"[transport]\nwire = fp16", -EINVAL, "transport.wire",
+         "'fp16' is not one of: fp32, bf16, int8"},
+        {"[transport]\nwire = INT8", -EINVAL, "transport.wire",
+         "fp32, bf16, int8"},
         {"[log]\nlevel = verbose", -EINVAL, "log.level",
          "error, warn, info, debug"},
         {"[scheduler]\nweighting =", -EINVAL, "scheduler.weighting",
@@ -546,6 +554,33 @@ START_TEST(test_conf_job_name_and_scalar_set)
 }
 END_TEST
 
+/*
+ * transport.wire's names are enum pr_wire's (daemon/engine/wire.h): the
+ * config spells them in its own table, being below the engine, so each
+ * value's name must parse to that value, and the names the config lists
+ * in an error must be the engine's, in order, and no others.
+ */
+START_TEST(test_conf_wire_names_agree)
+{
+    struct pr_conf c;
+    struct pr_conf_err err;
+    char set[64], want[128] = "'x' is not one of: ";
+    ck_assert_int_eq(pr_conf_init(&c), 0);
+    for (uint32_t w = 0; w < PR_WIRE_COUNT; w++) {
+        snprintf(set, sizeof(set), "transport.wire=%s", pr_wire_name(w));
+        ck_assert_int_eq(pr_conf_set(&c, set, &err), 0);
+        ck_assert_int_eq(c.xport_wire, (int)w);
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
+                 w ? ", " : "", pr_wire_name(w));
+    }
+    ck_assert_int_eq(pr_conf_set(&c, "transport.wire=x", &err), -EINVAL);
+    ck_assert_str_eq(err.key, "transport.wire");
+    ck_assert_str_eq(err.msg, want);
+    ck_assert_int_eq(c.xport_wire, PR_WIRE_INT8);
+    pr_conf_fini(&c);
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
     Suite *s = suite_create("conf");
@@ -566,6 +601,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, test_conf_hostport);
     tcase_add_test(tc, test_conf_scheduler_list);
     tcase_add_test(tc, test_conf_job_name_and_scalar_set);
+    tcase_add_test(tc, test_conf_wire_names_agree);
     suite_add_tcase(s, tc);
     return s;
 }
