@@ -684,12 +684,10 @@ int preduce_connect_with(const char *socket_path, const char *name,
                  "without control characters, a timeout >= 0");
         return -EINVAL;
     }
-    int rc = pr_client_options_resolve(options, &o);
+    const char *why = "";
+    int rc = pr_client_options_resolve(options, &o, &why);
     if (rc < 0) {
-        snprintf(connect_error, sizeof(connect_error),
-                 "PREDUCE_JOB, PREDUCE_POLICY or PREDUCE_JOB_SETTINGS: not a "
-                 "job name of 1..63 printable bytes, or not key=value "
-                 "settings (at most 16 of 127 bytes)");
+        snprintf(connect_error, sizeof(connect_error), "%s", why);
         return rc;
     }
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -712,6 +710,7 @@ int preduce_connect_with(const char *socket_path, const char *name,
     c->epfd = -1;
     c->evfd = -1;
     c->created_fd = -1;
+    c->wire = o.wire;
     rc = pr_frame_reader_init(&c->rd, PR_CLIENT_MAX_FRAME);
     if (rc == 0)
         rc = open_socket(c, &sa, deadline);

@@ -67,7 +67,7 @@ struct preduce_tensor {
     bool busy;     /* used by the reduce in flight */
 };
 
-/* Connect options (options.c): the job and its settings. */
+/* Connect options (options.c): the job, its settings, the wire. */
 #define PR_CLIENT_SETTINGS_MAX 16
 #define PR_CLIENT_SETTING_MAX  127
 struct preduce_options {
@@ -75,14 +75,17 @@ struct preduce_options {
     char job[PR_CLIENT_NAME_MAX + 1];
     char settings[PR_CLIENT_SETTINGS_MAX][PR_CLIENT_SETTING_MAX + 1];
     size_t nsettings;
+    /* Reduce.wire: 0, the node's transport.wire; else its encoding + 1. */
+    uint32_t wire;
 };
 /*
  * The options a connect uses: `given` (NULL: none) with the environment
- * (PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS) where it says
- * nothing. 0, or -EINVAL / -E2BIG for a bad value in the environment.
+ * (PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS, PREDUCE_WIRE) where
+ * it says nothing. 0, or -EINVAL / -E2BIG for a bad value in the
+ * environment, with *why naming the variable and what it must be.
  */
 int pr_client_options_resolve(const preduce_options_t *given,
-                              struct preduce_options *o);
+                              struct preduce_options *o, const char **why);
 
 /* The wait past a deadline for a daemon that does not say its grace. */
 #define PR_CLIENT_OLD_DAEMON_SLACK_MS 10000
@@ -140,6 +143,7 @@ struct preduce_client {
     bool in_place;           /* preduce_set_in_place() */
     bool heal;               /* preduce_set_heal(): until a reduce succeeds */
     uint32_t tag;            /* preduce_set_tag(): sent with each reduce */
+    uint32_t wire;           /* the options' Reduce.wire, sent with each */
     int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Connect options (preduce.h): the job a trainer joins and the settings
- * it asks for it. Each comes from, in order: preduce_options_set(), the
- * environment (PREDUCE_JOB; PREDUCE_POLICY and PREDUCE_JOB_SETTINGS), or
- * nothing, which leaves it to the daemon (its `job`) and the scheduler
- * (its values). Checked here for what the daemon would refuse anyway, so
- * a typo fails at once: preduce_options_set() returns -EINVAL, and a bad
- * environment fails the connect with -EINVAL and its reason in
- * preduce_last_error(NULL).
+ * Connect options (preduce.h): the job a trainer joins, the settings it
+ * asks for it, and the encoding of its reduces' floats between daemons.
+ * Each comes from, in order: preduce_options_set(), the environment
+ * (PREDUCE_JOB; PREDUCE_POLICY and PREDUCE_JOB_SETTINGS; PREDUCE_WIRE),
+ * or nothing, which leaves it to the daemon (its `job`, its
+ * transport.wire) and the scheduler (its values). Checked here for what
+ * the daemon would refuse anyway, so a typo fails at once:
+ * preduce_options_set() returns -EINVAL, and a bad environment fails the
+ * connect with -EINVAL and its reason in preduce_last_error(NULL).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,6 +41,22 @@ static bool valid_setting(const char *s)
     const char *eq = strchr(s, '=');
     return n <= PR_CLIENT_SETTING_MAX && eq && eq != s && eq[1] &&
            printable(s, n, true);
+}
+
+/*
+ * The encodings' names, in the order of the daemon's enum pr_wire
+ * (daemon/engine/wire.h): Reduce.wire is a name's index + 1, 0 leaving
+ * the choice to the node (proto/preduce.proto).
+ */
+static const char *const wires[] = {"fp32", "bf16", "int8"};
+
+/* Reduce.wire for a name of wires[], or 0 for any other string. */
+static uint32_t wire_of(const char *s)
+{
+    for (uint32_t i = 0; i < sizeof(wires) / sizeof(wires[0]); i++)
+        if (!strcmp(s, wires[i]))
+            return i + 1;
+    return 0;
 }
 
 int preduce_options_create(preduce_options_t **out)
@@ -88,6 +105,13 @@ int preduce_options_set(preduce_options_t *o, const char *key,
             o->has_settings = true;
         return rc;
     }
+    if (!strcmp(key, "wire")) {
+        uint32_t w = wire_of(value);
+        if (!w)
+            return -EINVAL;
+        o->wire = w;
+        return 0;
+    }
     return -EINVAL;
 }
 
@@ -111,22 +135,14 @@ static int add_list(struct preduce_options *o, const char *list)
     return 0;
 }
 
-int pr_client_options_resolve(const preduce_options_t *given,
-                              struct preduce_options *o)
+/* PREDUCE_POLICY and PREDUCE_JOB_SETTINGS, unless options set settings. */
+static int env_settings(struct preduce_options *o, const char **why)
 {
-    if (given)
-        *o = *given;
-    else
-        memset(o, 0, sizeof(*o));
     const char *env;
-    if (!o->has_job && (env = getenv("PREDUCE_JOB")) && *env) {
-        if (!valid_job(env))
-            return -EINVAL;
-        strcpy(o->job, env);
-        o->has_job = true;
-    }
     if (o->has_settings)
         return 0;
+    *why = "PREDUCE_POLICY, PREDUCE_JOB_SETTINGS: not key=value settings "
+           "(at most 16 of 127 bytes)";
     if ((env = getenv("PREDUCE_POLICY")) && *env) {
         char s[PR_CLIENT_SETTING_MAX + 1];
         size_t n = strlen(env);
@@ -141,4 +157,29 @@ int pr_client_options_resolve(const preduce_options_t *given,
     if ((env = getenv("PREDUCE_JOB_SETTINGS")) && *env)
         return add_list(o, env);
     return 0;
+}
+
+int pr_client_options_resolve(const preduce_options_t *given,
+                              struct preduce_options *o, const char **why)
+{
+    if (given)
+        *o = *given;
+    else
+        memset(o, 0, sizeof(*o));
+    const char *env;
+    if (!o->has_job && (env = getenv("PREDUCE_JOB")) && *env) {
+        *why = "PREDUCE_JOB: not a job name of 1..63 printable bytes "
+               "without spaces or quotes";
+        if (!valid_job(env))
+            return -EINVAL;
+        strcpy(o->job, env);
+        o->has_job = true;
+    }
+    if (!o->wire && (env = getenv("PREDUCE_WIRE")) && *env) {
+        *why = "PREDUCE_WIRE: not one of fp32, bf16, int8";
+        o->wire = wire_of(env);
+        if (!o->wire)
+            return -EINVAL;
+    }
+    return env_settings(o, why);
 }

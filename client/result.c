@@ -3,12 +3,12 @@
  * libpreduce: the reduce calls, their results, and error texts.
  *
  * preduce_reduce() is start plus wait. start sends reduce{seq, version + 1,
- * tensor_ids, timeout_ms, deadline_ns} and marks the tensors busy; the
- * answer is read by whichever call reads the socket next (client.c
- * dispatches every frame) and waits in the client's done_* fields until
- * wait hands it over. The daemon always answers; if it has not within
- * timeout_ms + PREDUCE_REDUCE_SLACK_MS, the client gives the connection
- * up, because the tensors' state is unknown.
+ * tensor_ids, timeout_ms, deadline_ns, in_place, heal, tag, wire} and
+ * marks the tensors busy; the answer is read by whichever call reads the
+ * socket next (client.c dispatches every frame) and waits in the
+ * client's done_* fields until wait hands it over. The daemon always
+ * answers; if it has not within timeout_ms + PREDUCE_REDUCE_SLACK_MS, the
+ * client gives the connection up, because the tensors' state is unknown.
  *
  * What the reduce calls return is the table in preduce.h: the daemon's
  * status (client.c maps it with pr_reduce_status), a wrong call, or, when
@@ -78,6 +78,7 @@ int preduce_reduce_start(preduce_client_t *c, preduce_tensor_t *const *tensors,
     r.in_place = c->in_place;
     r.heal = c->heal;
     r.tag = c->tag;
+    r.wire = c->wire;
     /* The same clock as the daemon's uv_hrtime(): CLOCK_MONOTONIC, in ns. */
     r.deadline_ns = (uint64_t)pr_client_deadline(timeout_ms);
     Pr__V1__Msg m = PR_MSG_OF(REDUCE, reduce, &r);

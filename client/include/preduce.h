@@ -91,8 +91,10 @@ PREDUCE_API int preduce_connect(const char *socket_path, const char *name,
  * scheduler keys preduced.conf(5) lets a job set). A job's first worker
  * starts it with its settings; a later worker that asks for others is
  * refused (-EINVAL, preduce_last_error() says why). Options set here
- * replace the environment's: a job set here ignores PREDUCE_JOB, and any
- * setting set here ignores both PREDUCE_POLICY and PREDUCE_JOB_SETTINGS.
+ * replace the environment's: a job set here ignores PREDUCE_JOB, any
+ * setting set here ignores both PREDUCE_POLICY and PREDUCE_JOB_SETTINGS,
+ * and a wire set here ignores PREDUCE_WIRE (fp32, bf16 or int8: the
+ * encoding of this worker's reduces between daemons, below).
  */
 typedef struct preduce_options preduce_options_t;
 /* Empty options (all from the environment). 0, -EINVAL, -ENOMEM. */
@@ -100,16 +102,23 @@ PREDUCE_API int preduce_options_create(preduce_options_t **out);
 /*
  * key "job": the job's name, 1..63 printable bytes without spaces or
  * quotes; key "setting": one "key=value" job setting, at most 127 bytes,
- * up to 16 (each call adds one). 0, -EINVAL (unknown key, bad value) or
- * -E2BIG (too many settings).
+ * up to 16 (each call adds one); key "wire": how this worker's reduces
+ * send their floats between daemons, "fp32" (exact), "bf16" (half the
+ * bytes, about 3 significant digits) or "int8" (about a quarter of the
+ * bytes; what rounding lost is kept by the daemon and added to the next
+ * reduce of the same tensors), the sums being float32 in every case
+ * (preduced.conf(5), transport.wire). Unset, PREDUCE_WIRE says, and
+ * without it the node's transport.wire. 0, -EINVAL (unknown key, bad
+ * value) or -E2BIG (too many settings).
  */
 PREDUCE_API int preduce_options_set(preduce_options_t *o, const char *key,
                                     const char *value);
 PREDUCE_API void preduce_options_destroy(preduce_options_t *o);
 /*
  * preduce_connect() with options (NULL: as preduce_connect()). Also
- * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY or PREDUCE_JOB_SETTINGS,
- * and whatever the scheduler refuses in a job's settings.
+ * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS or
+ * PREDUCE_WIRE (preduce_last_error(NULL) names it), and whatever the
+ * scheduler refuses in a job's settings.
  */
 PREDUCE_API int preduce_connect_with(const char *socket_path, const char *name,
                                      const preduce_options_t *options,

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for libpreduce (suite "client"), without a daemon: argument
- * checks, connecting and the answers to a hello, error texts and the
- * exported symbols. Tensors and reduces are tested in
+ * checks, connecting and the answers to a hello, the connect options,
+ * error texts and the exported symbols. Tensors and reduces are tested in
  * test_client_tensor.c; the scripted server is client_fixture.h.
  */
 #include <check.h>
@@ -317,6 +317,118 @@ START_TEST(test_client_connect_bad_answer)
 }
 END_TEST
 
+/* ---- options ---------------------------------------------------------- */
+
+/* "wire" takes the three encodings' names, as the daemon spells them. */
+START_TEST(test_client_options_wire)
+{
+    preduce_options_t *o;
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    static const char *const good[] = {"fp32", "bf16", "int8"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_int_eq(preduce_options_set(o, "wire", good[i]), 0);
+    static const char *const bad[] = {"", "fp16", "FP32", "int8 ", "default"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(preduce_options_set(o, "wire", bad[i]) == -EINVAL, "%s",
+                      bad[i]);
+    ck_assert_int_eq(preduce_options_set(o, "wires", "fp32"), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "wire", NULL), -EINVAL);
+    preduce_options_destroy(o);
+}
+END_TEST
+
+/*
+ * Where each reduce's Reduce.wire comes from: the options' "wire", else
+ * PREDUCE_WIRE, else 0 (the node's transport.wire); the encoding's
+ * number is enum pr_wire + 1.
+ */
+static const struct {
+    const char *option; /* NULL: not set */
+    const char *env;    /* NULL: unset */
+    uint32_t wire;      /* Reduce.wire the fake daemon must see */
+} wire_cases[] = {
+    {NULL, NULL, 0},   {NULL, "", 0},       {NULL, "bf16", 2},
+    {"int8", NULL, 3}, {"fp32", "int8", 1}, {"bf16", "fp16", 2},
+    {NULL, "fp32", 1},
+};
+
+static void script_wire(struct srv *s, int fd)
+{
+    if (!cf_srv_welcome(s, fd) || !cf_srv_tensor(s, fd, 1))
+        return;
+    for (uint64_t seq = 1; seq <= 2; seq++) {
+        Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_REDUCE);
+        if (!m)
+            return;
+        bool ok = EXPECT(s, m->reduce->wire == wire_cases[s->variant].wire);
+        pr_msg_free(m);
+        if (!ok)
+            return;
+        cf_send_done(fd, seq, 0, seq, seq);
+    }
+    cf_wait_eof(fd);
+}
+
+START_TEST(test_client_wire_sent)
+{
+    struct srv s;
+    preduce_options_t *o;
+    preduce_client_t *c = NULL;
+    preduce_tensor_t *t;
+    if (wire_cases[_i].env)
+        setenv("PREDUCE_WIRE", wire_cases[_i].env, 1);
+    else
+        unsetenv("PREDUCE_WIRE");
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    if (wire_cases[_i].option)
+        ck_assert_int_eq(preduce_options_set(o, "wire", wire_cases[_i].option),
+                         0);
+    cf_srv_start(&s, script_wire, _i);
+    int rc = preduce_connect_with(s.path, "w0", o, 3000, &c);
+    preduce_options_destroy(o);
+    ck_assert_msg(rc == 0, "connect: %s (server: %s)", preduce_strerror(rc),
+                  s.fail);
+    ck_assert_int_eq(preduce_tensor_create(c, 16, 3000, &t), 0);
+    /* Every reduce carries it, not only the first. */
+    for (int i = 0; i < 2; i++) {
+        rc = preduce_reduce(c, &t, 1, 3000);
+        ck_assert_msg(rc == 0, "reduce %d: %s (server: %s)", i + 1,
+                      preduce_strerror(rc), s.fail);
+    }
+    preduce_close(c);
+    cf_srv_stop(&s);
+}
+END_TEST
+
+/* A bad PREDUCE_WIRE fails the connect before it begins, and says why. */
+START_TEST(test_client_wire_env_bad)
+{
+    preduce_client_t *c = (preduce_client_t *)&c;
+    setenv("PREDUCE_WIRE", "fp16", 1);
+    ck_assert_int_eq(preduce_connect("/nonexistent", "w0", 100, &c), -EINVAL);
+    ck_assert_ptr_null(c);
+    ck_assert_str_eq(preduce_last_error(NULL),
+                     "PREDUCE_WIRE: not one of fp32, bf16, int8");
+    /* Options that set it leave the environment unread. */
+    preduce_options_t *o;
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "wire", "bf16"), 0);
+    ck_assert_int_eq(preduce_connect_with("/nonexistent", "w0", o, 100, &c),
+                     -ENOENT);
+    preduce_options_destroy(o);
+    /* Each variable's failure names it. */
+    unsetenv("PREDUCE_WIRE");
+    setenv("PREDUCE_JOB", "two words", 1);
+    ck_assert_int_eq(preduce_connect("/nonexistent", "w0", 100, &c), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(preduce_last_error(NULL), "PREDUCE_JOB:"));
+    unsetenv("PREDUCE_JOB");
+    setenv("PREDUCE_JOB_SETTINGS", "novalue", 1);
+    ck_assert_int_eq(preduce_connect("/nonexistent", "w0", 100, &c), -EINVAL);
+    ck_assert_ptr_nonnull(
+        strstr(preduce_last_error(NULL), "PREDUCE_JOB_SETTINGS"));
+}
+END_TEST
+
 /* ---- error texts and the exported symbols ----------------------------- */
 
 START_TEST(test_client_strerror)
@@ -404,6 +516,14 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_client_rank_after_break);
     tcase_add_loop_test(tc, test_client_connect_bad_answer, 0,
                         sizeof(bad_answers) / sizeof(bad_answers[0]));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("options");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_client_options_wire);
+    tcase_add_loop_test(tc, test_client_wire_sent, 0,
+                        sizeof(wire_cases) / sizeof(wire_cases[0]));
+    tcase_add_test(tc, test_client_wire_env_bad);
     suite_add_tcase(s, tc);
     return s;
 }
