@@ -251,7 +251,9 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
                                           .parts = c->parts,
                                           .nparts = c->nparts,
                                           .in_place = c->in_place,
-                                          .detached = !c->conn};
+                                          .detached = !c->conn,
+                                          .wire = c->wire,
+                                          .err = c->err};
     }
     struct pr_engine_group spec = {
         .id = gm->id,
@@ -265,6 +267,7 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
         .local = em,
         .nlocal = g->nlocal,
         .timeout_ms = group_deadline(n, gm, g),
+        .wire = gm->wire,
         .done = group_done_cb,
         .arg = g,
     };
@@ -288,6 +291,8 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
     int status = -EPROTO;
     if (g->k == 0 || pos == UINT32_MAX || gm->nfloats == 0)
         why = "malformed group (no members, or this node not in the ring)";
+    else if (gm->wire >= PR_WIRE_COUNT)
+        why = "malformed group (an encoding this node does not know)";
     if (pos != UINT32_MAX)
         group_match_local(n, gm, g, &why, &status);
     if (!why && g->nlocal == 0)

@@ -3,8 +3,9 @@
  * State shared by the node role's files, each calling only those below it:
  * node.c (the node, the scheduler link) on top; node_group.c (the groups
  * the scheduler sends); node_ipc.c (the trainers' connections), calling
- * node_socket.c (the socket file) and node_tensor.c (their shared
- * tensors). node_metrics.c reads it all for metrics.h.
+ * node_socket.c (the socket file), node_tensor.c (their shared tensors)
+ * and node_feedback.c (int8's error feedback of their reduces).
+ * node_metrics.c reads it all for metrics.h.
  * Everything here is owned by the loop thread.
  */
 #ifndef PR_NODE_INT_H
@@ -29,12 +30,16 @@
 /* The reduce latency histogram's bounds, 100 us .. 60 s (node_metrics.c). */
 #define PR_NODE_REDUCE_BUCKETS 18
 
+struct node_feedback; /* node_feedback.c */
+
 struct node_tensor {
     uint32_t id;
     float *data; /* the daemon's mapping of the trainer's memfd */
     size_t n;    /* floats */
     int busy;    /* used by the reduce in flight */
     int doomed;  /* destroyed by the trainer while busy: free after */
+    /* The int8 error-feedback vector holding its loss, or NULL. */
+    struct node_feedback *fb;
 };
 
 enum trainer_state {
@@ -90,6 +95,15 @@ struct node_trainer {
     uint64_t reduce_start_us; /* uv_hrtime of the reduce request, in us */
     struct pr_stranger st;    /* listed until its hello is taken */
     int greeted;              /* its hello was taken: counted in ngreeted */
+    /*
+     * Of the reduce waiting: its encoding between daemons (enum pr_wire:
+     * Reduce.wire - 1, or the node's transport.wire for 0), and under
+     * int8 its error-feedback vector (one of `feedback`, its parts' total
+     * floats), else NULL. Both go to the engine with the member.
+     */
+    uint32_t wire;
+    float *err;
+    struct node_feedback *feedback; /* int8's vectors (node_feedback.c) */
 };
 
 enum sched_state {
@@ -129,8 +143,9 @@ struct pr_node {
     char data_addr[128];
     uv_pipe_t ipc;
     int ipc_open;
-    uint64_t ntensors;      /* trainers' tensors mapped now, all trainers */
-    uint64_t max_map_count; /* vm.max_map_count at start; 0 = unknown */
+    uint64_t ntensors;       /* trainers' tensors mapped now, all trainers */
+    uint64_t feedback_bytes; /* int8's error feedback, all trainers */
+    uint64_t max_map_count;  /* vm.max_map_count at start; 0 = unknown */
     /* The socket file this daemon bound (removed at close only if so). */
     dev_t ipc_dev;
     ino_t ipc_ino;
@@ -312,6 +327,31 @@ void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id);
 struct node_tensor *pr_node_tensor_by_id(struct node_trainer *c, uint32_t id);
 /* Unmaps t (and unregisters it from RDMA); the slot stays. */
 void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t);
+/*
+ * A Reduce's tensors ids[0..n), marked busy, as the engine's parts
+ * (*parts, n of them, the caller's to free) and their floats (*total);
+ * with int8, their error-feedback vector too (*err, else NULL). Only
+ * while c has no reduce in flight. 0, or -EINVAL (an unknown tensor, or
+ * one given twice) or -ENOMEM, with *why for the trainer and no tensor
+ * left busy.
+ */
+int pr_node_tensors_take(struct node_trainer *c, const uint32_t *ids, size_t n,
+                         int int8, struct pr_engine_part **parts,
+                         uint64_t *total, float **err, const char **why);
+
+/*
+ * node_feedback.c: int8's error feedback, kept per trainer and list of
+ * tensors reduced. get: the vector of a reduce of tensors ts[0..n) in
+ * that order (total floats): the one kept for this list, else a new one
+ * of zeros, dropping any kept one that holds one of these tensors; 0
+ * with *err set, or -ENOMEM with nothing changed. Call it only while c
+ * has no reduce in flight. forget: drops the vector that holds t's loss
+ * (t destroyed, no reduce reading it). free: drops all of c's.
+ */
+int pr_node_feedback_get(struct node_trainer *c, struct node_tensor *const *ts,
+                         size_t n, size_t total, float **err);
+void pr_node_feedback_forget(struct node_trainer *c, struct node_tensor *t);
+void pr_node_feedback_free(struct node_trainer *c);
 
 /*
  * node_standby.c: the scheduler list. init parses node.scheduler (its

@@ -20,14 +20,17 @@
  *     mmap or RDMA registration failed: their errno) is answered with
  * Error{code, reason} instead, and the connection stays: creates are answered
  * in order, which is how the trainer knows which create an Error answers.
- *  3. Reduce{seq, version, tensor_ids, timeout_ms, deadline_ns} -> READY
- *     to the scheduler; then ReduceDone{seq, status, group, ...} when the
- *     group ran, the scheduler refused, or the deadline passed. The
- *     deadline is the trainer's (deadline_ns, or timeout_ms from now), no
- *     later than node.reduce_timeout_ms from now; the answer comes at most
- *     PR_NODE_GRACE_MS after it. A status is one of proto/status.h's
+ *  3. Reduce{seq, version, tensor_ids, timeout_ms, deadline_ns, wire, ...}
+ *     -> READY to the scheduler; then ReduceDone{seq, status, group, ...}
+ *     when the group ran, the scheduler refused, or the deadline passed.
+ *     The deadline is the trainer's (deadline_ns, or timeout_ms from now),
+ *     no later than node.reduce_timeout_ms from now; the answer comes at
+ *     most PR_NODE_GRACE_MS after it. A status is one of proto/status.h's
  *     (pr_reduce_status maps whatever the group, the scheduler or this
- *     daemon produced).
+ *     daemon produced). READY carries the encoding the trainer asked for
+ *     (Reduce.wire, 0: the node's transport.wire); under int8 the group
+ *     gets the trainer's error feedback for these tensors
+ *     (node_feedback.c).
  *  4. TensorDestroy{id}: no answer.
  * Any other failure is answered with Error, and the connection closes.
  * A trainer that hangs up mid-reduce leaves its tensors mapped here until
@@ -112,6 +115,7 @@ static void trainer_free(struct node_trainer *c)
         n->ngreeted--;
     pr_stranger_remove(&c->st);
     send_leave(c);
+    pr_node_feedback_free(c);
     for (size_t i = 0; i < c->ntensors; i++)
         pr_node_tensor_free(c->node, &c->tensors[i]);
     free(c->tensors);
@@ -122,12 +126,23 @@ static void trainer_free(struct node_trainer *c)
     free(c);
 }
 
+/*
+ * The reduce ended: its tensors are free again, and those the trainer
+ * destroyed meanwhile go, with the error feedback that held their loss
+ * (the engine is done with it).
+ */
 static void release_tensors(struct node_trainer *c)
 {
     size_t w = 0;
+    c->err = NULL;
     for (size_t i = 0; i < c->ntensors; i++) {
         struct node_tensor *t = &c->tensors[i];
         t->busy = 0;
+        if (t->doomed)
+            pr_node_feedback_forget(c, t);
+    }
+    for (size_t i = 0; i < c->ntensors; i++) {
+        struct node_tensor *t = &c->tensors[i];
         if (t->doomed)
             pr_node_tensor_free(c->node, t);
         else
@@ -422,29 +437,26 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
                       "the node has no link to its scheduler");
         return 0;
     }
-    struct pr_engine_part *parts = calloc(r->n_tensor_ids, sizeof(*parts));
-    if (!parts) {
-        reduce_refuse(c, r->seq, -ENOMEM, "out of memory");
+    if (r->wire > PR_WIRE_COUNT) {
+        reduce_refuse(c, r->seq, -EINVAL, "unknown wire encoding");
         return 0;
     }
-    uint64_t total = 0;
-    for (size_t i = 0; i < r->n_tensor_ids; i++) {
-        struct node_tensor *t = pr_node_tensor_by_id(c, r->tensor_ids[i]);
-        if (!t || t->busy) {
-            for (size_t j = 0; j < c->ntensors; j++)
-                c->tensors[j].busy = 0;
-            free(parts);
-            reduce_refuse(c, r->seq, -EINVAL,
-                          t ? "a tensor appears twice" : "unknown tensor id");
-            return 0;
-        }
-        t->busy = 1;
-        parts[i].data = t->data;
-        parts[i].len = t->n;
-        total += t->n;
+    uint32_t wire = r->wire ? r->wire - 1 : (uint32_t)n->conf->xport_wire;
+    struct pr_engine_part *parts;
+    uint64_t total;
+    float *err;
+    const char *why;
+    int rc =
+        pr_node_tensors_take(c, r->tensor_ids, r->n_tensor_ids,
+                             wire == PR_WIRE_INT8, &parts, &total, &err, &why);
+    if (rc < 0) {
+        reduce_refuse(c, r->seq, rc, why);
+        return 0;
     }
     c->parts = parts;
     c->nparts = r->n_tensor_ids;
+    c->wire = wire;
+    c->err = err;
     c->in_place = r->in_place;
     c->seq = r->seq;
     c->reduce_start_us = uv_hrtime() / 1000;
@@ -457,10 +469,11 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     rd.seq = r->seq;
     rd.heal = r->heal;
     rd.tag = r->tag;
+    rd.wire = wire;
     Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     pr_node_set_rstate(c, R_QUEUED);
     pr_node_spin(n);
-    int rc = pr_node_send(n, &m);
+    rc = pr_node_send(n, &m);
     if (rc < 0)
         pr_node_reduce_fail(c, rc);
     return 0;
@@ -673,6 +686,7 @@ void pr_node_ipc_close(struct pr_node *n)
         }
         n->trainers = c->next;
         pr_stranger_remove(&c->st);
+        pr_node_feedback_free(c);
         for (size_t i = 0; i < c->ntensors; i++)
             pr_node_tensor_free(c->node, &c->tensors[i]);
         free(c->tensors);

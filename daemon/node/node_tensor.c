@@ -333,6 +333,50 @@ void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id)
         t->doomed = 1;
         return;
     }
+    pr_node_feedback_forget(c, t);
     pr_node_tensor_free(c->node, t);
     *t = c->tensors[--c->ntensors];
+}
+
+int pr_node_tensors_take(struct node_trainer *c, const uint32_t *ids, size_t n,
+                         int int8, struct pr_engine_part **parts,
+                         uint64_t *total, float **err, const char **why)
+{
+    struct pr_engine_part *p = calloc(n, sizeof(*p));
+    /* int8's error feedback is kept per list of tensors: it needs them. */
+    struct node_tensor **ts = int8 ? calloc(n, sizeof(*ts)) : NULL;
+    int rc = 0;
+    *why = NULL;
+    *total = 0;
+    *err = NULL;
+    if (!p || (int8 && !ts)) {
+        rc = -ENOMEM;
+        *why = "out of memory";
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct node_tensor *t = pr_node_tensor_by_id(c, ids[i]);
+        if (!t || t->busy) {
+            rc = -EINVAL;
+            *why = t ? "a tensor appears twice" : "unknown tensor id";
+            break;
+        }
+        t->busy = 1;
+        p[i] = (struct pr_engine_part){.data = t->data, .len = t->n};
+        *total += t->n;
+        if (ts)
+            ts[i] = t;
+    }
+    if (rc == 0 && int8 &&
+        (rc = pr_node_feedback_get(c, ts, n, *total, err)) < 0)
+        *why = "out of memory for int8's error feedback";
+    free(ts);
+    if (rc < 0) {
+        /* None was busy before: the trainer had no reduce in flight. */
+        for (size_t i = 0; i < c->ntensors; i++)
+            c->tensors[i].busy = 0;
+        free(p);
+        return rc;
+    }
+    *parts = p;
+    return 0;
 }

@@ -330,17 +330,25 @@ static void raw_destroy(struct raw *t, uint32_t id)
     raw_send(t, &m);
 }
 
-static void raw_reduce(struct raw *t, uint64_t seq, uint32_t *ids, size_t n)
+/* A Reduce with Reduce.wire = wire (0: the node's transport.wire). */
+static void raw_reduce_wire(struct raw *t, uint64_t seq, uint32_t *ids,
+                            size_t n, uint32_t wire)
 {
     Pr__V1__Reduce r = PR__V1__REDUCE__INIT;
     r.seq = seq;
     r.tensor_ids = ids;
     r.n_tensor_ids = n;
     r.timeout_ms = LONG_TIMEOUT_MS;
+    r.wire = wire;
     Pr__V1__Msg m = PR__V1__MSG__INIT;
     m.body_case = PR__V1__MSG__BODY_REDUCE;
     m.reduce = &r;
     raw_send(t, &m);
+}
+
+static void raw_reduce(struct raw *t, uint64_t seq, uint32_t *ids, size_t n)
+{
+    raw_reduce_wire(t, seq, ids, n, 0);
 }
 
 /* The next message is ReduceDone for `seq`: its status. */
@@ -494,8 +502,9 @@ END_TEST
 
 /*
  * Reduces refused before anything reaches the scheduler: no tensors, more
- * than the daemon takes in one reduce (4096), one tensor twice. Each
- * answers -EINVAL with its reason logged, and the connection stays usable.
+ * than the daemon takes in one reduce (4096), one tensor twice, a wire
+ * encoding past int8 (Reduce.wire 4). Each answers -EINVAL with its
+ * reason logged, and the connection stays usable.
  */
 START_TEST(test_ipc_reduce_refusals)
 {
@@ -521,9 +530,15 @@ START_TEST(test_ipc_reduce_refusals)
     ck_assert_int_eq(raw_done(&a, 3), -EINVAL);
     ck_assert(logged("node0", "trainer 'picky': reduce 3 refused: a tensor "
                               "appears twice"));
-    /* Nothing was left busy: the tensor still reduces. */
-    raw_reduce(&a, 4, &t, 1);
-    ck_assert_int_eq(raw_done(&a, 4), 0);
+    raw_reduce_wire(&a, 4, &t, 1, 4);
+    ck_assert_int_eq(raw_done(&a, 4), -EINVAL);
+    ck_assert(logged("node0", "trainer 'picky': reduce 4 refused: unknown "
+                              "wire encoding"));
+    /* Nothing was left busy: the tensor still reduces, in int8 too. */
+    raw_reduce(&a, 5, &t, 1);
+    ck_assert_int_eq(raw_done(&a, 5), 0);
+    raw_reduce_wire(&a, 6, &t, 1, 3);
+    ck_assert_int_eq(raw_done(&a, 6), 0);
     raw_retire(&a);
     still_serving();
 }
