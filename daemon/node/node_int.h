@@ -263,6 +263,13 @@ struct pr_metrics_buf;
 int pr_node_render_metrics(void *ctx, struct pr_metrics_buf *out);
 /* Counts a successful reduce that took `us` microseconds. */
 void pr_node_reduce_observe(struct pr_node *n, uint64_t us);
+/*
+ * The wire encodings' metrics (part of the above): the node's
+ * transport.wire, the engine's groups and bytes sent per encoding (es),
+ * and int8's error feedback kept.
+ */
+void pr_node_render_wire(struct pr_metrics_buf *b, const struct pr_node *n,
+                         const struct pr_engine_stats *es);
 
 /* node_spin.c */
 /*

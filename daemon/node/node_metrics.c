@@ -187,6 +187,42 @@ static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
     counter(b, "preduce_node_reduced_bytes_total",
             "Result bytes written back into trainers' tensors.",
             es.bytes_reduced);
+    pr_node_render_wire(b, n, &es);
+}
+
+/* One series per wire encoding (enum pr_wire), labelled with its name. */
+static void by_wire(struct pr_metrics_buf *b, const char *name,
+                    const char *type, const char *help, const uint64_t *x)
+{
+    pr_metrics_header(b, name, type, help);
+    for (uint32_t w = 0; w < PR_WIRE_COUNT; w++)
+        pr_metrics_printf(b, "%s{wire=\"%s\"} %llu\n", name, pr_wire_name(w),
+                          (unsigned long long)x[w]);
+}
+
+void pr_node_render_wire(struct pr_metrics_buf *b, const struct pr_node *n,
+                         const struct pr_engine_stats *es)
+{
+    /* A state set: the node's default is 1, the others 0. */
+    uint64_t def[PR_WIRE_COUNT] = {0};
+    if ((uint32_t)n->conf->xport_wire < PR_WIRE_COUNT)
+        def[n->conf->xport_wire] = 1;
+    by_wire(b, "preduce_node_wire_default", "gauge",
+            "1 for the encoding of floats between daemons that this node "
+            "uses unless a trainer asks for another (transport.wire), 0 for "
+            "the others.",
+            def);
+    by_wire(b, "preduce_node_wire_groups_total", "counter",
+            "Groups that sent their chunks to peer daemons, by encoding.",
+            es->wire_groups);
+    by_wire(b, "preduce_node_wire_bytes_sent_total", "counter",
+            "Chunk payload bytes posted to peer daemons, by encoding "
+            "(without the transports' framing).",
+            es->wire_bytes);
+    gauge(b, "preduce_node_wire_feedback_bytes",
+          "Memory this node keeps for int8's error feedback (what rounding "
+          "lost, per trainer and list of tensors), bytes.",
+          n->feedback_bytes);
 }
 
 /* The link rates this node reports to the scheduler (ring order). */

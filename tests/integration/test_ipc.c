@@ -854,6 +854,41 @@ START_TEST(test_ipc_disconnect_while_grouped)
 }
 END_TEST
 
+/*
+ * int8's error feedback as the node keeps it: a vector per list of
+ * tensors reduced, made on the list's first int8 reduce, dropped for a
+ * list that shares a tensor with it and with a destroyed tensor, all of
+ * it gone with the trainer (preduce_node_wire_feedback_bytes).
+ */
+START_TEST(test_ipc_wire_feedback)
+{
+    struct raw a;
+    const char *g = "preduce_node_wire_feedback_bytes ";
+    ck_assert(gauge_is(node0_metrics_port,
+                       "preduce_node_wire_default{wire=\"fp32\"} ", 1));
+    raw_open(&a, 0, "rounder");
+    uint32_t both[2];
+    both[0] = raw_create(&a, 1000, NULL);
+    both[1] = raw_create(&a, 500, NULL);
+    raw_reduce_wire(&a, 1, both, 2, 3);
+    ck_assert_int_eq(raw_done(&a, 1), 0);
+    ck_assert(gauge_is(node0_metrics_port, g, 6000));
+    raw_reduce_wire(&a, 2, both, 1, 3); /* shares tensor 1: dropped */
+    ck_assert_int_eq(raw_done(&a, 2), 0);
+    ck_assert(gauge_is(node0_metrics_port, g, 4000));
+    raw_reduce_wire(&a, 3, both + 1, 1, 3);
+    ck_assert_int_eq(raw_done(&a, 3), 0);
+    ck_assert(gauge_is(node0_metrics_port, g, 6000));
+    raw_reduce(&a, 4, both, 2); /* the node's fp32: kept as it was */
+    ck_assert_int_eq(raw_done(&a, 4), 0);
+    ck_assert(gauge_is(node0_metrics_port, g, 6000));
+    raw_destroy(&a, both[0]);
+    ck_assert(gauge_is(node0_metrics_port, g, 2000));
+    raw_retire(&a);
+    ck_assert(gauge_is(node0_metrics_port, g, 0));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_ipc");
@@ -876,6 +911,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup_node_metrics, teardown);
     tcase_add_test(tc, test_ipc_disconnect_while_grouped);
+    tcase_add_test(tc, test_ipc_wire_feedback);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -103,6 +103,76 @@ START_TEST(test_node_metrics_empty)
 }
 END_TEST
 
+/* The wire encodings' lines, in order, for the case below. */
+static const char *const want_wire =
+    "# HELP preduce_node_wire_default 1 for the encoding of floats between "
+    "daemons that this node uses unless a trainer asks for another "
+    "(transport.wire), 0 for the others.\n"
+    "# TYPE preduce_node_wire_default gauge\n"
+    "preduce_node_wire_default{wire=\"fp32\"} 0\n"
+    "preduce_node_wire_default{wire=\"bf16\"} 1\n"
+    "preduce_node_wire_default{wire=\"int8\"} 0\n"
+    "# HELP preduce_node_wire_groups_total Groups that sent their chunks to "
+    "peer daemons, by encoding.\n"
+    "# TYPE preduce_node_wire_groups_total counter\n"
+    "preduce_node_wire_groups_total{wire=\"fp32\"} 3\n"
+    "preduce_node_wire_groups_total{wire=\"bf16\"} 0\n"
+    "preduce_node_wire_groups_total{wire=\"int8\"} 5\n"
+    "# HELP preduce_node_wire_bytes_sent_total Chunk payload bytes posted to "
+    "peer daemons, by encoding (without the transports' framing).\n"
+    "# TYPE preduce_node_wire_bytes_sent_total counter\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"fp32\"} 4096\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"bf16\"} 0\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"int8\"} 18446744073709551615\n"
+    "# HELP preduce_node_wire_feedback_bytes Memory this node keeps for "
+    "int8's error feedback (what rounding lost, per trainer and list of "
+    "tensors), bytes.\n"
+    "# TYPE preduce_node_wire_feedback_bytes gauge\n"
+    "preduce_node_wire_feedback_bytes 1024\n";
+
+/*
+ * Each encoding has a line of its own in each family, labelled with
+ * pr_wire_name()'s names, the node's transport.wire the one default.
+ */
+START_TEST(test_node_metrics_wire)
+{
+    struct fix f;
+    fix_init(&f);
+    struct pr_conf_err err;
+    ck_assert_int_eq(pr_conf_set(&f.conf, "transport.wire=bf16", &err), 0);
+    f.n.feedback_bytes = 1024;
+    struct pr_engine_stats es = {0};
+    es.wire_groups[PR_WIRE_FP32] = 3;
+    es.wire_groups[PR_WIRE_INT8] = 5;
+    es.wire_bytes[PR_WIRE_FP32] = 4096;
+    es.wire_bytes[PR_WIRE_INT8] = UINT64_MAX;
+    pr_node_render_wire(&f.b, &f.n, &es);
+    ck_assert_int_eq(f.b.err, 0);
+    ck_assert_msg(!strcmp(f.b.data, want_wire), "%s", f.b.data);
+    fix_fini(&f);
+}
+END_TEST
+
+/* A node that ran nothing: every encoding's counters there, at 0. */
+START_TEST(test_node_metrics_wire_empty)
+{
+    struct fix f;
+    fix_init(&f);
+    ck_assert_int_eq(pr_node_render_metrics(&f.n, &f.b), 0);
+    static const char *const want[] = {
+        "\npreduce_node_wire_default{wire=\"fp32\"} 1\n"
+        "preduce_node_wire_default{wire=\"bf16\"} 0\n"
+        "preduce_node_wire_default{wire=\"int8\"} 0\n",
+        "\npreduce_node_wire_groups_total{wire=\"int8\"} 0\n",
+        "\npreduce_node_wire_bytes_sent_total{wire=\"bf16\"} 0\n",
+        "\npreduce_node_wire_feedback_bytes 0\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        ck_assert_msg(strstr(f.b.data, want[i]), "no %s", want[i]);
+    fix_fini(&f);
+}
+END_TEST
+
 static Suite *node_metrics_suite(void)
 {
     Suite *s = suite_create("node_metrics");
@@ -110,6 +180,8 @@ static Suite *node_metrics_suite(void)
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_node_metrics_reduce_histogram);
     tcase_add_test(tc, test_node_metrics_empty);
+    tcase_add_test(tc, test_node_metrics_wire);
+    tcase_add_test(tc, test_node_metrics_wire_empty);
     suite_add_tcase(s, tc);
     return s;
 }
