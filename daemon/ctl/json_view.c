@@ -5,6 +5,7 @@
  *    "trainers", "reduces_ok", "reduces_failed", "reduce_mean_ms",
  *    "groups_ok", "groups_failed", "groups_running",
  *    "bytes": {"tcp": {"sent", "received"}, "rdma": {...}},
+ *    "wire_default", "wire": {"fp32": {"groups", "bytes_sent"}, ...},
  *    "peer_links_up", "rdma_device",
  *    "workers": [{"job", "name", "rank", "version"}...]}
  * A scheduler's:
@@ -74,6 +75,15 @@ static void node(struct pr_json *j, const struct pr_ctl_view *v)
         pr_json_open_object(j, xports[i]);
         pr_json_num(j, "sent", v->bytes[i][PR_CTL_SENT]);
         pr_json_num(j, "received", v->bytes[i][PR_CTL_RECEIVED]);
+        pr_json_close_object(j);
+    }
+    pr_json_close_object(j);
+    pr_json_str(j, "wire_default", v->wire_default);
+    pr_json_open_object(j, "wire");
+    for (size_t k = 0; k < v->nwires; k++) {
+        pr_json_open_object(j, v->wires[k].name);
+        pr_json_num(j, "groups", v->wires[k].groups);
+        pr_json_num(j, "bytes_sent", v->wires[k].bytes_sent);
         pr_json_close_object(j);
     }
     pr_json_close_object(j);

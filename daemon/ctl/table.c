@@ -140,6 +140,16 @@ static void node(FILE *f, const struct pr_ctl_view *v)
         fprintf(f, "  bytes %-4s       %s sent, %s received\n", xports[i],
                 human_bytes(v->bytes[i][PR_CTL_SENT], b[0], sizeof(b[0])),
                 human_bytes(v->bytes[i][PR_CTL_RECEIVED], b[1], sizeof(b[1])));
+    if (v->wire_default[0] || v->nwires) {
+        char s[128];
+        fprintf(f, "  wire             %s by default",
+                shown(v->wire_default[0] ? v->wire_default : "?", s));
+        for (size_t k = 0; k < v->nwires; k++)
+            fprintf(f, "%s %s %s", k ? "," : "; sent",
+                    shown(v->wires[k].name, s),
+                    human_bytes(v->wires[k].bytes_sent, b[0], sizeof(b[0])));
+        fprintf(f, "\n");
+    }
     fprintf(f, "  peer links up    %s%s\n", N(v->links_up, b[0]),
             v->rdma == 1 ? " (RDMA device open)" : "");
     trainers(f, v);

@@ -160,6 +160,46 @@ static int build_sizes(const struct pr_promtext *m, struct pr_ctl_view *v)
     return 0;
 }
 
+/* The wire encoding named by s's label, added to v's if new; or NULL. */
+static struct pr_ctl_wire *wire_of(const struct pr_prom_sample *s,
+                                   struct pr_ctl_view *v)
+{
+    char name[16];
+    if (pr_promtext_label(s, "wire", name, sizeof(name)) < 0 || !name[0])
+        return NULL;
+    for (size_t k = 0; k < v->nwires; k++)
+        if (!strcmp(v->wires[k].name, name))
+            return &v->wires[k];
+    if (v->nwires == PR_CTL_WIRES)
+        return NULL;
+    struct pr_ctl_wire *w = &v->wires[v->nwires++];
+    memcpy(w->name, name, sizeof(name));
+    w->groups = w->bytes_sent = 0;
+    return w;
+}
+
+/* A node's wire encodings: its default, and groups and bytes by each. */
+static void build_wires(const struct pr_promtext *m, struct pr_ctl_view *v)
+{
+    for (size_t k = 0; k < m->n; k++) {
+        const struct pr_prom_sample *s = &m->s[k];
+        int is_default = !strcmp(s->name, "preduce_node_wire_default");
+        int groups = !strcmp(s->name, "preduce_node_wire_groups_total");
+        if (!is_default && !groups &&
+            strcmp(s->name, "preduce_node_wire_bytes_sent_total") != 0)
+            continue;
+        struct pr_ctl_wire *w = wire_of(s, v);
+        if (!w)
+            continue;
+        if (is_default && s->value == 1)
+            memcpy(v->wire_default, w->name, sizeof(w->name));
+        else if (groups)
+            w->groups = s->value;
+        else if (!is_default)
+            w->bytes_sent = s->value;
+    }
+}
+
 static void build_node(const struct pr_promtext *m, struct pr_ctl_view *v)
 {
     v->sched_up = get(m, "preduce_node_scheduler_up");
@@ -189,6 +229,7 @@ static void build_node(const struct pr_promtext *m, struct pr_ctl_view *v)
                 v->bytes[i][strcmp(d, "sent") ? PR_CTL_RECEIVED : PR_CTL_SENT] =
                     m->s[k].value;
     }
+    build_wires(m, v);
 }
 
 /* A scheduler's jobs: a row per preduce_sched_job_info, then figures. */

@@ -39,6 +39,16 @@ struct pr_ctl_sizes {
 enum { PR_CTL_TCP, PR_CTL_RDMA, PR_CTL_XPORTS };
 enum { PR_CTL_SENT, PR_CTL_RECEIVED };
 
+/*
+ * A node's wire encoding (transport.wire): its name as the daemon's
+ * labels spell it, and what went in it. At most PR_CTL_WIRES are kept.
+ */
+#define PR_CTL_WIRES 8
+struct pr_ctl_wire {
+    char name[16];
+    double groups, bytes_sent;
+};
+
 struct pr_ctl_view {
     enum pr_ctl_role role;
     char name[128], job[128];
@@ -48,6 +58,10 @@ struct pr_ctl_view {
     double reduce_sum_s, reduce_count;
     double groups_ok, groups_failed, groups_running, links_up, rdma;
     double bytes[PR_CTL_XPORTS][2]; /* 0 where not exported */
+    /* The node's transport.wire ("" when not exported) and each one's. */
+    char wire_default[16];
+    struct pr_ctl_wire wires[PR_CTL_WIRES]; /* in the daemon's order */
+    size_t nwires;
     /* A scheduler's. */
     double nodes, live, queued, groups, members;
     struct pr_ctl_sizes *sizes; /* only the sizes seen; heap */

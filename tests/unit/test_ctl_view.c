@@ -86,6 +86,15 @@ static const char node_text[] =
     "preduce_node_bytes_total{transport=\"tcp\",direction=\"sent\"} 2048\n"
     "preduce_node_bytes_total{transport=\"tcp\",direction=\"received\"} "
     "1000\n"
+    "preduce_node_wire_default{wire=\"fp32\"} 0\n"
+    "preduce_node_wire_default{wire=\"bf16\"} 1\n"
+    "preduce_node_wire_default{wire=\"int8\"} 0\n"
+    "preduce_node_wire_groups_total{wire=\"fp32\"} 1\n"
+    "preduce_node_wire_groups_total{wire=\"bf16\"} 2\n"
+    "preduce_node_wire_groups_total{wire=\"int8\"} 0\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"fp32\"} 1024\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"bf16\"} 1024\n"
+    "preduce_node_wire_bytes_sent_total{wire=\"int8\"} 0\n"
     "preduce_node_links_up 1\n"
     "preduce_node_rdma 0\n"
     "preduce_worker_version{job=\"j1\",worker=\"b\",rank=\"-1\"} 0\n"
@@ -311,6 +320,8 @@ START_TEST(test_ctl_view_node)
                         "  groups           3 ok, 0 failed, 1 running\n"
                         "  bytes tcp        2.0 KiB sent, 1000 B received\n"
                         "  bytes rdma       0 B sent, 0 B received\n"
+                        "  wire             bf16 by default; sent fp32 1.0 "
+                        "KiB, bf16 1.0 KiB, int8 0 B\n"
                         "  peer links up    1\n"
                         "  trainer  job       rank   version\n"
                         "  b        j1          -1         0\n"
@@ -330,6 +341,9 @@ START_TEST(test_ctl_view_node)
            "\"reduce_mean_ms\":2.5,\"groups_ok\":3,\"groups_failed\":0,"
            "\"groups_running\":1,\"bytes\":{\"tcp\":{\"sent\":2048,"
            "\"received\":1000},\"rdma\":{\"sent\":0,\"received\":0}},"
+           "\"wire_default\":\"bf16\",\"wire\":{\"fp32\":{\"groups\":1,"
+           "\"bytes_sent\":1024},\"bf16\":{\"groups\":2,\"bytes_sent\":"
+           "1024},\"int8\":{\"groups\":0,\"bytes_sent\":0}},"
            "\"peer_links_up\":1,\"rdma_device\":false,\"workers\":[{"
            "\"job\":\"j1\",\"name\":\"b\",\"rank\":-1,\"version\":0},{"
            "\"job\":\"sweep-2\",\"name\":\"a\",\"rank\":4,\"version\":3}]}");
@@ -340,6 +354,29 @@ START_TEST(test_ctl_view_node)
                         "\"job\":\"j1\",\"name\":\"b\",\"rank\":-1,"
                         "\"version\":0},{\"job\":\"sweep-2\",\"name\":"
                         "\"a\",\"rank\":4,\"version\":3}]}");
+    free(t);
+    fix_free(&x);
+}
+END_TEST
+
+/*
+ * A node from before wire encodings exports none: no wire line, and
+ * the JSON says so with an empty default and no encodings.
+ */
+START_TEST(test_ctl_view_node_without_wire)
+{
+    struct fix x;
+    ck_assert_int_eq(build(&x,
+                           "preduce_info{role=\"node\",job=\"j\",name=\"n\","
+                           "node_id=\"1\"} 1\n"),
+                     0);
+    ck_assert_str_eq(x.v.wire_default, "");
+    ck_assert_uint_eq(x.v.nwires, 0);
+    char *t = printed(&x.v, table_status);
+    ck_assert_ptr_null(strstr(t, "wire"));
+    free(t);
+    t = printed(&x.v, json_status);
+    ck_assert_ptr_nonnull(strstr(t, "\"wire_default\":\"\",\"wire\":{},"));
     free(t);
     fix_free(&x);
 }
@@ -491,6 +528,7 @@ static Suite *ctl_view_suite(void)
     tcase_add_test(tc, test_ctl_view_scheduler);
     tcase_add_test(tc, test_ctl_view_jobs);
     tcase_add_test(tc, test_ctl_view_node);
+    tcase_add_test(tc, test_ctl_view_node_without_wire);
     tcase_add_test(tc, test_ctl_view_not_preduced);
     tcase_add_test(tc, test_ctl_view_hostile_labels);
     tcase_add_test(tc, test_ctl_view_out_of_memory);
