@@ -889,6 +889,71 @@ START_TEST(test_ipc_wire_feedback)
 }
 END_TEST
 
+/*
+ * Trainers' encodings end to end, over two nodes: each trainer's
+ * Reduce.wire goes into its node's READY, the scheduler gives the group
+ * the most precise of them and both nodes run it in that one (node0's
+ * metrics count it), every member ends with the same bits, close to the
+ * mean; an int8 trainer's node keeps its error feedback.
+ */
+START_TEST(test_ipc_wire_group)
+{
+    const size_t n = 4096;
+    struct raw a, r;
+    raw_open(&a, 0, "near");
+    raw_open(&r, 1, "far");
+    float *xa, *xr;
+    uint32_t ta = raw_create(&a, n, &xa);
+    uint32_t tr = raw_create(&r, n, &xr);
+    ck_assert(sched_gauge_is("preduce_sched_workers_live ", 2));
+    /* A first reduce in fp32 sets up the link between the nodes. */
+    raw_reduce(&a, 1, &ta, 1);
+    raw_reduce(&r, 1, &tr, 1);
+    ck_assert_int_eq(raw_done(&a, 1), 0);
+    ck_assert_int_eq(raw_done(&r, 1), 0);
+    ck_assert(gauge_is(node0_metrics_port,
+                       "preduce_node_wire_groups_total{wire=\"fp32\"} ", 1));
+
+    static const struct {
+        uint32_t wa, wr; /* Reduce.wire of each: enum pr_wire + 1 */
+        const char *group;
+        float tol; /* the encoding's loss over two hops, at most */
+    } steps[] = {{3, 3, "int8", 0.2f}, {2, 3, "bf16", 0.05f}};
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+        for (size_t i = 0; i < n; i++) {
+            xa[i] = (float)i * 0.001f;
+            xr[i] = 1.0f - (float)i * 0.002f;
+        }
+        raw_reduce_wire(&a, 2 + k, &ta, 1, steps[k].wa);
+        raw_reduce_wire(&r, 2 + k, &tr, 1, steps[k].wr);
+        ck_assert_int_eq(raw_done(&a, 2 + k), 0);
+        ck_assert_int_eq(raw_done(&r, 2 + k), 0);
+        for (size_t i = 0; i < n; i++) {
+            float mean = 0.5f - (float)i * 0.0005f;
+            ck_assert_msg(xa[i] == xr[i], "%s: float %zu differs: %g, %g",
+                          steps[k].group, i, (double)xa[i], (double)xr[i]);
+            ck_assert_msg(fabsf(xa[i] - mean) <= steps[k].tol,
+                          "%s: float %zu is %g, the mean %g", steps[k].group, i,
+                          (double)xa[i], (double)mean);
+        }
+        char name[96];
+        snprintf(name, sizeof(name),
+                 "preduce_node_wire_groups_total{wire=\"%s\"} ",
+                 steps[k].group);
+        ck_assert(gauge_is(node0_metrics_port, name, 1));
+        snprintf(name, sizeof(name),
+                 "preduce_node_wire_bytes_sent_total{wire=\"%s\"} ",
+                 steps[k].group);
+        ck_assert(h_metric_at(node0_metrics_port, name) > 0);
+        /* The int8 vector of "near" stays, as it reduced in bf16 since. */
+        ck_assert(gauge_is(node0_metrics_port,
+                           "preduce_node_wire_feedback_bytes ", n * 4));
+    }
+    raw_retire(&a);
+    raw_retire(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_ipc");
@@ -912,6 +977,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup_node_metrics, teardown);
     tcase_add_test(tc, test_ipc_disconnect_while_grouped);
     tcase_add_test(tc, test_ipc_wire_feedback);
+    tcase_add_test(tc, test_ipc_wire_group);
     suite_add_tcase(s, tc);
     return s;
 }
