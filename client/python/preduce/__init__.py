@@ -208,10 +208,25 @@ def _connect_text(rc, path):
     return text
 
 
-def _options(job, settings):
-    """libpreduce's connect options for job and settings (None: none, so
-    the environment's apply); raises ValueError naming a bad one."""
-    if job is None and settings is None:
+# The wire encodings a trainer may ask for (transport.wire in
+# preduced.conf(5); the names the library's "wire" option takes).
+WIRES = ("fp32", "bf16", "int8")
+
+
+def _check_wire(wire):
+    """Raises ValueError unless wire is None or one of WIRES."""
+    if wire is not None and wire not in WIRES:
+        raise ValueError(f"wire {wire!r}: one of " +
+                         ", ".join(repr(w) for w in WIRES) +
+                         " (None: $PREDUCE_WIRE, else the node's "
+                         "transport.wire)")
+
+
+def _options(job, settings, wire=None):
+    """libpreduce's connect options for job, settings and wire (None:
+    none, so the environment's apply); raises ValueError naming a bad
+    one."""
+    if job is None and settings is None and wire is None:
         return None
     opts = ctypes.c_void_p()
     if _l().preduce_options_create(ctypes.byref(opts)) < 0:
@@ -220,16 +235,19 @@ def _options(job, settings):
         settings = [f"{k}={v}" for k, v in settings.items()]
     pairs = [] if job is None else [("job", str(job))]
     pairs += [("setting", str(s)) for s in settings or ()]
+    pairs += [] if wire is None else [("wire", wire)]
+    why = {"job": "a job name has 1..63 printable characters, no spaces "
+                  "or quotes",
+           "setting": "a setting is key=value, at most 127 bytes, at "
+                      "most 16 of them",
+           # wire was checked against WIRES: the library is older.
+           "wire": "this libpreduce does not know the wire option; "
+                   "update it (or leave wire=None)"}
     for key, value in pairs:
         rc = _l().preduce_options_set(opts, key.encode(), value.encode())
         if rc < 0:
             _l().preduce_options_destroy(opts)
-            raise ValueError(
-                f"{key} {value!r}: " + ("a job name has 1..63 printable "
-                                        "characters, no spaces or quotes"
-                                        if key == "job" else
-                                        "a setting is key=value, at most "
-                                        "127 bytes, at most 16 of them"))
+            raise ValueError(f"{key} {value!r}: {why[key]}")
     return opts
 
 
@@ -305,7 +323,7 @@ class Client:
     """A connection to the node daemon as one worker."""
 
     def __init__(self, socket_path=None, name=None, timeout_ms=5000, *,
-                 job=None, settings=None):
+                 job=None, settings=None, wire=None):
         """Connects to the node daemon at socket_path as worker `name`.
 
         Either may be None: socket_path is then $PREDUCE_SOCKET or the
@@ -314,9 +332,19 @@ class Client:
         daemon's job); `settings` ({"policy": "allreduce"} or
         ["policy=allreduce"]) are the job's scheduler settings, used when
         this worker starts it ($PREDUCE_POLICY, $PREDUCE_JOB_SETTINGS).
-        Raises PreduceError naming the socket when the daemon cannot be
-        reached, and with the scheduler's reason when it refuses the job
-        or its settings."""
+        `wire` is the encoding this worker asks its reduces' floats to
+        travel in between daemons: "fp32" (exact), "bf16" (half the
+        bytes, rounded to 8 significant bits) or "int8" (a little over a
+        quarter: blocks of 256 floats sharing a scale, what rounding lost
+        carried into the next reduce); None takes $PREDUCE_WIRE, else the
+        node's transport.wire. A group travels in the most precise
+        encoding its members asked for; sums and the arrays stay float32,
+        and every member gets the same result (docs/algorithm.md, 8.9).
+        Raises ValueError for a bad job, setting or wire before
+        connecting; PreduceError naming the socket when the daemon cannot
+        be reached, and with the scheduler's reason when it refuses the
+        job or its settings."""
+        _check_wire(wire)
         if socket_path is None:
             socket_path = os.environ.get("PREDUCE_SOCKET") or SOCKET
         if name is None:
@@ -326,7 +354,7 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
-        opts = _options(job, settings)
+        opts = _options(job, settings, wire)
         try:
             rc = _l().preduce_connect_with(self.socket_path.encode(),
                                            self.name.encode(), opts,
