@@ -65,13 +65,6 @@ struct pr_engine_member {
      */
     int detached;
     /*
-     * The encoding the member's trainer asked for (enum pr_wire, wire.h;
-     * the node's transport.wire unless the trainer chose): the group's
-     * chunks from this daemon go in the most precise of its local
-     * members' encodings.
-     */
-    uint32_t wire;
-    /*
      * int8's error feedback (docs/algorithm.md, "Wire encodings"): what
      * this member's earlier reduces lost to rounding, `total` floats kept
      * by the node per trainer, added to its contribution and replaced by

@@ -252,7 +252,6 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
                                           .nparts = c->nparts,
                                           .in_place = c->in_place,
                                           .detached = !c->conn,
-                                          .wire = c->wire,
                                           .err = c->err};
     }
     struct pr_engine_group spec = {

@@ -262,8 +262,9 @@ static size_t hello_frame(uint8_t *out, size_t cap, Pr__V1__Role role,
  * and `payload` bytes after the header (value 1.5f where they make
  * floats); `hdr_len` bytes of chunk header (PR_CHUNK_HDR_LEN normally).
  */
-static size_t chunk_frame(uint8_t *out, size_t cap, uint64_t gid,
-                          uint32_t nfloats, size_t payload, size_t hdr_len)
+static size_t chunk_frame_enc(uint8_t *out, size_t cap, uint64_t gid,
+                              uint32_t nfloats, uint32_t enc, size_t payload,
+                              size_t hdr_len)
 {
     size_t n = hdr_len + payload;
     ck_assert_uint_le(PR_FRAME_HDR_LEN + n, cap);
@@ -274,7 +275,8 @@ static size_t chunk_frame(uint8_t *out, size_t cap, uint64_t gid,
                              .off = 0,
                              .nfloats = nfloats,
                              .step = 0,
-                             .seg = 0};
+                             .seg = 0,
+                             .enc = enc};
     pr_chunk_hdr_encode(hdr, &h);
     memcpy(out + PR_FRAME_HDR_LEN, hdr,
            hdr_len < sizeof(hdr) ? hdr_len : sizeof(hdr));
@@ -283,6 +285,13 @@ static size_t chunk_frame(uint8_t *out, size_t cap, uint64_t gid,
     for (size_t i = 0; i < payload; i++)
         p[i] = ((const uint8_t *)&v)[i % sizeof(v)];
     return PR_FRAME_HDR_LEN + n;
+}
+
+/* An fp32 chunk's frame. */
+static size_t chunk_frame(uint8_t *out, size_t cap, uint64_t gid,
+                          uint32_t nfloats, size_t payload, size_t hdr_len)
+{
+    return chunk_frame_enc(out, cap, gid, nfloats, 0, payload, hdr_len);
 }
 
 /*
@@ -464,7 +473,7 @@ END_TEST
  * Data frames on a link that is up, with bad chunk lengths: shorter than a
  * chunk header; a header whose float count disagrees with the payload
  * (also by a count that would wrap a 32-bit size); a payload that is not
- * whole floats.
+ * whole floats; a bf16 chunk of fp32's size; an encoding that is none.
  */
 START_TEST(test_peer_bad_chunk_closes)
 {
@@ -483,22 +492,36 @@ START_TEST(test_peer_bad_chunk_closes)
     case 1:
         n = chunk_frame(b, sizeof(b), 1, 3, 16, PR_CHUNK_HDR_LEN);
         snprintf(s, sizeof(s),
-                 "peer node %u: chunk says 3 floats but carries 16 bytes: "
-                 "closing",
+                 "peer node %u: chunk says 3 floats in fp32 but carries 16 "
+                 "bytes: closing",
                  PHANTOM_ID);
         break;
     case 2:
         n = chunk_frame(b, sizeof(b), 1, 0x40000001u, 4, PR_CHUNK_HDR_LEN);
         snprintf(s, sizeof(s),
-                 "peer node %u: chunk says 1073741825 floats but carries 4 "
+                 "peer node %u: chunk says 1073741825 floats in fp32 but "
+                 "carries 4 bytes: closing",
+                 PHANTOM_ID);
+        break;
+    case 3:
+        n = chunk_frame(b, sizeof(b), 1, 3, 13, PR_CHUNK_HDR_LEN);
+        snprintf(s, sizeof(s),
+                 "peer node %u: chunk says 3 floats in fp32 but carries 13 "
+                 "bytes: closing",
+                 PHANTOM_ID);
+        break;
+    case 4:
+        /* bf16's 6 bytes, sent as fp32's 12. */
+        n = chunk_frame_enc(b, sizeof(b), 1, 3, 1, 12, PR_CHUNK_HDR_LEN);
+        snprintf(s, sizeof(s),
+                 "peer node %u: chunk says 3 floats in bf16 but carries 12 "
                  "bytes: closing",
                  PHANTOM_ID);
         break;
     default:
-        n = chunk_frame(b, sizeof(b), 1, 3, 13, PR_CHUNK_HDR_LEN);
+        n = chunk_frame_enc(b, sizeof(b), 1, 3, 7, 12, PR_CHUNK_HDR_LEN);
         snprintf(s, sizeof(s),
-                 "peer node %u: chunk says 3 floats but carries 13 bytes: "
-                 "closing",
+                 "peer node %u: chunk in encoding 7, which is none: closing",
                  PHANTOM_ID);
         break;
     }
@@ -660,7 +683,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_peer_stranger_expires);
     tcase_add_loop_test(tc, test_peer_not_a_peer, 0, 3);
     tcase_add_test(tc, test_peer_second_connection_replaces);
-    tcase_add_loop_test(tc, test_peer_bad_chunk_closes, 0, 4);
+    tcase_add_loop_test(tc, test_peer_bad_chunk_closes, 0, 6);
     tcase_add_test(tc, test_peer_unaligned_chunks_taken);
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("fake_node");
