@@ -226,10 +226,11 @@ int pr_engine_post_from(struct group *g, uint32_t step, uint32_t seg,
         .enc = g->enc,
     };
     const void *data = src ? (const void *)src : g->scratch + off;
-    if (src)
+    /* Encoded, what goes out is the wire buffer's, not the member's. */
+    if (g->enc != PR_WIRE_FP32)
+        data = pr_engine_wire_out(g, step, seg, off, n, src);
+    else if (src)
         g->reads_member = 1;
-    else if (g->enc != PR_WIRE_FP32)
-        data = pr_engine_wire_out(g, step, seg, off, n);
     int rc = l->ops->send(l, &h, data, send_done_cb, g);
     if (rc == 0) {
         g->sends_posted++;

@@ -283,8 +283,9 @@ void pr_engine_shadow_settle(struct group *g, int status);
 /*
  * engine_wire.c: a group's wire buffer (and error-feedback vector) at
  * start (0 or -ENOMEM) and freed; where chunk bytes of a step lie in it;
- * the bytes to post for floats [off, off + n) of a step, encoded from the
- * scratch vector where this daemon encodes them (the reduce-scatter, and
+ * the bytes to post for floats [off, off + n) of a step, encoded from src
+ * (a lone member's memory) or the scratch vector where this daemon
+ * encodes them (the reduce-scatter, and
  * the segment it completed, whose floats then become what every daemon
  * decodes); a received chunk's payload decoded into its place in the
  * scratch vector (and kept where the all-gather forwards it from); whether
@@ -296,7 +297,7 @@ void pr_engine_wire_free(struct group *g);
 uint8_t *pr_engine_wire_at(const struct group *g, uint32_t step, uint32_t seg,
                            size_t off);
 const void *pr_engine_wire_out(struct group *g, uint32_t step, uint32_t seg,
-                               size_t off, size_t n);
+                               size_t off, size_t n, const float *src);
 void pr_engine_wire_in(struct group *g, const struct pr_chunk_hdr *h,
                        const void *data);
 int pr_engine_wire_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,

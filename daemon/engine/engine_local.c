@@ -321,12 +321,14 @@ void pr_engine_absorb(struct group *g, const struct pr_chunk_hdr *h,
 
 /*
  * The floats [at, ...) of the only local member's memory, when that memory
- * can go to the wire as it is (one member, counted unscaled), and how many
- * follow in the same part; NULL otherwise.
+ * can go to the wire as it is (one member, counted unscaled; a bf16 group
+ * encodes from it, not int8, whose chunks are whole blocks where a direct
+ * one ends with its tensor), and how many follow in the same part; NULL
+ * otherwise.
  */
 const float *pr_engine_direct_src(const struct group *g, size_t at, size_t *n)
 {
-    if (!g->e->direct || g->nlocal != 1 || g->enc != PR_WIRE_FP32 ||
+    if (!g->e->direct || g->nlocal != 1 || g->enc == PR_WIRE_INT8 ||
         (g->mean_scale == 0 && g->local[0].weight != 1.0))
         return NULL;
     const struct pr_engine_member *mb = &g->local[0];

@@ -98,6 +98,7 @@ struct wire_op {
     size_t off, n;
     uint8_t *bytes; /* the chunk's, from its first float */
     const uint8_t *in;
+    const float *from; /* encode: the floats, if not the scratch vector's */
     int encode;
     int settle; /* encode: the floats become what the bytes decode to */
 };
@@ -131,7 +132,7 @@ static void wire_slice(void *arg, size_t lo, size_t hi)
         return;
     }
     float *lost = g->lost ? g->lost + op->off + lo : NULL;
-    pr_wire_encode(w, op->bytes + at, x, n, lost);
+    pr_wire_encode(w, op->bytes + at, op->from ? op->from + lo : x, n, lost);
     if (!op->settle)
         return;
     pr_wire_decode(w, x, op->bytes + at, n);
@@ -152,7 +153,7 @@ static void wire_run(struct wire_op *op)
 }
 
 const void *pr_engine_wire_out(struct group *g, uint32_t step, uint32_t seg,
-                               size_t off, size_t n)
+                               size_t off, size_t n, const float *src)
 {
     uint8_t *at = pr_engine_wire_at(g, step, seg, off);
     /* The all-gather forwards what it received (pr_engine_wire_in). */
@@ -162,6 +163,7 @@ const void *pr_engine_wire_out(struct group *g, uint32_t step, uint32_t seg,
                          .off = off,
                          .n = n,
                          .bytes = at,
+                         .from = src,
                          .encode = 1,
                          .settle = step == g->m - 1};
     wire_run(&op);
