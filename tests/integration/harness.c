@@ -634,7 +634,7 @@ static int check(preduce_tensor_t **t, int nparts, const preduce_result_t *r,
      * bound grows by that factor, or a correct daemon would fail a few
      * elements in a thousand runs (seen: 1.05e-6 with k = 6).
      */
-    double tol = 1e-6;
+    double tol = o->tol > 0 ? o->tol : 1e-6;
     if (personal && k > 1 && w[self] < 1.0)
         tol *= 1.0 + (double)(k - 1) / ((double)k * (1.0 - w[self]));
     size_t off = 0;
@@ -778,6 +778,9 @@ static int trainer_open(struct trainer *tr)
 {
     const struct h_trainer_opts *o = tr->o;
     int rc;
+    /* A child of its own: the environment is the trainer's. */
+    if (o->wire)
+        setenv("PREDUCE_WIRE", o->wire, 1);
     if (o->job) {
         preduce_options_t *opts;
         if ((rc = preduce_options_create(&opts)) == 0) {

@@ -114,7 +114,14 @@ struct h_trainer_opts {
     int tolerate_errors; /* reduces that may fail (peer loss tests) */
     double run_s;        /* if > 0: run for this long instead of `steps` */
     int no_check;        /* benchmarks: skip the reference check */
-    int in_place;        /* preduce_set_in_place(c, 1) */
+    /*
+     * The trainer's wire encoding (PREDUCE_WIRE; NULL: the node's), and
+     * the relative error its results may have against the reference (0:
+     * 1e-6, float32's sums; bf16 and int8 lose more on each hop).
+     */
+    const char *wire;
+    double tol;
+    int in_place; /* preduce_set_in_place(c, 1) */
     /*
      * Benchmarks: steps before the figures start (first touch of the
      * tensors, memory registration); then the trainer creates

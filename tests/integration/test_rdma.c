@@ -50,6 +50,10 @@ static void stop_and_check_rdma(struct h_cluster *c, int in_place)
     ck_assert_int_eq(h_cluster_stop(c), 0);
 }
 
+/* The trainers' wire encoding and tolerance (harness.h); the wire test's. */
+static const char *wire;
+static double wire_tol;
+
 /* ntrain trainers over the NNODES daemons, every result checked. */
 static void run_n(const char *const *sched_sets, size_t n, int steps,
                   int ntrain, int in_place)
@@ -69,7 +73,9 @@ static void run_n(const char *const *sched_sets, size_t n, int steps,
                                    .uniform = 1,
                                    .in_place = in_place,
                                    .join_k = in_place ? NNODES : 0,
-                                   .timeout_ms = 120000};
+                                   .timeout_ms = 120000,
+                                   .wire = wire,
+                                   .tol = wire_tol};
         pids[i] = h_trainer_spawn(&c, &o);
     }
     int failed = 0;
@@ -125,6 +131,20 @@ START_TEST(test_rdma_in_place)
 {
     /* constant P = 3: every group spans the 3 daemons from the start. */
     run_n(constant, 4194304, 20, NNODES, 1);
+}
+END_TEST
+
+/*
+ * bf16 and int8 chunks over RDMA (int8's pieces whole blocks of their
+ * chunk): every result within the encoding's loss (test_reduce.c's
+ * test_reduce_wire), data over RDMA only.
+ */
+START_TEST(test_rdma_wire)
+{
+    wire = _i ? "int8" : "bf16";
+    wire_tol = _i ? 0.03 : 0.01;
+    /* Small and short: the guest's whole run is bounded (check.sh). */
+    run(allreduce, 100003, 6);
 }
 END_TEST
 
@@ -213,6 +233,7 @@ int main(void)
         tcase_add_loop_test(tc, test_rdma_allreduce, 0, 3);
         tcase_add_loop_test(tc, test_rdma_constant, 0, 3);
         tcase_add_test(tc, test_rdma_in_place);
+        tcase_add_loop_test(tc, test_rdma_wire, 0, 2);
         suite_add_tcase(s, tc);
         /* A case of its own: CK_RUN_CASE=rdma_fault runs it alone. */
         TCase *fault = tcase_create("rdma_fault");

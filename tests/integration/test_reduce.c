@@ -25,6 +25,13 @@ static const char *const chunk256_sets[] = {"transport.chunk_kb=256", NULL};
 static const char *const streams_sets[] = {"transport.chunk_kb=256",
                                            "transport.streams=3", NULL};
 
+/*
+ * The trainers' wire encoding (NULL: the nodes' fp32) and the relative
+ * error their results may have (harness.h); set by the wire test.
+ */
+static const char *wire;
+static double wire_tol;
+
 static void run_trainers_on(const char *const *sched_sets,
                             const char *const *node_sets, size_t n, int nparts,
                             int steps, int per_node, int in_place)
@@ -43,7 +50,9 @@ static void run_trainers_on(const char *const *sched_sets,
                                    .steps = steps,
                                    .uniform = 1,
                                    .in_place = in_place,
-                                   .join_k = in_place ? 3 : 0};
+                                   .join_k = in_place ? 3 : 0,
+                                   .wire = wire,
+                                   .tol = wire_tol};
         pids[i] = h_trainer_spawn(&c, &o);
     }
     int failed = h_wait_trainers(pids, names, nt, 120000);
@@ -168,6 +177,21 @@ START_TEST(test_reduce_streams_in_place)
 }
 END_TEST
 
+/*
+ * Trainers asking for bf16 or int8 (PREDUCE_WIRE): 3 daemons x 2
+ * trainers, allreduce, in 3 parts, every result within what 3 hops of
+ * the encoding lose of the reference, for inputs in [1, 2): bf16 2^-9 of
+ * each partial sum a hop, int8 1/254 of its block's largest (at most
+ * twice the float's own), with room.
+ */
+START_TEST(test_reduce_wire)
+{
+    wire = _i ? "int8" : "bf16";
+    wire_tol = _i ? 0.03 : 0.01;
+    run_trainers(allreduce_sets, 1000003, 3, 10, 2, 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_reduce");
@@ -182,6 +206,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reduce_in_place_multi_tensor);
     tcase_add_test(tc, test_reduce_streams);
     tcase_add_test(tc, test_reduce_streams_in_place);
+    tcase_add_loop_test(tc, test_reduce_wire, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
