@@ -66,6 +66,9 @@ int pr_engine_write_back_fits(const struct group *g)
 {
     uint64_t bytes =
         (uint64_t)pr_engine_write_back_floats(g) * sizeof(float) * g->nlocal;
+    /* int8's feedback pass first: lost read, each member's err written. */
+    if (g->lost)
+        bytes += (uint64_t)g->total * sizeof(float) * (1 + g->nlocal);
     return uv_hrtime() + bytes * 1000 / COPY_BYTES_PER_US <= g->deadline_ns;
 }
 

@@ -26,6 +26,7 @@
 #include "daemon/engine/engine_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,8 +67,12 @@ int pr_engine_wire_setup(struct group *g)
     int ef = 0;
     for (size_t i = 0; i < g->nlocal; i++)
         ef |= feeds_back(g, i);
+    /*
+     * Zeroed: every float is encoded once when the group succeeds, but a
+     * peer that breaks the ring's order could have it succeed first.
+     */
     if (g->enc == PR_WIRE_INT8 && ef) {
-        g->lost = malloc(g->total * sizeof(float));
+        g->lost = calloc(g->total, sizeof(float));
         if (!g->lost)
             return -ENOMEM;
     }
@@ -200,17 +205,34 @@ int pr_engine_wire_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
     return 1;
 }
 
-/* Floats [lo, hi) of the members' err vectors: their shares of lost. */
+/*
+ * Whether member i gets a share of what was lost: it fed back, and its
+ * trainer is still there (a detached one's vector goes with it).
+ */
+static int takes_share(const struct group *g, size_t i)
+{
+    return feeds_back(g, i) && !g->local[i].detached;
+}
+
+/*
+ * Floats [lo, hi) of the members' err vectors: their shares of lost, but
+ * none that is not finite (the mean's loss times k may overflow), which
+ * would come back in every reduce after.
+ */
 static void feedback_slice(void *arg, size_t lo, size_t hi)
 {
     struct group *g = arg;
     size_t k = 0;
     for (size_t i = 0; i < g->nlocal; i++)
-        k += feeds_back(g, i) != 0;
-    for (size_t i = 0; i < g->nlocal; i++)
-        if (feeds_back(g, i))
-            pr_reduce_scale(g->local[i].err + lo, g->lost + lo, 1.0f / (float)k,
-                            hi - lo);
+        k += takes_share(g, i) != 0;
+    for (size_t i = 0; i < g->nlocal; i++) {
+        if (!takes_share(g, i))
+            continue;
+        float *err = g->local[i].err;
+        pr_reduce_scale(err + lo, g->lost + lo, 1.0f / (float)k, hi - lo);
+        for (size_t j = lo; j < hi; j++)
+            err[j] = isfinite(err[j]) ? err[j] : 0;
+    }
 }
 
 void pr_engine_wire_feedback(struct group *g)

@@ -142,6 +142,13 @@ static void int8_block(uint8_t *restrict dst, const float *src, size_t n,
         dst[i] = (uint8_t)(sb >> (8 * i));
     if (mb >= 0x7f800000u) {
         memset(q, 0, n); /* x * 0 would be NaN, no integer */
+        /*
+         * Nothing to carry to the next reduce: a NaN kept for feedback
+         * would come back in every reduce after, never to clear.
+         */
+        if (lost)
+            memset(lost, 0, n * sizeof(float));
+        return;
     } else {
         for (size_t i = 0; i < n; i++) {
             float t = (src[i] * pre * inv + ROUND_MAGIC) - ROUND_MAGIC;

@@ -43,7 +43,10 @@ size_t pr_wire_bytes(enum pr_wire w, size_t n);
 /*
  * n floats of src into dst (pr_wire_bytes(w, n) bytes). lost, when not
  * NULL, gets what the encoding lost: lost[i] = src[i] - decoded[i] (0 for
- * fp32; NaN where src[i] is not finite under int8). lost may be src.
+ * fp32; NaN where src[i] is not finite under bf16; 0 in all of an int8
+ * block that holds a NaN or an infinity, which has nothing to carry to
+ * the next reduce: error feedback would keep a NaN for ever). lost may be
+ * src.
  */
 void pr_wire_encode(enum pr_wire w, void *restrict dst, const float *src,
                     size_t n, float *lost);

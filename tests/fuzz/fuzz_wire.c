@@ -19,7 +19,8 @@
  *    int8 sends max|x| / 127 as each block's scale s and y within
  *    s / 2 (and a few float ulps of 127 s) of x, its largest magnitude
  *    within a ulp when s is a normal float; a block holding a NaN or an
- *    infinity is NaN throughout. lost is x - y: bit for bit the float
+ *    infinity is NaN throughout, its lost 0. Else lost is x - y: bit for
+ *    bit the float
  *    subtraction, and exact (as the difference in double) where y is
  *    within [x / 2, 2 x] or 0: always for bf16; for int8 but where an x
  *    just under half a step rounds up to one.
@@ -208,8 +209,12 @@ static void check_encode(enum pr_wire w, const uint8_t *data, size_t len)
         if (w == PR_WIRE_BF16)
             check_bf16(i, x[i], y[i]);
         float d = x[i] - y[i];
-        if (w != PR_WIRE_FP32 && bits(lost[i]) != bits(d) &&
-            !(isnan(lost[i]) && isnan(d)))
+        /* An int8 block that is not finite (y NaN) carries nothing on. */
+        if (w == PR_WIRE_INT8 && isnan(y[i]) && bits(lost[i]) != 0)
+            breach("lost is not 0 in a block that is not finite", i, x[i],
+                   lost[i]);
+        else if (w != PR_WIRE_FP32 && !(w == PR_WIRE_INT8 && isnan(y[i])) &&
+                 bits(lost[i]) != bits(d) && !(isnan(lost[i]) && isnan(d)))
             breach("lost is not x - y", i, x[i], lost[i]);
         /* Exact where y is within [x / 2, 2 x] (Sterbenz) or 0. */
         if (w != PR_WIRE_FP32 && isfinite(lost[i]) &&

@@ -320,6 +320,94 @@ START_TEST(test_engine_wire_feedback_cancels_bias)
 }
 END_TEST
 
+/*
+ * An infinity in one reduce poisons that reduce's block (every replica's
+ * NaN there, as float32's sum would be inf), but not the err vectors:
+ * the reduces after it, of finite inputs, come out finite everywhere.
+ */
+START_TEST(test_engine_wire_feedback_recovers_from_inf)
+{
+    struct net *net = net_new(2, 512);
+    static const size_t nlocal[MAXN] = {1, 1};
+    float *err[2];
+    for (int p = 0; p < 2; p++)
+        ck_assert_ptr_nonnull(err[p] = calloc(2000, sizeof(float)));
+    for (int t = 0; t < 4; t++) {
+        struct tgroup *tg =
+            tg_new(1 + (uint64_t)t, 2000, 2, rings[2], nlocal, 0, 5 + t);
+        tg->wire = PR_WIRE_INT8;
+        for (int p = 0; p < 2; p++)
+            tg->spec[p][0].err = err[p];
+        if (t == 0) /* one float of node 0's member */
+            tg->mb[0][0].part[0][0] = tg->mb[0][0].input[0] = INFINITY;
+        tg_start_all(net, tg);
+        run_until(net, tg_all_done, tg);
+        tg_check_done(tg, 0);
+        float res[2000];
+        tg_result(&tg->mb[1][0], res);
+        size_t bad = 0;
+        for (size_t j = 0; j < 2000; j++)
+            bad += !isfinite(res[j]);
+        if (t == 0)
+            ck_assert_uint_gt(bad, 0);
+        else
+            ck_assert_msg(bad == 0, "reduce %d: %zu floats not finite", t, bad);
+        for (int p = 0; p < 2; p++)
+            for (size_t j = 0; j < 2000; j++)
+                ck_assert_msg(isfinite(err[p][j]), "reduce %d: err[%d][%zu]", t,
+                              p, j);
+        tg_free(tg);
+    }
+    free(err[0]);
+    free(err[1]);
+    net_free(net);
+}
+END_TEST
+
+/*
+ * An int8 chunk must start on a block of its segment and hold whole
+ * blocks but at the segment's end: one that does not fails the group.
+ * Ring of 2, 1000 floats: node 1 takes segment 0, [0, 500), at step 0.
+ */
+START_TEST(test_engine_wire_int8_blocks_enforced)
+{
+    static const struct {
+        uint64_t off;
+        uint32_t n;
+        int ok;
+    } c[] = {
+        {100, 256, 0}, /* not on a block */
+        {0, 300, 0},   /* a partial block before the segment's end */
+        {256, 244, 1}, /* the segment's last, partial block */
+        {0, 256, 1},
+    };
+    struct net *net = net_new(2, 512);
+    static const size_t nlocal[MAXN] = {1, 1};
+    struct tgroup *tg = tg_new(3, 1000, 2, rings[2], nlocal, 0, 17);
+    tg->wire = PR_WIRE_INT8;
+    net->links[1][0].drop = 1; /* node 1's own sends go nowhere */
+    ck_assert_int_eq(tg_start_timeout(net, tg, 1, 2000), 0);
+    run_quiet(net);
+    static uint8_t payload[512];
+    struct pr_chunk_hdr h = {3, 1000, c[_i].off, c[_i].n, 0, 0, PR_WIRE_INT8};
+    pr_engine_on_chunk(E(net, tg_node(tg, 1)), tg->ring[0], &h, payload);
+    run_turns(net);
+    ck_assert_int_eq(tg->done[1].calls, c[_i].ok ? 0 : 1);
+    if (!c[_i].ok) {
+        ck_assert_int_eq(tg->done[1].status, -EPROTO);
+        tg_check_unchanged(tg, 1);
+    }
+    /* A chunk it took: the group runs on; ended here. */
+    ck_assert_int_eq(pr_engine_abort(E(net, tg_node(tg, 1)), 3, -ECANCELED),
+                     c[_i].ok ? 0 : -ENOENT);
+    run_turns(net);
+    ck_assert_int_eq(tg->done[1].calls, 1);
+    run_quiet(net);
+    tg_free(tg);
+    net_free(net);
+}
+END_TEST
+
 static Suite *engine_wire_suite(void)
 {
     Suite *s = suite_create("engine_wire");
@@ -335,11 +423,13 @@ static Suite *engine_wire_suite(void)
     tcase_add_loop_test(tc, test_engine_wire_mismatch_fails, 0, 2);
     tcase_add_test(tc, test_engine_wire_unknown_refused);
     tcase_add_loop_test(tc, test_engine_wire_failure_restores, 0, 2);
+    tcase_add_loop_test(tc, test_engine_wire_int8_blocks_enforced, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("feedback");
     tcase_set_timeout(tc, 30);
     tcase_add_loop_test(tc, test_engine_wire_feedback_cancels_bias, 0, 3);
+    tcase_add_test(tc, test_engine_wire_feedback_recovers_from_inf);
     suite_add_tcase(s, tc);
     return s;
 }
