@@ -629,10 +629,14 @@ void pr_node_destroy(struct pr_node *n)
     if (n->engine) {
         struct pr_engine_stats es;
         pr_engine_stats(n->engine, &es);
-        pr_info("groups: %llu ok (%llu in place), %llu failed",
+        pr_info("groups: %llu ok (%llu in place), %llu failed; over the "
+                "wire in fp32 %llu, bf16 %llu, int8 %llu",
                 (unsigned long long)es.groups_ok,
                 (unsigned long long)es.groups_in_place,
-                (unsigned long long)es.groups_failed);
+                (unsigned long long)es.groups_failed,
+                (unsigned long long)es.wire_groups[PR_WIRE_FP32],
+                (unsigned long long)es.wire_groups[PR_WIRE_BF16],
+                (unsigned long long)es.wire_groups[PR_WIRE_INT8]);
     }
     /* Groups still running fail, so their trainers still get an answer. */
     pr_engine_destroy(n->engine);

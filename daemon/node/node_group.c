@@ -296,6 +296,13 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
         group_match_local(n, gm, g, &why, &status);
     if (!why && g->nlocal == 0)
         why = "no member of the group is on this node";
+    /*
+     * The scheduler gives the most precise encoding its members asked
+     * for: one less precise than a trainer here asked for is its error.
+     */
+    for (size_t i = 0; !why && i < g->nlocal; i++)
+        if (gm->wire > g->local[i].trainer->wire)
+            why = "malformed group (less precise than a member asked for)";
     if (why) {
         group_refuse(n, gm->id, g->local, g->nlocal, status, why);
         group_free(g);

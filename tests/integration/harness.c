@@ -1174,6 +1174,19 @@ int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
     return 0;
 }
 
+int h_node_wire_groups(const struct h_cluster *c, int i,
+                       unsigned long long groups[3])
+{
+    char l[2048];
+    const char *w;
+    if (node_log_last(c, i, "groups: ", l, sizeof(l)) < 0 ||
+        !(w = strstr(l, "over the wire in ")) ||
+        sscanf(w, "over the wire in fp32 %llu, bf16 %llu, int8 %llu",
+               &groups[0], &groups[1], &groups[2]) != 3)
+        return -ENOENT;
+    return 0;
+}
+
 #define ANSWER_MAX (1u << 20)
 
 /* GET /metrics on 127.0.0.1:port; the body (heap) or NULL. */

@@ -212,6 +212,12 @@ int h_node_rdma_counts(const struct h_cluster *c, int i,
  */
 int h_node_groups(const struct h_cluster *c, int i, unsigned long long *ok,
                   unsigned long long *in_place);
+/*
+ * Groups over the wire in fp32, bf16 and int8 (enum pr_wire's order),
+ * from the same line of a stopped node's log: 0, or -ENOENT.
+ */
+int h_node_wire_groups(const struct h_cluster *c, int i,
+                       unsigned long long groups[3]);
 /* Stops node i alone (SIGTERM); 0 when it exited 0. */
 int h_node_stop(struct h_cluster *c, int i);
 

@@ -24,6 +24,9 @@
 #define NTRAIN 6
 
 static const char *const rdma_sets[] = {"transport.type=rdma", NULL};
+/* The trainers' wire encoding and tolerance (harness.h); the wire test's. */
+static const char *wire;
+static double wire_tol;
 
 /*
  * Stops every node, checks its data went by RDMA only (and that in_place
@@ -46,13 +49,15 @@ static void stop_and_check_rdma(struct h_cluster *c, int in_place)
                tcp);
         ck_assert_uint_eq(tcp, 0);
         ck_assert_uint_gt(rdma, 0);
+        /* Every group over the wire went in the trainers' encoding. */
+        unsigned long long wg[3];
+        int enc = wire ? (wire[0] == 'b' ? 1 : 2) : 0;
+        ck_assert_int_eq(h_node_wire_groups(c, i, wg), 0);
+        ck_assert_uint_gt(wg[enc], 0);
+        ck_assert_uint_eq(wg[0] + wg[1] + wg[2], wg[enc]);
     }
     ck_assert_int_eq(h_cluster_stop(c), 0);
 }
-
-/* The trainers' wire encoding and tolerance (harness.h); the wire test's. */
-static const char *wire;
-static double wire_tol;
 
 /* ntrain trainers over the NNODES daemons, every result checked. */
 static void run_n(const char *const *sched_sets, size_t n, int steps,

@@ -90,6 +90,12 @@ static void run_trainers_on(const char *const *sched_sets,
             ck_assert_uint_ge(inp, (unsigned long long)steps);
         else
             ck_assert_uint_eq(inp, 0);
+        /* Every group over the wire went in the trainers' encoding. */
+        unsigned long long wg[3];
+        int enc = wire ? (wire[0] == 'b' ? 1 : 2) : 0;
+        ck_assert_int_eq(h_node_wire_groups(&c, i, wg), 0);
+        ck_assert_uint_ge(wg[enc], (unsigned long long)steps);
+        ck_assert_uint_eq(wg[0] + wg[1] + wg[2], wg[enc]);
     }
     ck_assert_int_eq(h_cluster_stop(&c), 0);
 }
