@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "daemon/engine/wire.h"
+#include "tests/wire_bits.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,26 +45,6 @@ static void breach(const char *what, size_t i, float x, float y)
     fprintf(stderr, "fuzz_wire: float %zu (%a -> %a): %s\n", i, (double)x,
             (double)y, what);
     abort();
-}
-
-static uint32_t bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
-
-static float flt(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof(x));
-    return x;
-}
-
-static float le_float(const uint8_t *p)
-{
-    return flt((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-               (uint32_t)p[3] << 24);
 }
 
 /* The most floats whose encoding in w fits in len bytes. */

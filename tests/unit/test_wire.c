@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "daemon/engine/wire.h"
+#include "tests/wire_bits.h"
 #include "tests/check_run.h"
 
 #define CANARY_BYTE 0xa5
@@ -48,20 +49,6 @@ static float rng_float(int lo, int hi)
     return (float)(rng_next() & 1 ? -ldexp(m, e) : ldexp(m, e));
 }
 
-static uint32_t bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
-
-static float flt(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof(x));
-    return x;
-}
-
 /* Floats between a and b of the same sign: 0 when equal. */
 static uint32_t ulps(float a, float b)
 {
@@ -70,12 +57,6 @@ static uint32_t ulps(float a, float b)
 }
 
 /* A little-endian float32 at p. */
-static float le_float(const uint8_t *p)
-{
-    return flt((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-               (uint32_t)p[3] << 24);
-}
-
 /*
  * bf16 of a finite float by the definition: of the two bf16 values around
  * |x| (x with its low half cleared, and the next one up, 2^128 standing
