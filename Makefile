@@ -483,6 +483,34 @@ bench-torch: $(BINS) $(LIB_SO)
 		$(PYTHON) tests/bench/torch/bench_torch.py --workload $$w \
 			--out $(BUILD)/bench-torch; done
 
+# The wire encodings (transport.wire) in the transformer's job: dynamic
+# with fp32 (the anchor), bf16 and int8, the two node daemons on two hosts
+# (network namespaces, tests/python/netns.py) whose links are capped at
+# BENCH_TORCH_WIRE_MBIT (20) Mbit/s each way. There a consensus step's
+# fp32 average (model, AdamW's moments, gradients: 255k floats, 1 MB)
+# takes 400 ms against 100-250 ms of compute. The homogeneous profile, 3
+# repeats of 180 s: about 30 minutes; root (skipped, saying so,
+# otherwise). build/bench-torch-wire/transformer/ gets the table. The
+# allreduce policy averages gradients alone, 255 kB a step: measure it at
+# 10 Mbit/s (BENCH_TORCH_WIRE_CONFIGS="allreduce fp32,allreduce
+# bf16,allreduce int8" BENCH_TORCH_WIRE_ANCHOR="allreduce fp32"
+# BENCH_TORCH_WIRE_MBIT=10).
+BENCH_TORCH_WIRE_MBIT ?= 20
+BENCH_TORCH_WIRE_CONFIGS ?= dynamic fp32,dynamic bf16,dynamic int8
+BENCH_TORCH_WIRE_ANCHOR ?= dynamic fp32
+.PHONY: bench-torch-wire
+bench-torch-wire: $(BINS) $(LIB_SO)
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "bench-torch-wire: SKIPPED: network namespaces and tc" \
+			"need root"; exit 0; fi; \
+	set -e; tests/bench/peers/setup.sh python3-torch python3-matplotlib; \
+	$(TEST_ENV) PREDUCE_LIB=$(abspath $(LIB_SO)) timeout -k 60 3000 \
+		$(PYTHON) tests/bench/torch/bench_torch.py --workload transformer \
+		--configs "$(BENCH_TORCH_WIRE_CONFIGS)" \
+		--anchor "$(BENCH_TORCH_WIRE_ANCHOR)" \
+		--cap-mbit $(BENCH_TORCH_WIRE_MBIT) --profiles homogeneous \
+		--seconds 180 --repeats 3 --out $(BUILD)/bench-torch-wire
+
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
 # and files feed the daemon. Each target runs FUZZ_SECONDS (default 60), or
 # FUZZ_BUDGET over the number of targets when that is less (at least 1 s),

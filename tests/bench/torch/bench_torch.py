@@ -29,7 +29,9 @@ The anchor is DDP unless --anchor names another configuration. With
 --cap-mbit R the preduce configurations run on two hosts whose links are
 capped at R Mbit/s each way (tests/python/netns.py: network namespaces,
 tbf; the scheduler beside node 0; the trainers connect through the
-nodes' sockets); DDP runs stay on loopback, uncapped.
+nodes' sockets); DDP runs stay on loopback, uncapped. The wire encodings
+(transport.wire fp32, bf16, int8) are measured there against fp32
+(`make bench-torch-wire`).
 
     bench_torch.py [--workload transformer|mlp] [--repeats 3]
                    [--seconds S] [--target T] [--quick] [--configs A,B]
@@ -66,6 +68,13 @@ def pr(*options):
 DYNAMIC = ("scheduler.policy=dynamic",)
 ALLREDUCE = ("scheduler.policy=allreduce", f"scheduler.min_workers={WORLD}")
 STALENESS = ("scheduler.weighting=staleness",)
+
+
+def wire(name):
+    """The node settings of wire encoding `name` (preduced.conf(5))."""
+    return (f"transport.wire={name}",)
+
+
 # The configurations `make bench-torch` runs unless --configs names others.
 DEFAULT_CONFIGS = {
     "transformer": ["ddp", "allreduce", "dynamic", "dynamic staleness",
@@ -99,6 +108,12 @@ WORKLOADS = {
              pr("average='model'", "state=True")),
             ("dynamic model+overlap", "preduce", DYNAMIC,
              pr("overlap=True")),
+            # The wire encodings, against fp32 over a capped link
+            # (--cap-mbit, --anchor "dynamic fp32").
+            *((f"{policy} {enc}", "preduce", sets, (), wire(enc))
+              for policy, sets in (("dynamic", DYNAMIC),
+                                   ("allreduce", ALLREDUCE))
+              for enc in ("fp32", "bf16", "int8")),
         ],
         "profiles": [
             ("straggler", ("--slow", "3:3", "--slow", "2:1.5",
