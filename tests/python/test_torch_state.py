@@ -290,3 +290,47 @@ def test_default_under_dynamic_is_a_consensus_step(cluster):
                                opts[1].state[p1][name])
     for cl in clients:
         cl.close()
+
+
+def test_int8_wire_keeps_second_moments_local(cluster):
+    """Over an int8 wire the second moments are not taken from the
+    average: int8 rounds a block's small ones to 0 and its error feedback
+    can turn them negative (NaN in AdamW's square root). Each worker keeps
+    the exp_avg_sq its own step made; the model and exp_avg are averaged
+    (within int8's loss)."""
+    c = cluster(2)
+    clients = [preduce.Client(c.sock[i], f"w{i}", wire="int8")
+               for i in range(2)]
+    nets = [small_net(seed=5) for _ in range(2)]
+    opts = [adamw(n) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
+                                       average="model")
+           for n, o, cl in zip(nets, opts, clients)]
+    lone = [small_net(seed=5) for _ in range(2)]
+    lone_opts = [adamw(n) for n in lone]
+    xs = [torch.randn(8, 4) * (1 + 3 * i) for i in range(2)]
+    for net, opt, x in zip(lone, lone_opts, xs):
+        loss(net, x).backward()
+        opt.step()
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    differ = False
+    for k, (p0, p1) in enumerate(zip(nets[0].parameters(),
+                                     nets[1].parameters())):
+        q = [list(n.parameters())[k] for n in lone]
+        assert torch.equal(p0, p1)
+        assert torch.allclose(p0, (q[0] + q[1]) / 2, atol=0.02)
+        for i, p in enumerate((p0, p1)):
+            own = opts[i].state[p]["exp_avg_sq"]
+            assert torch.equal(own, lone_opts[i].state[q[i]]["exp_avg_sq"])
+            assert (own >= 0).all()
+        s0 = opts[0].state[p0]["exp_avg_sq"]
+        s1 = opts[1].state[p1]["exp_avg_sq"]
+        differ |= not torch.equal(s0, s1)
+    assert differ  # each kept its own, not one average
+    for cl in clients:
+        cl.close()

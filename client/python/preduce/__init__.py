@@ -354,6 +354,9 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
+        # The encoding asked for (None: the node's, which is not known
+        # here): preduce.torch keeps AdamW's second moments local in int8.
+        self.wire = wire or os.environ.get("PREDUCE_WIRE") or None
         opts = _options(job, settings, wire)
         try:
             rc = _l().preduce_connect_with(self.socket_path.encode(),

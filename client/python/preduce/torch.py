@@ -565,6 +565,31 @@ class PartialReduce:
             if "exp_avg" in views and "step" not in st:
                 st["step"] = torch.tensor(0.0)
 
+    # Optimizer state that is never negative (Adam's second moments).
+    _NONNEGATIVE = ("exp_avg_sq", "max_exp_avg_sq")
+
+    def _reduce_parts(self):
+        """One reduce of _parts(): True on success. Over an int8 wire
+        (the client's wire, or $PREDUCE_WIRE) the second moments stay
+        this worker's own: int8 rounds the small ones of a block to 0,
+        and its error feedback can make them negative, whose square root
+        in AdamW's step is NaN (docs/using.md). Whatever the wire, one
+        that came back negative is taken as 0."""
+        parts = self._parts()
+        own = []
+        if self._state is not None:
+            own = [s for s, name in zip(self._state, self._state_names)
+                   if name in self._NONNEGATIVE]
+        keep = getattr(self.client, "wire", None) == "int8"
+        saved = [s.clone() for s in own] if keep else []
+        if not self._reduce(parts):
+            return False
+        for s, v in zip(own, saved):
+            s.copy_(v)
+        for s in own:
+            s.clamp_(min=0)
+        return True
+
     def _parts(self):
         """The shared tensors one reduce averages, in order."""
         parts = [self.flat]
@@ -578,7 +603,7 @@ class PartialReduce:
     @torch.no_grad()
     def _reduce_model(self):
         self._copy_in()
-        if not self._reduce(self._parts()):
+        if not self._reduce_parts():
             return
         if self._anchor is not None and self._healed():
             # The group's model replaced ours: it is the new anchor, and
@@ -613,7 +638,7 @@ class PartialReduce:
             else:
                 g.copy_(t.grad)
         self._copy_in()
-        if not self._reduce(self._parts()):
+        if not self._reduce_parts():
             return  # each replica steps on its own gradients this time
         for t, g in zip(self._tensors, grads):
             if t.grad is not None:
