@@ -26,30 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/bench/bench_util.h"
 #include "daemon/base/seal.h"
 #include "tests/integration/harness.h"
 
 #define ROUNDS_MAX 15
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorted in place). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void print_stat(const char *what, double *v, int n, const char *unit)
 {

@@ -19,32 +19,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "tests/bench/bench_util.h"
 #include "daemon/engine/wire.h"
 
 #define MIB        16
 #define N          ((size_t)MIB * 1024 * 1024 / sizeof(float))
 #define ROUNDS_MAX 15
 #define ROUND_S    0.05 /* each measurement at least this long */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorted in place). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 enum op { MEMCPY, ENCODE, ENCODE_LOST, DECODE };
 

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/bench/bench_util.h"
 #include "daemon/engine/pool.h"
 #include "preduce.h"
 #include "tests/integration/harness.h"
@@ -57,19 +58,6 @@
 #define MAXOPS    200000
 #define MAXK      8
 #define UNSET     ((unsigned)-1) /* node.reduce_threads not given */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The q-quantile (0..1) of v[0, n), which it sorts. */
 static double quantile(double *v, size_t n, double q)
