@@ -149,11 +149,10 @@ static void int8_block(uint8_t *restrict dst, const float *src, size_t n,
         if (lost)
             memset(lost, 0, n * sizeof(float));
         return;
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float t = (src[i] * pre * inv + ROUND_MAGIC) - ROUND_MAGIC;
-            q[i] = (int8_t)(int32_t)t;
-        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        float t = (src[i] * pre * inv + ROUND_MAGIC) - ROUND_MAGIC;
+        q[i] = (int8_t)(int32_t)t;
     }
     if (lost)
         for (size_t i = 0; i < n; i++)
