@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "daemon/engine/wire.h"
 #include "tests/integration/harness.h"
 #include "tests/check_run.h"
 
@@ -51,7 +52,8 @@ static void stop_and_check_rdma(struct h_cluster *c, int in_place)
         ck_assert_uint_gt(rdma, 0);
         /* Every group over the wire went in the trainers' encoding. */
         unsigned long long wg[3];
-        int enc = wire ? (wire[0] == 'b' ? 1 : 2) : 0;
+        enum pr_wire enc = PR_WIRE_FP32;
+        ck_assert(!wire || pr_wire_parse(wire, &enc) == 0);
         ck_assert_int_eq(h_node_wire_groups(c, i, wg), 0);
         ck_assert_uint_gt(wg[enc], 0);
         ck_assert_uint_eq(wg[0] + wg[1] + wg[2], wg[enc]);
