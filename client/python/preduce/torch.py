@@ -78,8 +78,13 @@ optimizer keeps it in. float64 parameters are refused with a TypeError:
 the sums are float32's, so cast the model (model.float()). Parameters that
 are not on the CPU, and every parameter with overlap, are copied to and
 from the flat tensor likewise. The client's wire encoding
-(preduce.Client(wire="bf16")) is apart from all this: it is how floats
-travel between daemons, and the flat tensor and the sums stay float32.
+(preduce.Client(wire="bf16")) is how floats travel between daemons; the
+flat tensor and the sums stay float32. One exception: when the client's
+wire is int8 (wire= or $PREDUCE_WIRE; the node's own default is not
+known here), the averaged state leaves out Adam's second moments (each
+worker keeps its own, and a healing worker its own first moments too),
+so over int8 a consensus step's members share model and first moments
+but not second moments.
 
 A reduce that fails with a retryable code (a timeout, a lost peer) leaves
 the model as it was and training goes on; `failed` counts them. Other
@@ -581,11 +586,21 @@ class PartialReduce:
             own = [s for s, name in zip(self._state, self._state_names)
                    if name in self._NONNEGATIVE]
         keep = getattr(self.client, "wire", None) == "int8"
-        saved = [s.clone() for s in own] if keep else []
+        first = []
+        if keep and self._state is not None:
+            first = [s for s, name in zip(self._state, self._state_names)
+                     if name == "exp_avg"]
+        saved = [s.clone() for s in own + first] if keep else []
         if not self._reduce(parts):
             return False
         for s, v in zip(own, saved):
             s.copy_(v)
+        # A healing worker (weight 0) took the group's first moments: with
+        # its own second ones (a fresh worker's zeros) they would not
+        # make a pair, so it keeps its own of both.
+        if self._healed():
+            for s, v in zip(first, saved[len(own):]):
+                s.copy_(v)
         for s in own:
             s.clamp_(min=0)
         return True
