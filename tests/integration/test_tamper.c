@@ -235,24 +235,46 @@ static pid_t cluster_start(struct h_cluster *c, const char *encrypt,
 {
     const char *const sched[] = {"scheduler.policy=allreduce", key_set, encrypt,
                                  NULL};
-    int rc = h_cluster_start(c, 0, sched, NULL);
-    if (rc < 0) {
-        h_log_dump(c, "sched");
-        ck_abort_msg("scheduler: %s", strerror(-rc));
+    /*
+     * The relay's port is picked free before node 0 starts (node 0
+     * advertises it), and bound only after: something may take it in
+     * between (once in CI, under ASan). Then all starts again on other
+     * ports, the relay's words printed.
+     */
+    pid_t relay;
+    uint16_t relay_port;
+    for (int attempt = 0;; attempt++) {
+        int rc = h_cluster_start(c, 0, sched, NULL);
+        if (rc < 0) {
+            h_log_dump(c, "sched");
+            ck_abort_msg("scheduler: %s", strerror(-rc));
+        }
+        relay_port = h_free_port();
+        char advertise[64];
+        snprintf(advertise, sizeof(advertise),
+                 "node.data_advertise=127.0.0.1:%u", relay_port);
+        node_start(c, 0, encrypt, advertise, &metrics[0]);
+        relay = relay_start(c, relay_port, c->node_port[0], mode, dir, n);
+        ck_assert_int_gt(relay, 0);
+        struct relay_log r = {0};
+        for (int t = 0; t < 500 && !r.listening; t++) {
+            sleep_ms(10);
+            relay_read(c, &r);
+        }
+        if (r.listening)
+            break;
+        char cmd[450];
+        snprintf(cmd, sizeof(cmd), "cat '%s/relay.out' >&2", c->dir);
+        fprintf(stderr, "test_tamper: the relay did not listen on %u:\n",
+                relay_port);
+        if (system(cmd) != 0)
+            fprintf(stderr, "test_tamper: no relay.out\n");
+        kill(relay, SIGKILL);
+        waitpid(relay, NULL, 0);
+        ck_assert_msg(attempt < 2, "the relay did not listen on %u (3 tries)",
+                      relay_port);
+        h_cluster_stop(c);
     }
-    uint16_t relay_port = h_free_port();
-    char advertise[64];
-    snprintf(advertise, sizeof(advertise), "node.data_advertise=127.0.0.1:%u",
-             relay_port);
-    node_start(c, 0, encrypt, advertise, &metrics[0]);
-    pid_t relay = relay_start(c, relay_port, c->node_port[0], mode, dir, n);
-    ck_assert_int_gt(relay, 0);
-    struct relay_log r = {0};
-    for (int t = 0; t < 500 && !r.listening; t++) {
-        sleep_ms(10);
-        relay_read(c, &r);
-    }
-    ck_assert_msg(r.listening, "the relay did not listen on %u", relay_port);
     node_start(c, 1, encrypt, NULL, &metrics[1]);
     for (int i = 0; i < 2; i++) {
         const char *who = i ? "node1" : "node0";
