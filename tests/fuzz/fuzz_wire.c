@@ -102,18 +102,6 @@ static void check_decode(enum pr_wire w, const uint8_t *data, size_t len)
     free(src);
 }
 
-/* The bf16 value of a finite x by the definition, as in test_wire.c. */
-static uint32_t bf16_ref(float x)
-{
-    uint32_t sign = bits(x) & 0x80000000u;
-    uint32_t lo = bits(x) & 0x7fff0000u;
-    uint32_t hi = lo + 0x10000u;
-    double ax = fabs((double)x);
-    double dlo = ax - (double)flt(lo);
-    double dhi = (hi == 0x7f800000u ? ldexp(1.0, 128) : (double)flt(hi)) - ax;
-    return sign | (dlo < dhi ? lo : dhi < dlo ? hi : (lo & 0x10000u ? hi : lo));
-}
-
 static void check_bf16(size_t i, float x, float y)
 {
     if (isnan(x)) {
@@ -122,17 +110,11 @@ static void check_bf16(size_t i, float x, float y)
             breach("a NaN is not a quiet NaN of its sign", i, x, y);
         return;
     }
-    if (bits(y) != bf16_ref(x))
+    if (bits(y) != bf16_ref_bits(x))
         breach("not the nearest bf16, ties to even", i, x, y);
     double err = fabs((double)x - (double)y);
     if (isfinite(y) && err > fmax(0x1p-8 * fabs((double)x), 0x1p-134))
         breach("off by more than 2^-8 |x| or 2^-134", i, x, y);
-}
-
-/* As test_wire.c's int8_bound: half a step, rounding, the clamp. */
-static double int8_bound(float s)
-{
-    return 0.5 * (double)s * (1.0 + 0x1p-12) + 0x1p-143;
 }
 
 static void check_int8(const float *x, const float *y, const uint8_t *enc,

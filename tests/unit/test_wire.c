@@ -56,24 +56,10 @@ static uint32_t ulps(float a, float b)
     return x > y ? x - y : y - x;
 }
 
-/* A little-endian float32 at p. */
-/*
- * bf16 of a finite float by the definition: of the two bf16 values around
- * |x| (x with its low half cleared, and the next one up, 2^128 standing
- * for infinity as IEEE 754's overflow rule has it), the nearer in double,
- * or on a tie the one with an even last bit. Both distances are exact in
- * double.
- */
+/* bf16 of a finite float by the definition (tests/wire_bits.h). */
 static uint16_t bf16_ref(float x)
 {
-    uint32_t sign = bits(x) & 0x80000000u;
-    uint32_t lo = bits(x) & 0x7fff0000u;
-    uint32_t hi = lo + 0x10000u;
-    double ax = fabs((double)x);
-    double dlo = ax - (double)flt(lo);
-    double dhi = (hi == 0x7f800000u ? ldexp(1.0, 128) : (double)flt(hi)) - ax;
-    uint32_t r = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 0x10000u ? hi : lo);
-    return (uint16_t)((sign | r) >> 16);
+    return (uint16_t)(bf16_ref_bits(x) >> 16);
 }
 
 /* Against bf16_ref, for a u that is not a NaN (test_wire_bf16_nan). */
@@ -279,19 +265,6 @@ START_TEST(test_wire_fp32_copies)
     ck_assert_float_eq(dec[5], CANARY);
 }
 END_TEST
-
-/*
- * What one int8 element may be off by, given its block's scale s: half a
- * step, plus what rounding the reciprocal, the product x * (1 / s) and
- * q * s adds (a few float ulps of at most 127 s: under 2^-13 s), plus
- * what clamping at 127 steps costs when s came out below max / 127: at
- * most 127 half ulps of s, which matters only for a subnormal s (ulp
- * 2^-149): under 2^-143.
- */
-static double int8_bound(float s)
-{
-    return 0.5 * (double)s * (1.0 + 0x1p-12) + 0x1p-143;
-}
 
 /*
  * n floats through int8 and back, checking each block: its scale's bytes
