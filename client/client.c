@@ -171,6 +171,7 @@ int pr_client_result_set(struct preduce_result *r, const Pr__V1__ReduceDone *d,
         .group = d->group_id,
         .version = d->version,
         .weight = d->weight,
+        .wire = d->wire,
         .n = n,
         .ranks = malloc(n * sizeof(uint32_t)),
         .versions = malloc(n * sizeof(uint64_t)),
@@ -389,6 +390,7 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
                           ? (int)(g + 500)
                           : PREDUCE_REDUCE_SLACK_MS;
     }
+    c->node_wire = w->wire;
     c->welcomed = true;
     return 0;
 }

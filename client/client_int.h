@@ -43,6 +43,7 @@ struct preduce_result {
     uint64_t group;
     uint64_t version; /* this worker's version after the reduce */
     double weight;    /* this worker's weight */
+    uint32_t wire;    /* ReduceDone.wire: its encoding + 1, 0 not said */
     size_t n;
     uint32_t *ranks;
     uint64_t *versions;
@@ -86,6 +87,8 @@ struct preduce_options {
  */
 int pr_client_options_resolve(const preduce_options_t *given,
                               struct preduce_options *o, const char **why);
+/* A Reduce.wire value's name ("fp32", "bf16", "int8"), "" for 0 or unknown. */
+const char *pr_client_wire_name(uint32_t wire);
 
 /* The wait past a deadline for a daemon that does not say its grace. */
 #define PR_CLIENT_OLD_DAEMON_SLACK_MS 10000
@@ -144,6 +147,7 @@ struct preduce_client {
     bool heal;               /* preduce_set_heal(): until a reduce succeeds */
     uint32_t tag;            /* preduce_set_tag(): sent with each reduce */
     uint32_t wire;           /* the options' Reduce.wire, sent with each */
+    uint32_t node_wire;      /* Welcome.wire: the node's transport.wire */
     int64_t reduce_deadline; /* the reduce's deadline + the slack */
     bool done_ready;         /* a reduce_done for seq waits in done_* */
     int done_status;

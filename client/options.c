@@ -50,6 +50,13 @@ static bool valid_setting(const char *s)
  */
 static const char *const wires[] = {"fp32", "bf16", "int8"};
 
+const char *pr_client_wire_name(uint32_t wire)
+{
+    return wire >= 1 && wire <= sizeof(wires) / sizeof(wires[0])
+               ? wires[wire - 1]
+               : "";
+}
+
 /* Reduce.wire for a name of wires[], or 0 for any other string. */
 static uint32_t wire_of(const char *s)
 {

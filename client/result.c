@@ -222,6 +222,18 @@ uint64_t preduce_result_version(const preduce_result_t *r)
     return r ? r->version : 0;
 }
 
+const char *preduce_result_wire(const preduce_result_t *r)
+{
+    return r ? pr_client_wire_name(r->wire) : "";
+}
+
+const char *preduce_wire(const preduce_client_t *c)
+{
+    if (!c)
+        return "";
+    return pr_client_wire_name(c->wire ? c->wire : c->node_wire);
+}
+
 static const struct {
     int code;
     const char *text;

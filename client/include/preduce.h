@@ -257,6 +257,23 @@ PREDUCE_API int preduce_result_member(const preduce_result_t *r, size_t i,
 /* This worker's own weight and its version after the reduce. */
 PREDUCE_API double preduce_result_weight(const preduce_result_t *r);
 PREDUCE_API uint64_t preduce_result_version(const preduce_result_t *r);
+/*
+ * How the group's floats travelled between daemons: "fp32", "bf16" or
+ * "int8" (the most precise encoding its members asked for; "fp32" for a
+ * group whose members are all on one daemon: nothing travelled), "" when
+ * the daemon did not say (one older than this library) or r is NULL.
+ * Under int8 a tensor's values come back rounded to its block's 255
+ * steps.
+ */
+PREDUCE_API const char *preduce_result_wire(const preduce_result_t *r);
+/*
+ * The encoding c's reduces ask for: the "wire" option or PREDUCE_WIRE as
+ * connect read them, else the node's transport.wire; "" when neither was
+ * set and the daemon did not say (an older one), or c is NULL. A group
+ * travels in the most precise encoding its members ask for, so a result
+ * may say a more precise one (preduce_result_wire()).
+ */
+PREDUCE_API const char *preduce_wire(const preduce_client_t *c);
 
 /*
  * The daemon's own explanation of the last failure it reported to c (a

@@ -40,6 +40,7 @@ struct node_group {
     uint64_t *versions; /* in whole */
     double *weights;    /* in whole */
     uint32_t *ranks;    /* in whole */
+    uint32_t wire;      /* what the floats travel in, enum pr_wire */
 };
 
 static void group_free(struct node_group *g)
@@ -87,6 +88,7 @@ static void group_done_cb(void *arg, uint64_t id, int status)
         d.n_member_weights = g->k;
         d.member_weights = g->weights;
         d.rank = g->local[i].rank;
+        d.wire = status == 0 ? g->wire + 1 : 0;
         pr_node_reduce_reply(c, &d);
     }
     if (!n->stopping)
@@ -173,6 +175,8 @@ static struct node_group *group_alloc(struct pr_node *n,
     g->id = gm->id;
     g->k = k;
     g->max_version = gm->max_version;
+    /* Alone on this node, nothing travels: exact (the engine's rule). */
+    g->wire = gm->n_ring > 1 ? gm->wire : PR_WIRE_FP32;
     for (size_t i = 0; i < k; i++) {
         g->ranks[i] = gm->members[i]->rank;
         g->versions[i] = gm->members[i]->version;

@@ -376,6 +376,7 @@ void pr_node_trainer_joined(struct node_trainer *c,
     w.id = rank;
     w.job = c->job;
     w.grace_ms = PR_NODE_GRACE_MS;
+    w.wire = (uint32_t)c->node->conf->xport_wire + 1;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u of job '%s'", c->name, rank, c->job);

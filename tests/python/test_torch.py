@@ -20,16 +20,19 @@ torch.set_num_threads(1)
 
 
 def run_all(fns):
-    """Runs each fn in a thread; re-raises the first exception."""
+    """Runs each fn in a thread; re-raises the first exception, else
+    returns what each returned."""
     errors = []
+    results = [None] * len(fns)
 
-    def wrap(fn):
+    def wrap(i, fn):
         try:
-            fn()
+            results[i] = fn()
         except BaseException as e:  # noqa: B902 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=wrap, args=(f,)) for f in fns]
+    threads = [threading.Thread(target=wrap, args=(i, f))
+               for i, f in enumerate(fns)]
     for t in threads:
         t.start()
     for t in threads:
@@ -37,6 +40,7 @@ def run_all(fns):
     assert not any(t.is_alive() for t in threads), "a trainer hung"
     if errors:
         raise errors[0]
+    return results
 
 
 def test_torch_tensor_over_shared_memory_zero_copy(cluster):

@@ -292,15 +292,22 @@ def test_default_under_dynamic_is_a_consensus_step(cluster):
         cl.close()
 
 
-def test_int8_wire_keeps_second_moments_local(cluster):
-    """Over an int8 wire the second moments are not taken from the
-    average: int8 rounds a block's small ones to 0 and its error feedback
-    can turn them negative (NaN in AdamW's square root). Each worker keeps
-    the exp_avg_sq its own step made; the model and exp_avg are averaged
-    (within int8's loss)."""
-    c = cluster(2)
-    clients = [preduce.Client(c.sock[i], f"w{i}", wire="int8")
+@pytest.mark.parametrize("where", ["option", "node"])
+def test_int8_wire_keeps_moments_local(cluster, where):
+    """Over an int8 wire, asked for by the client (wire=) or by its node
+    (transport.wire), Adam's moments are not taken from the average:
+    int8 rounds a block's small second moments to 0, its error feedback
+    can turn them negative (NaN in AdamW's square root), and a first
+    moment rounded to its block's step beside a small second moment of
+    this worker's is a step of many learning rates. Each worker keeps the
+    moments its own step made; the model is averaged (within int8's
+    loss), and the result says the group went in int8."""
+    node = ("transport.wire=int8",) if where == "node" else ()
+    c = cluster(2, node_sets=node)
+    wire = "int8" if where == "option" else None
+    clients = [preduce.Client(c.sock[i], f"w{i}", wire=wire)
                for i in range(2)]
+    assert [cl.wire for cl in clients] == ["int8", "int8"]
     nets = [small_net(seed=5) for _ in range(2)]
     opts = [adamw(n) for n in nets]
     prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
@@ -318,19 +325,48 @@ def test_int8_wire_keeps_second_moments_local(cluster):
         loss(nets[i], xs[i]).backward()
         prs[i].step()
     run_all([lambda i=i: step(i) for i in range(2)])
+    assert [pr.last_result.wire for pr in prs] == ["int8", "int8"]
     differ = False
     for k, (p0, p1) in enumerate(zip(nets[0].parameters(),
                                      nets[1].parameters())):
         q = [list(n.parameters())[k] for n in lone]
         assert torch.equal(p0, p1)
         assert torch.allclose(p0, (q[0] + q[1]) / 2, atol=0.02)
-        for i, p in enumerate((p0, p1)):
-            own = opts[i].state[p]["exp_avg_sq"]
-            assert torch.equal(own, lone_opts[i].state[q[i]]["exp_avg_sq"])
-            assert (own >= 0).all()
-        s0 = opts[0].state[p0]["exp_avg_sq"]
-        s1 = opts[1].state[p1]["exp_avg_sq"]
-        differ |= not torch.equal(s0, s1)
+        for name in ("exp_avg", "exp_avg_sq"):
+            for i, p in enumerate((p0, p1)):
+                own = opts[i].state[p][name]
+                assert torch.equal(own, lone_opts[i].state[q[i]][name])
+            differ |= not torch.equal(opts[0].state[p0][name],
+                                      opts[1].state[p1][name])
     assert differ  # each kept its own, not one average
+    for cl in clients:
+        cl.close()
+
+
+def test_int8_client_in_a_bf16_group_shares_moments(cluster):
+    """A worker that asks for int8 in a group that travelled in bf16 (its
+    peer asked for it: the most precise wins) takes the averaged moments
+    like any other member: both leave with the same state."""
+    c = cluster(2)
+    clients = [preduce.Client(c.sock[0], "w0", wire="int8"),
+               preduce.Client(c.sock[1], "w1", wire="bf16")]
+    nets = [small_net(seed=5) for _ in range(2)]
+    opts = [adamw(n) for n in nets]
+    prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
+                                       average="model")
+           for n, o, cl in zip(nets, opts, clients)]
+    xs = [torch.randn(8, 4) * (1 + 3 * i) for i in range(2)]
+
+    def step(i):
+        opts[i].zero_grad()
+        loss(nets[i], xs[i]).backward()
+        prs[i].step()
+    run_all([lambda i=i: step(i) for i in range(2)])
+    assert [pr.last_result.wire for pr in prs] == ["bf16", "bf16"]
+    for p0, p1 in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p0, p1)
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opts[0].state[p0][name],
+                               opts[1].state[p1][name])
     for cl in clients:
         cl.close()

@@ -72,6 +72,8 @@ START_TEST(test_client_null_handles)
                      -EINVAL);
     ck_assert_uint_eq(preduce_result_version(NULL), 0);
     ck_assert(preduce_result_weight(NULL) == 0.0);
+    ck_assert_str_eq(preduce_result_wire(NULL), "");
+    ck_assert_str_eq(preduce_wire(NULL), "");
 }
 END_TEST
 

@@ -49,6 +49,7 @@ static void script_shared(struct srv *s, int fd)
     d.weight = 0.25;
     d.version = 7;
     d.rank = 3;
+    d.wire = 3; /* int8 */
     m.body_case = PR__V1__MSG__BODY_REDUCE_DONE;
     m.reduce_done = &d;
     cf_srv_send(fd, &m, -1);
@@ -89,6 +90,9 @@ START_TEST(test_client_shared_tensor)
     ck_assert_uint_eq(preduce_result_size(r), 2);
     ck_assert_uint_eq(preduce_result_version(r), 7);
     ck_assert(preduce_result_weight(r) == 0.25);
+    ck_assert_str_eq(preduce_result_wire(r), "int8");
+    /* This daemon's welcome said no transport.wire (an older one). */
+    ck_assert_str_eq(preduce_wire(c), "");
     uint32_t rank;
     uint64_t version;
     double weight;

@@ -116,6 +116,8 @@ def _load():
             ctypes.POINTER(ctypes.c_double)]),
         "preduce_result_weight": (ctypes.c_double, [ctypes.c_void_p]),
         "preduce_result_version": (ctypes.c_uint64, [ctypes.c_void_p]),
+        "preduce_result_wire": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "preduce_wire": (ctypes.c_char_p, [ctypes.c_void_p]),
         "preduce_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "preduce_error_retryable": (ctypes.c_int, [ctypes.c_int]),
         "preduce_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
@@ -253,13 +255,16 @@ def _options(job, settings, wire=None):
 
 class Result:
     """The outcome of a reduce: group id, members (rank, version, weight),
-    this worker's weight and its version after the reduce."""
+    this worker's weight, its version after the reduce, and the encoding
+    the group's floats travelled in between daemons (wire: "fp32",
+    "bf16", "int8", or None when the daemon did not say)."""
 
     def __init__(self, r):
         lib = _l()
         self.group = lib.preduce_result_group(r)
         self.weight = lib.preduce_result_weight(r)
         self.version = lib.preduce_result_version(r)
+        self.wire = lib.preduce_result_wire(r).decode() or None
         self.members = []
         for i in range(lib.preduce_result_size(r)):
             rank, ver, w = ctypes.c_uint32(), ctypes.c_uint64(), \
@@ -271,7 +276,8 @@ class Result:
 
     def __repr__(self):
         return (f"Result(group={self.group}, version={self.version}, "
-                f"weight={self.weight:.4g}, members={self.members})")
+                f"weight={self.weight:.4g}, members={self.members}, "
+                f"wire={self.wire!r})")
 
 
 class ReduceHandle:
@@ -354,9 +360,6 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
-        # The encoding asked for (None: the node's, which is not known
-        # here): preduce.torch keeps AdamW's second moments local in int8.
-        self.wire = wire or os.environ.get("PREDUCE_WIRE") or None
         opts = _options(job, settings, wire)
         try:
             rc = _l().preduce_connect_with(self.socket_path.encode(),
@@ -367,6 +370,14 @@ class Client:
             _l().preduce_options_destroy(opts)
         if rc < 0:
             raise PreduceError(-rc, _connect_text(rc, self.socket_path))
+
+    @property
+    def wire(self):
+        """The encoding this worker's reduces ask for: wire=, else
+        $PREDUCE_WIRE, else the node's transport.wire (None when the
+        daemon did not say: one older than this library). A group may
+        travel in a more precise one (Result.wire)."""
+        return _l().preduce_wire(self._c).decode() or None
 
     @property
     def job(self):

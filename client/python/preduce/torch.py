@@ -80,11 +80,10 @@ are not on the CPU, and every parameter with overlap, are copied to and
 from the flat tensor likewise. The client's wire encoding
 (preduce.Client(wire="bf16")) is how floats travel between daemons; the
 flat tensor and the sums stay float32. One exception: when the client's
-wire is int8 (wire= or $PREDUCE_WIRE; the node's own default is not
-known here), the averaged state leaves out Adam's second moments (each
-worker keeps its own, and a healing worker its own first moments too),
-so over int8 a consensus step's members share model and first moments
-but not second moments.
+wire is int8 (wire=, $PREDUCE_WIRE or the node's transport.wire) and a
+group travels in it (Result.wire), the averaged state leaves out Adam's
+moments: each worker keeps its own, so over int8 a consensus step's
+members share model and gradients, not the moments.
 
 A reduce that fails with a retryable code (a timeout, a lost peer) leaves
 the model as it was and training goes on; `failed` counts them. Other
@@ -572,36 +571,36 @@ class PartialReduce:
 
     # Optimizer state that is never negative (Adam's second moments).
     _NONNEGATIVE = ("exp_avg_sq", "max_exp_avg_sq")
+    # Adam's moments, kept local when a group travels in int8.
+    _MOMENTS = ("exp_avg",) + _NONNEGATIVE
 
     def _reduce_parts(self):
-        """One reduce of _parts(): True on success. Over an int8 wire
-        (the client's wire, or $PREDUCE_WIRE) the second moments stay
-        this worker's own: int8 rounds the small ones of a block to 0,
-        and its error feedback can make them negative, whose square root
-        in AdamW's step is NaN (docs/using.md). Whatever the wire, one
-        that came back negative is taken as 0."""
+        """One reduce of _parts(): True on success. When the group
+        travelled in int8, Adam's moments stay this worker's own: int8
+        rounds a block's small second moments to 0 (and its error
+        feedback can make them negative, whose square root in AdamW's
+        step is NaN), and a first moment rounded to its block's step
+        beside a small second moment of this worker's makes a step of
+        many learning rates (docs/using.md). Whatever the wire, a second
+        moment that came back negative is taken as 0."""
         parts = self._parts()
-        own = []
+        nonneg, moments = [], []
         if self._state is not None:
-            own = [s for s, name in zip(self._state, self._state_names)
-                   if name in self._NONNEGATIVE]
-        keep = getattr(self.client, "wire", None) == "int8"
-        first = []
-        if keep and self._state is not None:
-            first = [s for s, name in zip(self._state, self._state_names)
-                     if name == "exp_avg"]
-        saved = [s.clone() for s in own + first] if keep else []
+            nonneg = [s for s, name in zip(self._state, self._state_names)
+                      if name in self._NONNEGATIVE]
+            moments = [s for s, name in zip(self._state, self._state_names)
+                       if name in self._MOMENTS]
+        # The client's wire (its own, $PREDUCE_WIRE or the node's) says
+        # whether int8 may come; the result says whether it did.
+        keep = moments and getattr(self.client, "wire", None) == "int8"
+        saved = [s.clone() for s in moments] if keep else []
         if not self._reduce(parts):
             return False
-        for s, v in zip(own, saved):
-            s.copy_(v)
-        # A healing worker (weight 0) took the group's first moments: with
-        # its own second ones (a fresh worker's zeros) they would not
-        # make a pair, so it keeps its own of both.
-        if self._healed():
-            for s, v in zip(first, saved[len(own):]):
+        r = self.last_result
+        if keep and (r is None or r.wire in ("int8", None)):
+            for s, v in zip(moments, saved):
                 s.copy_(v)
-        for s in own:
+        for s in nonneg:
             s.clamp_(min=0)
         return True
 
