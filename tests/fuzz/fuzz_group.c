@@ -10,7 +10,8 @@
  * private loop with fake links to nodes 2 and 3 as in fuzz_engine.c, and
  * four trainers of job 7 as node_ipc.c leaves them after a Reduce:
  * ranks 0 and 1 connected with 16 floats queued (one part, and two),
- * rank 2 hung up with its reduce being cancelled, rank 3 with none. A
+ * rank 2 hung up with its reduce being cancelled, rank 3 with none;
+ * rank 0 asked for int8 on the wire, rank 1 for bf16, the others fp32. A
  * connected trainer's end of its socket is read by a conn of ours, which
  * takes its ReduceDone. It aborts when the node accepts a group that
  * does not hold together (this node not in the ring, no members, a
@@ -18,7 +19,11 @@
  * length), when an accepted trainer is not marked as in the group, or
  * when a refusal leaves a matched trainer waiting, answers it with a
  * code other than the ones for a refusal, or touches one it did not
- * match. A trainer sees a refusal's -ESRCH and -EPROTO as -ECONNRESET
+ * match, or a group of an encoding the node does not know or less precise
+ * than a local member asked for, or when a ReduceDone does not say the
+ * encoding its floats travelled in (success: the group's, fp32 when the
+ * ring is this node alone) or says one (failure). A trainer sees a
+ * refusal's -ESRCH and -EPROTO as -ECONNRESET
  * (pr_reduce_status); the refusal's reason goes to the log only
  * (ReduceDone.reason stays empty), so it is not checked here. Groups left
  * running are aborted; nothing may leak.
@@ -33,6 +38,7 @@
 
 #include "daemon/base/conf.h"
 #include "daemon/base/log.h"
+#include "daemon/engine/wire.h"
 #include "daemon/node/node_int.h"
 #include "tests/fuzz/fuzz_links.h"
 
@@ -56,6 +62,7 @@ static struct pr_link *resolve(void *ctx, uint32_t node)
 struct heard {
     int n;
     int status;
+    uint32_t wire; /* ReduceDone.wire */
 };
 
 static struct heard heard[NTRAINER];
@@ -67,6 +74,7 @@ static int lib_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         abort(); /* the node says nothing else about a group */
     h->n++;
     h->status = m->reduce_done->status;
+    h->wire = m->reduce_done->wire;
     return 0;
 }
 
@@ -112,6 +120,7 @@ static int add_trainer(struct pr_node *n, uv_loop_t *loop, int i,
         c->parts[1].len = NFLOATS - 10;
     }
     c->in_place = i == 1;
+    c->wire = i == 0 ? PR_WIRE_INT8 : i == 1 ? PR_WIRE_BF16 : PR_WIRE_FP32;
     c->next = n->trainers;
     n->trainers = c;
     n->ntrainers++;
@@ -200,7 +209,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
 
     /* What the node must decide, worked out apart from it. */
-    int holds = gm->n_members > 0 && gm->nfloats > 0, in_ring = 0, nlocal = 0;
+    int holds =
+            gm->n_members > 0 && gm->nfloats > 0 && gm->wire < PR_WIRE_COUNT,
+        in_ring = 0, nlocal = 0;
     int matched[NTRAINER] = {0};
     for (size_t i = 0; i < gm->n_ring; i++)
         in_ring |= gm->ring[i] == SELF;
@@ -215,7 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         matched[w] = 1;
         nlocal++;
-        holds &= gm->nfloats == NFLOATS;
+        holds &= gm->nfloats == NFLOATS && gm->wire <= t[w]->wire;
     }
     holds &= nlocal > 0;
 
@@ -255,6 +266,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (n.groups)
         abort(); /* every group answered */
+    /* A group on this node alone sends nothing: its results are exact. */
+    uint32_t went = gm->n_ring > 1 ? gm->wire : PR_WIRE_FP32;
+    for (int i = 0; i < NTRAINER; i++)
+        if (lib[i] && heard[i].n == 1 &&
+            heard[i].wire != (heard[i].status == 0 ? went + 1 : 0))
+            abort(); /* a result says its encoding, a failure none */
     pr_engine_destroy(n.engine);
     fuzz_links_complete(links, NPEER, -ECANCELED);
     int left[NTRAINER]; /* the node freed those that had hung up */

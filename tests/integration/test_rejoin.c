@@ -3,8 +3,9 @@
  * A node daemon that comes back to the scheduler while its previous
  * connection still looks alive there (its reset never arrived, or its close
  * is not seen yet): the scheduler forgets the previous one at once, so the
- * daemon's trainers get their names back. Speaks the node protocol over
- * loopback to a real scheduler.
+ * daemon's trainers get their names back. And what a node's READY may ask
+ * of the group's encoding. Speaks the node protocol over loopback to a
+ * real scheduler.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -200,6 +201,75 @@ START_TEST(test_rejoin_name_conflict_warned)
 }
 END_TEST
 
+/* Registers worker `name` in job `job` under allreduce: its rank. */
+static uint32_t worker_join_allreduce(int fd, const char *name, uint32_t cookie,
+                                      const char *job, uint32_t *job_id)
+{
+    char *settings[] = {"policy=allreduce"};
+    Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
+    j.cookie = cookie;
+    j.name = (char *)name;
+    j.job = (char *)job;
+    j.n_settings = 1;
+    j.settings = settings;
+    Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
+    send_msg(fd, &m);
+    Pr__V1__Msg *r = expect(fd, PR__V1__MSG__BODY_WORKER_JOINED);
+    ck_assert_int_eq(r->worker_joined->status, 0);
+    uint32_t rank = r->worker_joined->rank;
+    *job_id = r->worker_joined->job;
+    pr_msg_free(r);
+    return rank;
+}
+
+static void ready(int fd, uint32_t job, uint32_t rank, uint64_t seq,
+                  uint32_t wire)
+{
+    Pr__V1__Ready r = PR__V1__READY__INIT;
+    r.job = job;
+    r.rank = rank;
+    r.seq = seq;
+    r.version = seq;
+    r.nfloats = 64;
+    r.wire = wire;
+    Pr__V1__Msg m = PR_MSG_OF(READY, ready, &r);
+    send_msg(fd, &m);
+}
+
+/*
+ * A READY's wire is enum pr_wire (0 fp32, 1 bf16, 2 int8): one past it is
+ * refused with -EINVAL and a reason, the node's link and the worker stay;
+ * a group takes the most precise encoding its members asked for.
+ */
+START_TEST(test_ready_wire_refused_or_most_precise)
+{
+    int fd = dial_sched();
+    node_hello(fd, "n0", "127.0.0.1:9");
+    uint32_t job, job2;
+    uint32_t r0 = worker_join_allreduce(fd, "w0", 1, "wires", &job);
+    uint32_t r1 = worker_join_allreduce(fd, "w1", 2, "wires", &job2);
+    ck_assert_uint_eq(job, job2);
+
+    ready(fd, job, r0, 1, 3);
+    Pr__V1__Msg *m = expect(fd, PR__V1__MSG__BODY_REJECT);
+    ck_assert_uint_eq(m->reject->rank, r0);
+    ck_assert_uint_eq(m->reject->seq, 1);
+    ck_assert_int_eq(m->reject->status, -EINVAL);
+    ck_assert_str_eq(m->reject->reason,
+                     "an encoding this scheduler does not know");
+    pr_msg_free(m);
+
+    ready(fd, job, r0, 2, 2); /* int8 */
+    ready(fd, job, r1, 2, 1); /* bf16 */
+    m = expect(fd, PR__V1__MSG__BODY_GROUP);
+    ck_assert_uint_eq(m->group->n_members, 2);
+    ck_assert_uint_eq(m->group->nfloats, 64);
+    ck_assert_uint_eq(m->group->wire, 1);
+    pr_msg_free(m);
+    close(fd);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_rejoin");
@@ -208,6 +278,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_rejoin_same_node_frees_names);
     tcase_add_test(tc, test_rejoin_name_conflict_warned);
+    tcase_add_test(tc, test_ready_wire_refused_or_most_precise);
     suite_add_tcase(s, tc);
     return s;
 }
