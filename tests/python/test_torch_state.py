@@ -2,6 +2,7 @@
 """preduce.torch.PartialReduce(state=True): the optimizer's moments live in
 shared memory and are averaged with the model, against real daemons."""
 
+import errno
 import io
 import warnings
 
@@ -310,9 +311,10 @@ def test_int8_wire_keeps_moments_local(cluster, where):
     assert [cl.wire for cl in clients] == ["int8", "int8"]
     nets = [small_net(seed=5) for _ in range(2)]
     opts = [adamw(n) for n in nets]
-    prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
-                                       average="model")
-           for n, o, cl in zip(nets, opts, clients)]
+    with pytest.warns(UserWarning, match="moments stay each worker's own"):
+        prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
+                                           average="model")
+               for n, o, cl in zip(nets, opts, clients)]
     lone = [small_net(seed=5) for _ in range(2)]
     lone_opts = [adamw(n) for n in lone]
     xs = [torch.randn(8, 4) * (1 + 3 * i) for i in range(2)]
@@ -343,30 +345,70 @@ def test_int8_wire_keeps_moments_local(cluster, where):
         cl.close()
 
 
-def test_int8_client_in_a_bf16_group_shares_moments(cluster):
-    """A worker that asks for int8 in a group that travelled in bf16 (its
-    peer asked for it: the most precise wins) takes the averaged moments
-    like any other member: both leave with the same state."""
-    c = cluster(2)
+def test_int8_and_bf16_workers_disagree_by_default_raise(cluster):
+    """The default (state=None) turns to consensus steps under a policy
+    of partial groups and takes a refusal of the new length as the
+    switch's for a while; when it stays refused (one worker over int8,
+    whose steps leave the moments out, the other over bf16) the refused
+    worker raises EINVAL saying why, rather than train alone for ever."""
+    c = cluster(2, sched_sets=("scheduler.policy=dynamic",))
     clients = [preduce.Client(c.sock[0], "w0", wire="int8"),
                preduce.Client(c.sock[1], "w1", wire="bf16")]
     nets = [small_net(seed=5) for _ in range(2)]
     opts = [adamw(n) for n in nets]
-    prs = [preduce.torch.PartialReduce(n, o, cl, state=True,
-                                       average="model")
+    prs = [preduce.torch.PartialReduce(n, o, cl)
            for n, o, cl in zip(nets, opts, clients)]
-    xs = [torch.randn(8, 4) * (1 + 3 * i) for i in range(2)]
+    errors = []
 
-    def step(i):
-        opts[i].zero_grad()
-        loss(nets[i], xs[i]).backward()
-        prs[i].step()
-    run_all([lambda i=i: step(i) for i in range(2)])
-    assert [pr.last_result.wire for pr in prs] == ["bf16", "bf16"]
-    for p0, p1 in zip(nets[0].parameters(), nets[1].parameters()):
-        assert torch.equal(p0, p1)
-        for name in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(opts[0].state[p0][name],
-                               opts[1].state[p1][name])
+    def train(i):
+        x = torch.randn(8, 4)
+        try:
+            for _ in range(3 * preduce.torch.HEALTH_WINDOW):
+                opts[i].zero_grad()
+                loss(nets[i], x).backward()
+                prs[i].step()
+        except preduce.PreduceError as e:
+            errors.append(e)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # alone for a while
+        run_all([lambda i=i: train(i) for i in range(2)])
+    assert len(errors) == 1 and errors[0].errno == errno.EINVAL
+    assert "this job reduces" in str(errors[0])
+    assert "int8 or none" in str(errors[0])
+    for cl in clients:
+        cl.close()
+
+
+def test_int8_and_bf16_workers_disagree_on_the_layout(cluster):
+    """Over int8 the moments are not sent, so an int8 worker's consensus
+    step is shorter than a bf16 worker's: the scheduler keeps the job's
+    layout (a tie goes to the first) and refuses the other with EINVAL,
+    naming both, rather than average parts of different meaning. And
+    state=True says so."""
+    c = cluster(2, sched_sets=("scheduler.policy=dynamic",))
+    clients = [preduce.Client(c.sock[0], "w0", wire="int8"),
+               preduce.Client(c.sock[1], "w1", wire="bf16")]
+    nets = [small_net(seed=5) for _ in range(2)]
+    opts = [adamw(n) for n in nets]
+    with pytest.warns(UserWarning, match="moments stay each worker's own"):
+        short = preduce.torch.PartialReduce(nets[0], opts[0], clients[0],
+                                            state=True, average="model")
+    full = preduce.torch.PartialReduce(nets[1], opts[1], clients[1],
+                                       state=True, average="model")
+    x = torch.randn(8, 4)
+    for pr, net, opt in ((short, nets[0], opts[0]), (full, nets[1], opts[1])):
+        opt.zero_grad()
+        loss(net, x).backward()
+    errors = []
+
+    def step(pr):
+        try:
+            pr.step()
+        except preduce.PreduceError as e:
+            errors.append(e)
+    run_all([lambda: step(short), lambda: step(full)])
+    # The second READY to come is refused; the first is a group of one.
+    assert len(errors) == 1 and errors[0].errno == errno.EINVAL
+    assert "reduce of" in str(errors[0])
     for cl in clients:
         cl.close()

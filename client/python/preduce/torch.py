@@ -80,10 +80,15 @@ are not on the CPU, and every parameter with overlap, are copied to and
 from the flat tensor likewise. The client's wire encoding
 (preduce.Client(wire="bf16")) is how floats travel between daemons; the
 flat tensor and the sums stay float32. One exception: when the client's
-wire is int8 (wire=, $PREDUCE_WIRE or the node's transport.wire) and a
-group travels in it (Result.wire), the averaged state leaves out Adam's
-moments: each worker keeps its own, so over int8 a consensus step's
-members share model and gradients, not the moments.
+wire is int8 (Client.wire: wire=, $PREDUCE_WIRE or the node's
+transport.wire), the averaged state leaves out Adam's moments: they are
+not sent, each worker keeps its own, and a consensus step's members share
+model and gradients (and SGD's momentum, which int8 averages well). So
+the workers of one job are all on int8 or none: their reduces' lengths
+differ otherwise, and the scheduler keeps the layout most of the job's
+live workers have, refusing the others with EINVAL (named with both
+layouts; while turning to consensus steps a refusal is taken as the
+switch's, up to HEALTH_WINDOW in a row, then raised).
 
 A reduce that fails with a retryable code (a timeout, a lost peer) leaves
 the model as it was and training goes on; `failed` counts them. Other
@@ -110,8 +115,15 @@ __all__ = ["PartialReduce"]
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Steps (or averages) in a row that make PartialReduce warn that a
-# worker's averages keep failing, or that it stays in groups of one.
+# worker's averages keep failing, or that it stays in groups of one; and
+# the refusals in a row of a new consensus length it takes for a switch.
 HEALTH_WINDOW = 20
+
+# Why a consensus step's length may stay refused (raised with the error).
+SWITCH_HINT = ("; the job's workers take consensus steps of different "
+               "lengths: over an int8 wire (Client.wire, $PREDUCE_WIRE, "
+               "transport.wire) Adam's moments are not averaged, so every "
+               "worker of a job must be on int8 or none (docs/using.md)")
 
 
 def _members(module, buffers):
@@ -254,6 +266,19 @@ class PartialReduce:
             except (TypeError, ValueError):
                 if state:
                     raise
+        if client.wire == "int8" and self._state_names:
+            # int8 rounds a block's small second moments to 0 (negative
+            # with error feedback: NaN in AdamW's square root), and a
+            # first moment rounded to its block's step beside a small
+            # second moment is a step of many learning rates: Adam's
+            # moments stay each worker's own, and are not sent at all.
+            kept = tuple(s for s in self._state_names
+                         if s not in self._MOMENTS)
+            if state and kept != self._state_names:
+                warnings.warn("state=True over an int8 wire: Adam's moments "
+                              "stay each worker's own (docs/using.md)",
+                              UserWarning, stacklevel=2)
+            self._state_names = kept
         self._state = None
         self._state_views = []  # per parameter, {name: view}
         # gradients: DDP's buckets, averaged while backward runs, as long
@@ -264,6 +289,7 @@ class PartialReduce:
         self.consensus = False
         self._grad = self._buckets = None
         self._switching = False  # a consensus step's new length pending
+        self._switch_refused = 0  # its refusals in a row
         if average == "gradients" and state:
             self._start_consensus()
         elif average == "gradients":
@@ -274,7 +300,7 @@ class PartialReduce:
             self._buckets = GradBuckets(client, self._tensors, cap,
                                         self.timeout_ms, self._attempt,
                                         fallback=state is False)
-        elif state:
+        elif state and self._state_names:
             self._alloc_state()
         self._sync_s = 0.0  # time step() spent averaging
         self._snapshot = None   # overlap: what the running reduce sent
@@ -458,9 +484,15 @@ class PartialReduce:
             if not (self._switching and e.errno == errno.EINVAL and
                     "this job reduces" in str(e)):
                 raise
+            self._switch_refused += 1
+            if self._switch_refused > HEALTH_WINDOW:
+                # Not a switch any more: the job's workers disagree.
+                raise preduce.PreduceError(e.errno,
+                                           e.strerror + SWITCH_HINT)
             self.failed += 1
             return False
         self._switching = False
+        self._switch_refused = 0
         if r is None:
             return False
         self._count(r)
@@ -571,37 +603,19 @@ class PartialReduce:
 
     # Optimizer state that is never negative (Adam's second moments).
     _NONNEGATIVE = ("exp_avg_sq", "max_exp_avg_sq")
-    # Adam's moments, kept local when a group travels in int8.
+    # Adam's moments, left out of the reduce over an int8 wire.
     _MOMENTS = ("exp_avg",) + _NONNEGATIVE
 
     def _reduce_parts(self):
-        """One reduce of _parts(): True on success. When the group
-        travelled in int8, Adam's moments stay this worker's own: int8
-        rounds a block's small second moments to 0 (and its error
-        feedback can make them negative, whose square root in AdamW's
-        step is NaN), and a first moment rounded to its block's step
-        beside a small second moment of this worker's makes a step of
-        many learning rates (docs/using.md). Whatever the wire, a second
-        moment that came back negative is taken as 0."""
-        parts = self._parts()
-        nonneg, moments = [], []
-        if self._state is not None:
-            nonneg = [s for s, name in zip(self._state, self._state_names)
-                      if name in self._NONNEGATIVE]
-            moments = [s for s, name in zip(self._state, self._state_names)
-                       if name in self._MOMENTS]
-        # The client's wire (its own, $PREDUCE_WIRE or the node's) says
-        # whether int8 may come; the result says whether it did.
-        keep = moments and getattr(self.client, "wire", None) == "int8"
-        saved = [s.clone() for s in moments] if keep else []
-        if not self._reduce(parts):
+        """One reduce of _parts(): True on success. A second moment
+        that came back negative (a bf16 or fp32 sum's rounding) is taken
+        as 0."""
+        if not self._reduce(self._parts()):
             return False
-        r = self.last_result
-        if keep and (r is None or r.wire in ("int8", None)):
-            for s, v in zip(moments, saved):
-                s.copy_(v)
-        for s in nonneg:
-            s.clamp_(min=0)
+        if self._state is not None:
+            for s, name in zip(self._state, self._state_names):
+                if name in self._NONNEGATIVE:
+                    s.clamp_(min=0)
         return True
 
     def _parts(self):

@@ -166,11 +166,6 @@ def run_once(w, cfg, profile, seconds, tmp, cap_mbit=None):
                PREDUCE_LIB=os.environ.get(
                    "PREDUCE_LIB", os.path.join(TOP, "build",
                                                "libpreduce.so.1")))
-    # The nodes' encoding, told to the trainers too: PartialReduce keeps
-    # AdamW's second moments local over int8 when it knows (docs/using.md).
-    for s in node_sets:
-        if s.startswith("transport.wire="):
-            env["PREDUCE_WIRE"] = s.split("=", 1)[1]
     procs = []
     for r in range(WORLD):
         args = [PYTHON, w["train"], "--backend", backend, "--world",
