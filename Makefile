@@ -488,14 +488,17 @@ bench-torch: $(BINS) $(LIB_SO)
 # (network namespaces, tests/python/netns.py) whose links are capped at
 # BENCH_TORCH_WIRE_MBIT (20) Mbit/s each way. There a consensus step's
 # fp32 average (model, AdamW's moments, gradients: 255k floats, 1 MB)
-# takes 400 ms against 100-250 ms of compute. The homogeneous profile, 3
-# repeats of 180 s: about 30 minutes; root (skipped, saying so,
+# takes 400 ms against 100-250 ms of compute (over int8, model and
+# gradients only). The homogeneous profile, 3 repeats of
+# BENCH_TORCH_WIRE_S (240) s: about 43 minutes; root (skipped, saying so,
 # otherwise). build/bench-torch-wire/transformer/ gets the table. The
 # allreduce policy averages gradients alone, 255 kB a step: measure it at
 # 10 Mbit/s (BENCH_TORCH_WIRE_CONFIGS="allreduce fp32,allreduce
 # bf16,allreduce int8" BENCH_TORCH_WIRE_ANCHOR="allreduce fp32"
 # BENCH_TORCH_WIRE_MBIT=10).
 BENCH_TORCH_WIRE_MBIT ?= 20
+# A run's length: fp32 at 20 Mbit/s needs 130-170 s to the target.
+BENCH_TORCH_WIRE_S ?= 240
 BENCH_TORCH_WIRE_CONFIGS ?= dynamic fp32,dynamic bf16,dynamic int8
 BENCH_TORCH_WIRE_ANCHOR ?= dynamic fp32
 .PHONY: bench-torch-wire
@@ -509,7 +512,8 @@ bench-torch-wire: $(BINS) $(LIB_SO)
 		--configs "$(BENCH_TORCH_WIRE_CONFIGS)" \
 		--anchor "$(BENCH_TORCH_WIRE_ANCHOR)" \
 		--cap-mbit $(BENCH_TORCH_WIRE_MBIT) --profiles homogeneous \
-		--seconds 180 --repeats 3 --out $(BUILD)/bench-torch-wire
+		--seconds $(BENCH_TORCH_WIRE_S) --repeats 3 \
+		--out $(BUILD)/bench-torch-wire
 
 # Fuzzing (tests/fuzz/, libFuzzer with ASan and UBSan, clang): what peers
 # and files feed the daemon. Each target runs FUZZ_SECONDS (default 60), or
