@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/base/conn_int.h"
 #include "daemon/base/log.h"
 #include "daemon/base/seal.h"
 
@@ -80,6 +81,7 @@ static void close_cb(uv_handle_t *h)
     }
     free(c->transcript);
     free(c->bounce);
+    free(c->out);
     free(c);
 }
 
@@ -87,6 +89,10 @@ void pr_conn_close(struct pr_conn *c, int status)
 {
     if (c->closing)
         return;
+    /* What waits in the buffer goes first (pr_conn_fail's Error). */
+    pr_conn_flush_out(c);
+    pr_conn_batch_unlink(c);
+    c->batch = NULL;
     c->closing = 1;
     c->status = status;
     land_abort(c, status);
@@ -544,21 +550,29 @@ static void write_cb(uv_write_t *req, int status)
     free(w);
 }
 
+/*
+ * The message frame at f, of payload n, becomes its sealed record in
+ * place (room for the tag after it): the header says so.
+ */
+int pr_conn_seal_msg_at(struct pr_conn *c, uint8_t *f, size_t n)
+{
+    pr_frame_hdr_encode(f, (uint32_t)(n + PR_SEAL_TAG_LEN), PR_FRAME_MSG, 0);
+    int rc = pr_seal_encrypt(c->seal, f, f + PR_FRAME_HDR_LEN,
+                             f + PR_FRAME_HDR_LEN, n, f + PR_FRAME_HDR_LEN + n);
+    return rc < 0 ? seal_lost(c, rc, "a message") : 0;
+}
+
 /* A message frame (*frame, *len) becomes its sealed record. */
 static int seal_msg(struct pr_conn *c, uint8_t **frame, size_t *len)
 {
-    size_t n = *len - PR_FRAME_HDR_LEN;
     uint8_t *f = realloc(*frame, *len + PR_SEAL_TAG_LEN);
     if (!f)
         return -ENOMEM;
     *frame = f;
-    pr_frame_hdr_encode(f, (uint32_t)(n + PR_SEAL_TAG_LEN), PR_FRAME_MSG, 0);
-    int rc = pr_seal_encrypt(c->seal, f, f + PR_FRAME_HDR_LEN,
-                             f + PR_FRAME_HDR_LEN, n, f + PR_FRAME_HDR_LEN + n);
-    if (rc < 0)
-        return seal_lost(c, rc, "a message");
-    *len += PR_SEAL_TAG_LEN;
-    return 0;
+    int rc = pr_conn_seal_msg_at(c, f, *len - PR_FRAME_HDR_LEN);
+    if (rc == 0)
+        *len += PR_SEAL_TAG_LEN;
+    return rc;
 }
 
 /*
@@ -593,6 +607,25 @@ static int seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     return 0;
 }
 
+int pr_conn_write_owned(struct pr_conn *c, uint8_t *owned, size_t off,
+                        size_t len)
+{
+    struct wreq *w = calloc(1, sizeof(*w));
+    if (!w) {
+        free(owned);
+        return -ENOMEM;
+    }
+    w->c = c;
+    w->owned = owned;
+    uv_buf_t b = uv_buf_init((char *)owned + off, (unsigned)len);
+    int rc = uv_write(&w->req, &c->h.stream, &b, 1, write_cb);
+    if (rc < 0) {
+        free(owned);
+        free(w);
+    }
+    return rc;
+}
+
 int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
 {
     if (c->closing)
@@ -604,6 +637,8 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_conn_close(c, -ENOBUFS);
         return -ENOBUFS;
     }
+    if (c->batch)
+        return pr_conn_send_batched(c, m);
     struct wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
@@ -658,6 +693,9 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     if (hdr_len > 64 || hdr_len + len > c->rd.max_len ||
         hdr_len + len > UINT32_MAX)
         return -EMSGSIZE;
+    pr_conn_flush(c); /* the messages before it go first */
+    if (c->closing)
+        return -ENOTCONN;
     struct wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
@@ -786,5 +824,5 @@ int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
 
 size_t pr_conn_write_queue(const struct pr_conn *c)
 {
-    return uv_stream_get_write_queue_size(&c->h.stream);
+    return uv_stream_get_write_queue_size(&c->h.stream) + c->out_len;
 }

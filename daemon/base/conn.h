@@ -66,6 +66,18 @@ struct pr_conn_ops {
 
 typedef void (*pr_conn_write_cb)(void *arg, int status);
 
+/*
+ * Coalesced control writes (conn_batch.c), as Redis writes its replies
+ * before it sleeps: a conn given a batch (pr_conn_set_batch) frames the
+ * messages pr_conn_send gets during a loop turn into a buffer of its own,
+ * and the batch writes each conn's buffer in one write() once the loop
+ * ran its I/O callbacks (uv_check) or before it waits (uv_prepare, for
+ * what timers sent). A scheduler answering READYs from many trainers of
+ * a node, or a node sending its trainers' READYs, then costs the other
+ * side one wakeup and one read for many messages, not one each.
+ */
+struct pr_conn_batch;
+
 struct pr_conn {
     union {
         uv_handle_t handle;
@@ -115,6 +127,12 @@ struct pr_conn {
     uint8_t *bounce; /* sealed payloads land here, bounce_cap bytes */
     size_t bounce_cap;
     uint64_t frames_landed; /* data frames read straight into place */
+    /* Coalesced writes (pr_conn_set_batch): framed, not yet written. */
+    struct pr_conn_batch *batch;
+    /* On batch's list of conns to write while out_len > 0. */
+    struct pr_conn *batch_next, **batch_pprev;
+    uint8_t *out;
+    size_t out_len, out_cap;
 };
 
 /* Allocates an unconnected TCP conn (uv_tcp_init done). NULL: no memory. */
@@ -160,8 +178,24 @@ int pr_conn_transcript_start(struct pr_conn *c);
 int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
                  const struct pr_auth_key *key, char role,
                  const uint8_t *s_nonce, const uint8_t *c_nonce);
-/* Bytes queued in the kernel-side write queue not yet written. */
+/* Bytes queued to be written: libuv's queue, and a batch's buffer. */
 size_t pr_conn_write_queue(const struct pr_conn *c);
+
+/* A batch on loop (its handles unreferenced), or NULL: no memory. */
+struct pr_conn_batch *pr_conn_batch_create(uv_loop_t *loop);
+/*
+ * Writes what waits and frees the batch once its handles closed; the
+ * conns given it are closed (pr_conn_close leaves its batch at once) or
+ * given NULL before. NULL is a no-op.
+ */
+void pr_conn_batch_close(struct pr_conn_batch *b);
+/*
+ * From now on c's messages wait in its buffer for b's next flush (NULL:
+ * written at once again, what waits written first).
+ */
+void pr_conn_set_batch(struct pr_conn *c, struct pr_conn_batch *b);
+/* Writes c's buffer now (before a close, or another kind of frame). */
+void pr_conn_flush(struct pr_conn *c);
 
 /*
  * The largest frame a connection may send before its hello passes (the

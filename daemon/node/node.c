@@ -308,6 +308,7 @@ static void connect_sched(struct pr_node *n)
     n->sched = pr_conn_create_tcp(n->loop, PR_CTRL_MAX_FRAME, &sched_ops, n);
     if (!n->sched)
         return;
+    pr_conn_set_batch(n->sched, n->sched_batch);
     n->sstate = S_CONNECTING;
     n->sched_cipher = 0;
     int rc = pr_hello_transcript(n->sched, n->key);
@@ -541,7 +542,8 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
                                    conf->node_connect_timeout_ms);
     n->engine =
         pr_engine_create(loop, chunk_floats(conf), STASH_MAX_BYTES, resolve, n);
-    if (!n->xport || !n->engine) {
+    n->sched_batch = pr_conn_batch_create(loop);
+    if (!n->xport || !n->engine || !n->sched_batch) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -647,6 +649,8 @@ void pr_node_destroy(struct pr_node *n)
         n->sched = NULL;
         pr_conn_detach_close(c);
     }
+    pr_conn_batch_close(n->sched_batch);
+    n->sched_batch = NULL;
     pr_node_scheds_stop(n);
     if (n->scheds.n)
         uv_close((uv_handle_t *)&n->scheds.probe_timer, node_closed_cb);

@@ -134,6 +134,8 @@ struct pr_node {
     uv_loop_t *loop;
     struct pr_conf *conf;
     struct pr_conn *sched;
+    /* Its messages (READYs of many trainers) coalesce per loop turn. */
+    struct pr_conn_batch *sched_batch;
     enum sched_state sstate;
     uv_timer_t sched_retry;
     struct node_scheds scheds;

@@ -414,6 +414,7 @@ static void on_connection(uv_stream_t *server, int status)
         free(n);
         return;
     }
+    pr_conn_set_batch(n->conn, s->batch);
     n->next = s->nodes;
     s->nodes = n;
     if (uv_accept(server, &n->conn->h.stream) < 0) {
@@ -575,6 +576,11 @@ int pr_sched_create(uv_loop_t *loop, struct pr_conf *conf,
     if (rc == 0 && uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
         rc = -EINVAL;
+    s->batch = pr_conn_batch_create(loop);
+    if (!s->batch) {
+        free(s);
+        return -ENOMEM;
+    }
     uv_tcp_init(loop, &s->listener);
     uv_timer_init(loop, &s->deadline);
     uv_timer_init(loop, &s->heartbeat);
@@ -662,6 +668,8 @@ void pr_sched_destroy(struct pr_sched *s)
         s->handles++;
         pr_conn_close(n->conn, 0);
     }
+    pr_conn_batch_close(s->batch);
+    s->batch = NULL;
     uv_close((uv_handle_t *)&s->listener, sched_closed_cb);
     uv_close((uv_handle_t *)&s->deadline, sched_closed_cb);
     uv_close((uv_handle_t *)&s->heartbeat, sched_closed_cb);

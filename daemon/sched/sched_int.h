@@ -124,6 +124,8 @@ struct pr_sched {
     uint32_t nby_id;
     uint32_t next_job_id;
     struct sched_node *nodes;
+    /* Their messages (Groups, Rejects) coalesce per loop turn. */
+    struct pr_conn_batch *batch;
     uint32_t next_node_id;
     struct sched_group *groups;
     uint16_t port;
