@@ -50,7 +50,7 @@ extern "C" {
 #endif
 
 #define PREDUCE_VERSION_MAJOR 0
-#define PREDUCE_VERSION_MINOR 2
+#define PREDUCE_VERSION_MINOR 3
 
 /*
  * How long past its timeout_ms a reduce call takes at most. The daemon

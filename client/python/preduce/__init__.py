@@ -47,7 +47,7 @@ __all__ = ["Client", "PreduceError", "ReduceHandle", "Result", "retryable"]
 
 # The release, as preduce.h's PREDUCE_VERSION_MAJOR.MINOR (check-ops
 # compares them).
-__version__ = "0.2"
+__version__ = "0.3"
 
 SOCKET = "/run/preduce/preduced.sock"  # node.socket's default
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib",
