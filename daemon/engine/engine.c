@@ -79,6 +79,7 @@ static void group_free(struct group *g)
     for (uint32_t i = 0; g->steps && i < 2 * (g->m - 1); i++)
         free(g->steps[i].spans);
     free(g->steps);
+    free(g->own_sent.spans);
     free(g->folded.spans);
     free(g);
 }
@@ -169,8 +170,14 @@ struct group *pr_engine_find(struct pr_engine *e, uint64_t id)
 
 static void arm_sweep(struct pr_engine *e)
 {
-    if (!uv_is_active((uv_handle_t *)&e->sweep))
-        uv_timer_start(&e->sweep, sweep_cb, ENGINE_SWEEP_MS, ENGINE_SWEEP_MS);
+    if (uv_is_active((uv_handle_t *)&e->sweep))
+        return;
+    /*
+     * The spare's time counts while groups run (the sweep's), not while
+     * the engine was idle: a large job back after a pause finds it.
+     */
+    e->spare_ms = uv_now(e->loop);
+    uv_timer_start(&e->sweep, sweep_cb, ENGINE_SWEEP_MS, ENGINE_SWEEP_MS);
 }
 
 /* Reported, and nothing (send, job, landing) still uses its memory. */
@@ -251,12 +258,23 @@ int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
     return post(g, step, seg, off, n);
 }
 
+int pr_engine_post_own(struct group *g, size_t off, size_t n)
+{
+    size_t in_part;
+    const float *src = pr_engine_direct_src(g, off, &in_part);
+    int rc = pr_engine_post_from(g, 0, g->pos, off, n, src);
+    if (rc == 0)
+        rc = pr_engine_step_claim(&g->own_sent, off, off + n);
+    return rc;
+}
+
 /*
  * Step 0: this daemon's own segment, cut into chunks of its chunk size. A
  * lone local member's memory goes to the wire as it is (its region of the
- * scratch vector is only ever written by the all-gather); otherwise each
- * chunk is summed into the scratch vector just before it is posted. The
- * other segments are summed when their chunks arrive (local_sum).
+ * scratch vector is only ever written by the all-gather, or holds the
+ * shadow's copy); otherwise each chunk is summed into the scratch vector
+ * just before it is posted. The other segments are summed when their
+ * chunks arrive (local_sum).
  */
 static int sum_and_post_own_segment(struct group *g)
 {
@@ -275,8 +293,17 @@ static int sum_and_post_own_segment(struct group *g)
         if (src && in_part < n)
             n = in_part; /* a chunk never spans two tensors */
         int rc;
-        if (src) {
-            rc = pr_engine_post_from(g, 0, g->pos, start + off, n, src);
+        if (src && g->shadow && pr_engine_offload(g, n)) {
+            /*
+             * Posted when copied aside: the loop does not copy the whole
+             * segment now (half of the model between 2 daemons: 128 MiB
+             * held every other job's groups back for about 100 ms, make
+             * bench-jobs), and no chunk of it can come back before its
+             * copy is made.
+             */
+            rc = pr_engine_submit(g, J_SAVE, start + off, n);
+        } else if (src) {
+            rc = pr_engine_post_own(g, start + off, n);
             /* Saved while the kernel's copy of it may still be in cache. */
             if (rc == 0 && g->shadow)
                 pr_engine_shadow_save(g, start + off, n);
@@ -583,6 +610,7 @@ static void sweep_cb(uv_timer_t *t)
         }
     }
     pr_engine_stash_expire(e, now);
+    pr_engine_scratch_expire(e, now);
     if (!e->groups && !e->stash)
         uv_timer_stop(&e->sweep);
 }

@@ -40,7 +40,25 @@ int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
     const struct step *s = &g->steps[h->step];
     if (s->got + h->nfloats > len || (len == 0 && s->chunks > 0))
         return *why = "more data than the segment holds", 0;
+    /*
+     * The shadow's own segment comes back only over floats this node
+     * posted, each copied aside first (engine_int.h, struct group): the
+     * chunk would be written into the member over originals not saved.
+     */
+    if (g->saved && h->step == g->m - 1 &&
+        !pr_engine_step_covers(&g->own_sent, h->off, h->off + h->nfloats))
+        return *why = "this node's own segment before it was sent", 0;
     return pr_engine_wire_chunk_ok(g, h, why);
+}
+
+int pr_engine_step_covers(const struct step *s, size_t lo, size_t hi)
+{
+    if (lo == hi)
+        return 1;
+    for (size_t i = 0; i < s->nspans; i++)
+        if (s->spans[i].lo <= lo && hi <= s->spans[i].hi)
+            return 1;
+    return 0;
 }
 
 /*

@@ -69,19 +69,30 @@ struct group {
      * (its all-gather, read straight into its memory over TCP) as they
      * come, as in place, while what they replace is kept in the scratch
      * vector, where nothing else is then: the own segment's floats are
-     * copied there at start (`saved`), the completed segment's written
-     * there by the same pass that sums each chunk, over the chunk read
-     * there (`folded` records which). A group that fails puts back what
-     * may have been written (the own segment's claimed chunks, the folded
-     * ones) before done() (pr_engine_shadow_settle), once no landing or
-     * send uses the member's memory. A member that leaves ends the shadow:
-     * nothing more goes into it and nothing is put back. Only the other
-     * m - 2 segments are written back at the end: none between 2 daemons.
-     * Not for models so large that putting back would hold the answer
-     * past what the trainer waits (SHADOW_MAX_RESTORE_BYTES, engine_mode.c).
+     * copied there before each of its chunks is posted (`saved`; on the
+     * pool when there is one, J_SAVE, so that the loop does not copy up
+     * to half of a large model in one go while other groups' chunks
+     * wait; `own_sent` records what was posted), the completed segment's
+     * written there by the same pass that sums each chunk, over the chunk
+     * read there (`folded` records which). A group that fails puts back
+     * what may have been written (the own segment's claimed chunks, the
+     * folded ones) before done() (pr_engine_shadow_settle), once no
+     * landing or send uses the member's memory. A member that leaves
+     * ends the shadow: nothing more goes into it and nothing is put back.
+     * Only the other m - 2 segments are written back at the end: none
+     * between 2 daemons. Not for models so large that putting back would
+     * hold the answer past what the trainer waits
+     * (SHADOW_MAX_RESTORE_BYTES, engine_mode.c).
      */
     int shadow;
+    /*
+     * From here on own_sent rules: a chunk of the own segment back from
+     * the left is taken only inside it (its originals were copied before
+     * it was posted), and a restore puts back steps[m - 1], which lies
+     * within it.
+     */
     int saved;
+    struct step own_sent;
     struct step folded;
     size_t rx_member; /* landings into the member's memory out */
     int left_reset;   /* the left link was reset: such a landing stalled */
@@ -178,16 +189,19 @@ struct pr_engine {
     void (*mem_free)(void *ctx, void *p);
     void *mem_ctx;
     struct pr_pool *pool; /* NULL: all arithmetic inline, on the loop */
-    float *spare; /* the last scratch vector freed, for the next group */
+    float *spare;         /* a scratch vector freed, for the next group */
     size_t spare_bytes;
+    uint64_t spare_ms; /* uv_now() when it became the spare */
 };
 
 /*
  * engine_jobs.c: arithmetic on the pool. J_SUM: a chunk of this daemon's
- * own segment, posted when summed; J_WRITE: the results into the members;
- * J_MEAN: a group of this daemon alone, summed straight into them.
+ * own segment, posted when summed; J_SAVE: one of the shadow's own
+ * segment, its floats copied aside, posted (from the member) when copied;
+ * J_WRITE: the results into the members; J_MEAN: a group of this daemon
+ * alone, summed straight into them.
  */
-enum jkind { J_SUM, J_WRITE, J_MEAN };
+enum jkind { J_SUM, J_SAVE, J_WRITE, J_MEAN };
 /* Whether n floats of work go to the pool (else they run inline). */
 int pr_engine_offload(const struct group *g, size_t n);
 /* 0: the job's end comes back on the loop (posting a J_SUM); -ENOMEM. */
@@ -211,6 +225,12 @@ size_t pr_engine_write_back_floats(const struct group *g);
  */
 int pr_engine_post(struct group *g, uint32_t step, uint32_t seg, size_t off,
                    size_t n);
+/*
+ * Floats [off, off + n) of the own segment, within one of the lone
+ * member's tensors, posted from its memory and recorded in own_sent: 0,
+ * the link's error or -ENOMEM.
+ */
+int pr_engine_post_own(struct group *g, size_t off, size_t n);
 void pr_engine_finish(struct group *g, int status);
 void pr_engine_kick(struct pr_engine *e);
 /*
@@ -250,11 +270,14 @@ int pr_engine_reserve(struct pr_engine *e, uint32_t from,
 /*
  * engine_scratch.c: a scratch vector of `bytes` (the spare one when it
  * fits, else a new one; NULL on ENOMEM), one given back (kept as the
- * spare unless the engine closes), and one freed for good.
+ * spare unless the engine closes or the spare is larger), one freed for
+ * good, and the spare freed when no group took it for a while (now_ms:
+ * uv_now).
  */
 float *pr_engine_scratch_get(struct pr_engine *e, size_t bytes);
 void pr_engine_scratch_put(struct pr_engine *e, float *p, size_t bytes);
 void pr_engine_scratch_release(struct pr_engine *e, float *p);
+void pr_engine_scratch_expire(struct pr_engine *e, uint64_t now_ms);
 
 /*
  * engine_stash.c: an early chunk copied into the stash (0; -ENOBUFS when
@@ -317,6 +340,8 @@ int pr_engine_chunk_ok(const struct group *g, const struct pr_chunk_hdr *h,
  * over too many pieces, -ENOMEM.
  */
 int pr_engine_step_claim(struct step *s, size_t lo, size_t hi);
+/* Whether floats [lo, hi) all lie in the spans of s (1 when lo == hi). */
+int pr_engine_step_covers(const struct step *s, size_t lo, size_t hi);
 
 /*
  * engine_local.c: floats are numbered across the members' parts, as in
@@ -343,8 +368,13 @@ int pr_engine_in_member(const struct group *g, const struct pr_chunk_hdr *h);
  */
 float *pr_engine_member_dst(const struct group *g,
                             const struct pr_chunk_hdr *h);
-/* Floats [off, off + n) of the own segment into the scratch vector. */
+/*
+ * Floats [off, off + n) of the own segment into the scratch vector: cut
+ * over the pool's threads while the loop waits, or (_range) on the
+ * calling thread only, which may be a pool thread.
+ */
 void pr_engine_shadow_save(struct group *g, size_t off, size_t n);
+void pr_engine_shadow_save_range(struct group *g, size_t off, size_t n);
 /* The shadow's saved floats back into the member. */
 void pr_engine_shadow_restore(struct group *g);
 /*

@@ -16,17 +16,17 @@
 
 /*
  * Arithmetic a group hands to the pool: the sum of one chunk of its own
- * segment (posted when done), the write-back of its results, or the whole
- * mean of a group of this daemon alone. Owned by the loop; the pool's
- * threads read g, kind and off, which do not change while it is out, and
- * the memory that those name.
+ * segment or the shadow's copy of one (posted when done), the write-back
+ * of its results, or the whole mean of a group of this daemon alone.
+ * Owned by the loop; the pool's threads read g, kind and off, which do
+ * not change while it is out, and the memory that those name.
  */
 struct gjob {
     struct pr_pool_job j; /* first: the pool hands it back */
     struct group *g;
     struct gjob *next; /* the group's jobs out */
     enum jkind kind;
-    size_t off; /* J_SUM: first float of the chunk; j.n floats */
+    size_t off; /* J_SUM, J_SAVE: first float of the chunk; j.n floats */
 };
 
 /* Less than this and the work runs inline: a thread hand-off costs more. */
@@ -40,6 +40,8 @@ static void job_slice(void *arg, size_t lo, size_t hi)
     struct gjob *gj = arg;
     if (gj->kind == J_SUM)
         pr_engine_local_sum(gj->g, gj->off + lo, gj->off + hi, NULL, 0);
+    else if (gj->kind == J_SAVE)
+        pr_engine_shadow_save_range(gj->g, gj->off + lo, hi - lo);
     else if (gj->kind == J_WRITE)
         pr_engine_write_range(gj->g, gj->off + lo, gj->off + hi);
     else
@@ -56,9 +58,11 @@ static void job_done(struct pr_pool_job *j, int status)
         pp = &(*pp)->next;
     *pp = gj->next;
     g->jobs_out--;
-    if (gj->kind == J_SUM && status == 0 && g->state == G_RUNNING &&
-        !g->e->closing) {
-        int rc = pr_engine_post(g, 0, g->pos, gj->off, gj->j.n);
+    if ((gj->kind == J_SUM || gj->kind == J_SAVE) && status == 0 &&
+        g->state == G_RUNNING && !g->e->closing) {
+        int rc = gj->kind == J_SUM
+                     ? pr_engine_post(g, 0, g->pos, gj->off, gj->j.n)
+                     : pr_engine_post_own(g, gj->off, gj->j.n);
         if (rc < 0)
             pr_engine_finish(g, rc);
     }
@@ -83,7 +87,7 @@ int pr_engine_submit(struct group *g, enum jkind kind, size_t off, size_t n)
                                  .arg = gj,
                                  .n = n,
                                  .done = job_done,
-                                 .first = kind != J_SUM};
+                                 .first = kind == J_WRITE || kind == J_MEAN};
     gj->g = g;
     gj->kind = kind;
     gj->off = off;

@@ -26,11 +26,11 @@
  *  - m > 1, default mode, k == 1 (the shadow, engine_int.h): the segment
  *    completed here is summed into the member and its floats saved over
  *    the chunk in scratch in one pass (2 reads, 2 writes of S/m); the own
- *    segment copied aside at start (S/m), its all-gather read by the
- *    kernel straight into the member; the other m - 2 segments land in
- *    scratch and are written back as above. Between 2 daemons: 3 S of
- *    memory traffic where the write-back took 3.5 S, and none of it
- *    after the last chunk.
+ *    segment copied aside a chunk at a time, each before it is posted
+ *    (S/m), its all-gather read by the kernel straight into the member;
+ *    the other m - 2 segments land in scratch and are written back as
+ *    above. Between 2 daemons: 3 S of memory traffic where the
+ *    write-back took 3.5 S, and none of it after the last chunk.
  *  - m > 1 in place (k == 1): the member read once and written once, no
  *    scratch vector and no write-back.
  */
@@ -242,11 +242,16 @@ struct save_arg {
     size_t off;
 };
 
+void pr_engine_shadow_save_range(struct group *g, size_t off, size_t n)
+{
+    pr_engine_each_piece(g, off, n, save_piece, NULL, NULL);
+}
+
 /* Floats [off + lo, off + hi) (pr_pool_run's slices). */
 static void save_slice(void *arg, size_t lo, size_t hi)
 {
     const struct save_arg *a = arg;
-    pr_engine_each_piece(a->g, a->off + lo, hi - lo, save_piece, NULL, NULL);
+    pr_engine_shadow_save_range(a->g, a->off + lo, hi - lo);
 }
 
 void pr_engine_shadow_save(struct group *g, size_t off, size_t n)

@@ -13,7 +13,8 @@
  * on_chunk, stashed, failed or dropped there) for a chunk it cannot place:
  * an unknown or early group, floats that came already, a group past its
  * deadline, a node other than the left neighbour; a group's vector stays
- * until its last landing ended, even past pr_engine_destroy().
+ * until its last landing ended, even past pr_engine_destroy(), and a large
+ * group's vector is kept for the next one past smaller groups.
  */
 #include <check.h>
 #include <errno.h>
@@ -292,6 +293,39 @@ START_TEST(test_engine_land_aborted_fails_group)
     ck_assert_int_eq(tg->done[1].calls, 1);
     tg_free(tg);
     tg_free(tg2);
+}
+END_TEST
+
+/*
+ * Jobs of different sizes on one engine: the vector of a large group
+ * that ended stays the spare while small groups start and end (each of
+ * those gets its own), so the next large group gets it back, and does
+ * not map and fault a fresh vector.
+ */
+START_TEST(test_engine_scratch_kept_past_small_groups)
+{
+    static const int ring[2] = {0, 1};
+    static const size_t nlocal[2] = {1, 1};
+    struct counting ct = {0};
+    struct net *net = net_new(2, 64);
+    count_scratch(net, 1, &ct);
+    net_land_all(net, _i);
+    static const size_t sizes[] = {20000, 100, 20000, 50, 100, 20000};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        struct tgroup *tg =
+            tg_new(1 + i, sizes[i], 2, ring, nlocal, 0, 300 + (uint64_t)i);
+        tg_start_all(net, tg);
+        run_until(net, tg_all_done, tg);
+        tg_check_done(tg, 0);
+        tg_check_mean(tg);
+        run_turns(net);
+        tg_free(tg);
+    }
+    /* One large vector; each small group's, freed at its end. */
+    ck_assert_uint_eq(ct.allocs, 4);
+    ck_assert_uint_eq(ct.releases, 3);
+    net_free(net);
+    ck_assert_uint_eq(ct.releases, ct.allocs);
 }
 END_TEST
 
@@ -591,6 +625,7 @@ static Suite *engine_land_suite(void)
     tcase_add_loop_test(tc, test_engine_land_aborted_fails_group, 0,
                         (int)(sizeof(aborts) / sizeof(aborts[0])));
     tcase_add_loop_test(tc, test_engine_land_out_at_destroy, 0, 8);
+    tcase_add_loop_test(tc, test_engine_scratch_kept_past_small_groups, 0, 2);
     tcase_add_test(tc, test_engine_land_ends_past_deadline);
     suite_add_tcase(s, tc);
 

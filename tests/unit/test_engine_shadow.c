@@ -28,6 +28,7 @@
 
 #include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/reduce.h"
 #include "tests/unit/engine_fixture.h"
 #include "tests/check_run.h"
 
@@ -301,6 +302,114 @@ START_TEST(test_shadow_destroy_restores)
 END_TEST
 
 /*
+ * Chunks of at least PR_POOL_MIN_SLICE floats: with a pool, the own
+ * segment's originals are copied aside on it (J_SAVE), each chunk posted
+ * once copied, not all on the loop at start. The results are the
+ * write-back's, bit for bit, and a failure half-way still puts back.
+ */
+START_TEST(test_shadow_save_on_pool)
+{
+    static const struct scase cases[] = {
+        {.m = 2, .total = 200000, .chunk = 20000},
+        {.m = 2, .total = 200000, .chunk = 20000, .land = 1},
+        {.m = 2, .total = 200001, .chunk = 17000, .land = 1, .shuffle = 1},
+        {.m = 2, .total = 200000, .chunk = 20000, .land = 1, .staggered = 1},
+        {.m = 3, .total = 300000, .chunk = 20000, .land = 1, .shuffle = 1},
+    };
+    const struct scase *c = &cases[_i];
+    reduce_threads = 3;
+    float *wb = run_ok(c, 1000 + (uint64_t)_i, 0);
+    float *sh = run_ok(c, 1000 + (uint64_t)_i, 1);
+    for (uint32_t p = 0; p < c->m; p++)
+        ck_assert_msg(memcmp(wb + p * c->total, sh + p * c->total,
+                             c->total * sizeof(float)) == 0,
+                      "case %d: position %u differs from the write-back", _i,
+                      p);
+    free(wb);
+    free(sh);
+}
+END_TEST
+
+/* Link arg holds all 10 of the case's chunks one way (both steps). */
+static int all_held(struct net *net, void *arg)
+{
+    (void)net;
+    return ((const struct memlink *)arg)->queued >= 10;
+}
+
+/*
+ * As test_shadow_failure_restores, the own segment copied on the pool:
+ * position 1 gets all but one of position 0's 10 chunks (5 a step), so
+ * that the all-gather's have written final floats over the originals the
+ * pool copied (more floats changed than the reduce-scatter's 5 chunks
+ * could), then fails: they must come back.
+ */
+START_TEST(test_shadow_save_on_pool_fails)
+{
+    struct scase c = {.m = 2, .total = 200000, .chunk = 20000, .land = _i};
+    reduce_threads = 3;
+    struct tgroup *tg = group(&c, 1010 + (uint64_t)_i);
+    struct net *net = network(&c, 1);
+    int me = tg_node(tg, 1), left = tg_node(tg, 0);
+    link_hold(net, left, me, 1);
+    tg_start_all(net, tg);
+    run_until(net, all_held, &net->links[left][me]);
+    ck_assert_uint_eq(link_deliver(net, left, me, 9), 9);
+    run_turns(net);
+    ck_assert_uint_gt(changed(tg, 1), 5 * (size_t)c.chunk);
+    ck_assert_int_eq(pr_engine_abort(E(net, me), tg->id, -ECANCELED), 0);
+    run_until(net, pos_done, &tg->done[1]);
+    ck_assert_int_eq(tg->done[1].status, -ECANCELED);
+    tg_check_unchanged(tg, 1);
+    ck_assert_uint_eq(stats(net, me).groups_restored, 1);
+    net_hold_all(net, 0);
+    run_quiet(net);
+    run_turns(net);
+    tg_check_unchanged(tg, 1);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
+/*
+ * A peer that sends this node's own segment back before this node sent
+ * it (a broken or stale one): with the originals copied on the pool, the
+ * chunk would be written into the member over floats not yet saved. The
+ * group fails and the member keeps its input. Started alone, nothing of
+ * the segment that went to the pool has been posted yet (a job's end
+ * comes back on the loop, which has not run); with at most 3 parts, some
+ * chunk of the segment is a whole one, large enough for the pool.
+ */
+START_TEST(test_shadow_own_segment_too_early)
+{
+    struct scase c = {.m = 2, .total = 200000, .chunk = 20000, .land = _i};
+    reduce_threads = 3;
+    struct tgroup *tg = group(&c, 1020 + (uint64_t)_i);
+    struct net *net = network(&c, 1);
+    int me = tg_node(tg, 0);
+    ck_assert_int_eq(tg_start(net, tg, 0), 0);
+    size_t start, len;
+    pr_ring_segment(c.total, c.m, 0, &start, &len);
+    float *data = calloc(len, sizeof(float));
+    ck_assert_ptr_nonnull(data);
+    struct pr_chunk_hdr h = {.group_id = tg->id,
+                             .total = c.total,
+                             .off = start,
+                             .nfloats = (uint32_t)len,
+                             .step = 1,
+                             .seg = 0};
+    pr_engine_on_chunk(E(net, me), tg->ring[1], &h, data);
+    free(data);
+    run_until(net, pos_done, &tg->done[0]);
+    ck_assert_int_eq(tg->done[0].status, -EPROTO);
+    tg_check_unchanged(tg, 0);
+    ck_assert_uint_eq(stats(net, me).groups_failed, 1);
+    net_free(net);
+    tg_free(tg);
+}
+END_TEST
+
+/*
  * Where the shadow does not apply the engine writes back: a member in
  * place, two members, no direct sends, weights that are neither 1 nor
  * the mean; and a group of one daemon.
@@ -337,6 +446,7 @@ static Suite *engine_shadow_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_loop_test(tc, test_shadow_same_as_write_back, 0, 9);
     tcase_add_loop_test(tc, test_shadow_not_used, 0, 5);
+    tcase_add_loop_test(tc, test_shadow_save_on_pool, 0, 5);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");
@@ -345,6 +455,8 @@ static Suite *engine_shadow_suite(void)
     tcase_add_test(tc, test_shadow_stalled_landing_reset);
     tcase_add_loop_test(tc, test_shadow_detached_stops, 0, 2);
     tcase_add_loop_test(tc, test_shadow_destroy_restores, 0, 2);
+    tcase_add_loop_test(tc, test_shadow_save_on_pool_fails, 0, 2);
+    tcase_add_loop_test(tc, test_shadow_own_segment_too_early, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
