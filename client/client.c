@@ -261,6 +261,8 @@ static int send_msg(struct preduce_client *c, const Pr__V1__Msg *m,
     if (rc < 0)
         return rc; /* nothing was sent: the connection is fine */
     rc = send_all(c->fd, buf, len, deadline);
+    /* Control frames are small; the Hello's may hold a job key. */
+    explicit_bzero(buf, len);
     free(buf);
     if (rc < 0 && drain && rc != -ETIMEDOUT) {
         while (!c->err && recv_some(c) > 0) {
@@ -391,6 +393,12 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
                           : PREDUCE_REDUCE_SLACK_MS;
     }
     c->node_wire = w->wire;
+    if (c->sent_key && !w->keyed) {
+        set_last_error(c, "the node daemon is older than job keys: it "
+                          "dropped the key (PREDUCE_JOB_KEY), and the job "
+                          "would be open to anyone");
+        return -EPROTO;
+    }
     c->welcomed = true;
     return 0;
 }
@@ -643,7 +651,8 @@ static int open_notify(struct preduce_client *c)
 }
 
 static int say_hello(struct preduce_client *c, const char *name,
-                     const struct preduce_options *o, int64_t deadline)
+                     const struct preduce_options *o, const uint8_t *key,
+                     size_t key_len, int64_t deadline)
 {
     Pr__V1__Hello hello = PR__V1__HELLO__INIT;
     char *settings[PR_CLIENT_SETTINGS_MAX];
@@ -656,6 +665,10 @@ static int say_hello(struct preduce_client *c, const char *name,
         settings[i] = (char *)o->settings[i];
     hello.n_settings = o->nsettings;
     hello.settings = settings;
+    /* The key's bytes go to the daemon on this socket alone (Hello.job_key). */
+    hello.job_key.data = (uint8_t *)key;
+    hello.job_key.len = key_len;
+    c->sent_key = key_len > 0;
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     int rc = pr_client_send(c, &m, deadline);
     if (rc < 0)
@@ -686,12 +699,6 @@ int preduce_connect_with(const char *socket_path, const char *name,
                  "without control characters, a timeout >= 0");
         return -EINVAL;
     }
-    const char *why = "";
-    int rc = pr_client_options_resolve(options, &o, &why);
-    if (rc < 0) {
-        snprintf(connect_error, sizeof(connect_error), "%s", why);
-        return rc;
-    }
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     size_t len = strlen(socket_path);
     if (len == 0 || len >= sizeof(sa.sun_path)) {
@@ -701,10 +708,26 @@ int preduce_connect_with(const char *socket_path, const char *name,
         return -EINVAL;
     }
     memcpy(sa.sun_path, socket_path, len + 1);
+    const char *why = "";
+    int rc = pr_client_options_resolve(options, &o, &why);
+    if (rc < 0) {
+        snprintf(connect_error, sizeof(connect_error), "%s", why);
+        return rc;
+    }
     int64_t deadline = pr_client_deadline(timeout_ms);
-
+    /* Wiped once the hello is out (its frame too: send_msg). */
+    uint8_t key[PR_CLIENT_KEY_MAX];
+    size_t key_len = 0;
+    rc = pr_client_job_key_read(&o, key, &key_len, &why);
+    if (rc < 0) {
+        snprintf(connect_error, sizeof(connect_error), "%s (%.100s)%s%s", why,
+                 o.job_key, rc != -EINVAL ? ": " : "",
+                 rc != -EINVAL ? strerror(-rc) : "");
+        return rc;
+    }
     struct preduce_client *c = calloc(1, sizeof(*c));
     if (!c) {
+        explicit_bzero(key, sizeof(key));
         snprintf(connect_error, sizeof(connect_error), "out of memory");
         return -ENOMEM;
     }
@@ -719,7 +742,8 @@ int preduce_connect_with(const char *socket_path, const char *name,
     if (rc == 0)
         rc = open_notify(c);
     if (rc == 0)
-        rc = say_hello(c, name, &o, deadline);
+        rc = say_hello(c, name, &o, key, key_len, deadline);
+    explicit_bzero(key, sizeof(key));
     if (rc < 0) {
         snprintf(connect_error, sizeof(connect_error), "%s",
                  c->last_error[0] ? c->last_error : preduce_strerror(rc));

@@ -71,6 +71,10 @@ struct preduce_tensor {
 /* Connect options (options.c): the job, its settings, the wire. */
 #define PR_CLIENT_SETTINGS_MAX 16
 #define PR_CLIENT_SETTING_MAX  127
+/* A job key file: its path's most bytes, and its size's bounds. */
+#define PR_CLIENT_KEY_PATH_MAX 1023
+#define PR_CLIENT_KEY_MIN      16
+#define PR_CLIENT_KEY_MAX      4096
 struct preduce_options {
     bool has_job, has_settings; /* set by preduce_options_set() */
     char job[PR_CLIENT_NAME_MAX + 1];
@@ -78,6 +82,8 @@ struct preduce_options {
     size_t nsettings;
     /* Reduce.wire: 0, the node's transport.wire; else its encoding + 1. */
     uint32_t wire;
+    /* The job key file's path ("job_key", PREDUCE_JOB_KEY); "": none. */
+    char job_key[PR_CLIENT_KEY_PATH_MAX + 1];
 };
 /*
  * The options a connect uses: `given` (NULL: none) with the environment
@@ -87,6 +93,16 @@ struct preduce_options {
  */
 int pr_client_options_resolve(const preduce_options_t *given,
                               struct preduce_options *o, const char **why);
+/*
+ * The job key the options name (o->job_key), read into buf (at least
+ * PR_CLIENT_KEY_MAX bytes): *len 0 when they name none. The options must
+ * name a job too, and the file must be a regular file of 16 to 4096 bytes
+ * that neither group nor others may read or write, as the daemons'
+ * cluster key. 0, or -ENOENT / -EACCES (cannot open it), -EPERM (its
+ * mode), -EINVAL (no job named; its kind or size), with *why.
+ */
+int pr_client_job_key_read(const struct preduce_options *o, uint8_t *buf,
+                           size_t *len, const char **why);
 /* A Reduce.wire value's name ("fp32", "bf16", "int8"), "" for 0 or unknown. */
 const char *pr_client_wire_name(uint32_t wire);
 
@@ -99,6 +115,7 @@ struct preduce_client {
     int evfd; /* eventfd: signalled while an answer waits in memory */
     uint32_t rank;
     bool welcomed;
+    bool sent_key; /* its Hello carried a job key: Welcome.keyed must say */
     char job[PR_CLIENT_NAME_MAX + 1]; /* Welcome.job: the job joined */
     /* How long past a reduce's deadline it waits (Welcome.grace_ms). */
     int slack_ms;

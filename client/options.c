@@ -11,8 +11,11 @@
  * connect with -EINVAL and its reason in preduce_last_error(NULL).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "client/client_int.h"
 
@@ -119,6 +122,14 @@ int preduce_options_set(preduce_options_t *o, const char *key,
         o->wire = w;
         return 0;
     }
+    if (!strcmp(key, "job_key")) {
+        /* Read at connect, where preduce_last_error() can say what failed. */
+        size_t n = strlen(value);
+        if (n == 0 || n > PR_CLIENT_KEY_PATH_MAX)
+            return -EINVAL;
+        memcpy(o->job_key, value, n + 1);
+        return 0;
+    }
     return -EINVAL;
 }
 
@@ -182,6 +193,13 @@ int pr_client_options_resolve(const preduce_options_t *given,
         strcpy(o->job, env);
         o->has_job = true;
     }
+    if (!o->job_key[0] && (env = getenv("PREDUCE_JOB_KEY")) && *env) {
+        *why = "PREDUCE_JOB_KEY: a path of at most 1023 bytes";
+        size_t n = strlen(env);
+        if (n > PR_CLIENT_KEY_PATH_MAX)
+            return -EINVAL;
+        memcpy(o->job_key, env, n + 1);
+    }
     if (!o->wire && (env = getenv("PREDUCE_WIRE")) && *env) {
         *why = "PREDUCE_WIRE: not one of fp32, bf16, int8";
         o->wire = wire_of(env);
@@ -189,4 +207,61 @@ int pr_client_options_resolve(const preduce_options_t *given,
             return -EINVAL;
     }
     return env_settings(o, why);
+}
+
+int pr_client_job_key_read(const struct preduce_options *o, uint8_t *buf,
+                           size_t *len, const char **why)
+{
+    *len = 0;
+    if (!o->job_key[0])
+        return 0;
+    /* Whoever keys the node's default job locks out all who name none. */
+    if (!o->has_job)
+        return *why = "job key: name the job too (PREDUCE_JOB, or the "
+                      "\"job\" option); a key on the node's default job "
+                      "would lock out every trainer that names none",
+               -EINVAL;
+    /* O_NONBLOCK: a FIFO there must not hang the connect in open(). */
+    int fd = open(o->job_key, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        *why = "job key: cannot open the key file";
+        return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return *why = "job key: cannot stat the key file", -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return *why = "job key: not a regular file", -EINVAL;
+    }
+    /* A key others can read is no key: the daemons' rule for theirs. */
+    if (st.st_mode & 077) {
+        close(fd);
+        return *why = "job key: the file is readable or writable by group "
+                      "or others (chmod 600 it)",
+               -EPERM;
+    }
+    uint8_t one;
+    size_t n = 0;
+    ssize_t r = 0;
+    while (n < PR_CLIENT_KEY_MAX &&
+           (r = read(fd, buf + n, PR_CLIENT_KEY_MAX - n)) > 0)
+        n += (size_t)r;
+    /* One more byte read means the file is too long. */
+    int more = r >= 0 && n == PR_CLIENT_KEY_MAX && read(fd, &one, 1) == 1;
+    int e = r < 0 ? errno : 0;
+    close(fd);
+    explicit_bzero(&one, sizeof(one));
+    if (e || n < PR_CLIENT_KEY_MIN || more) {
+        explicit_bzero(buf, n);
+        if (e)
+            return *why = "job key: cannot read the key file", -e;
+        return *why = "job key: the file must hold 16 to 4096 bytes", -EINVAL;
+    }
+    *len = n;
+    return 0;
 }

@@ -108,17 +108,26 @@ PREDUCE_API int preduce_options_create(preduce_options_t **out);
  * bytes; what rounding lost is kept by the daemon and added to the next
  * reduce of the same tensors), the sums being float32 in every case
  * (preduced.conf(5), transport.wire). Unset, PREDUCE_WIRE says, and
- * without it the node's transport.wire. 0, -EINVAL (unknown key, bad
- * value) or -E2BIG (too many settings).
+ * without it the node's transport.wire. Key "job_key": the path of the
+ * job's key file (unset: PREDUCE_JOB_KEY's), read at connect: a regular
+ * file of 16 to 4096 bytes (`preduced --gen-key FILE` writes one) that
+ * group and others cannot read (mode 600). A job started by a worker with
+ * a key admits only workers with the same key, a job started without one
+ * only workers without: the others are refused with -EACCES. 0, -EINVAL
+ * (unknown key, bad value) or -E2BIG (too many settings).
  */
 PREDUCE_API int preduce_options_set(preduce_options_t *o, const char *key,
                                     const char *value);
 PREDUCE_API void preduce_options_destroy(preduce_options_t *o);
 /*
  * preduce_connect() with options (NULL: as preduce_connect()). Also
- * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS or
- * PREDUCE_WIRE (preduce_last_error(NULL) names it), and whatever the
- * scheduler refuses in a job's settings.
+ * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS,
+ * PREDUCE_WIRE or PREDUCE_JOB_KEY (preduce_last_error(NULL) names it),
+ * and whatever the scheduler refuses in a job's settings; for the job key
+ * file -ENOENT or -EACCES (cannot open it), -EPERM (group or others may
+ * read it), -EINVAL (not a regular file of 16 to 4096 bytes), and
+ * -EACCES when the job's key is another (or it has one and this worker
+ * none, or the other way round).
  */
 PREDUCE_API int preduce_connect_with(const char *socket_path, const char *name,
                                      const preduce_options_t *options,

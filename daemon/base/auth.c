@@ -125,6 +125,36 @@ void pr_auth_clear(struct pr_auth_key *key)
     sodium_memzero(key, sizeof(*key));
 }
 
+int pr_auth_job_proof(const uint8_t *key, size_t len, const char *job,
+                      uint8_t proof[PR_AUTH_JOB_PROOF_LEN], const char **why)
+{
+    static const char label[] = "preduce job key v1";
+    if (len < KEY_MIN || len > KEY_MAX)
+        return *why = "a job key file must hold 16 to 4096 bytes", -EINVAL;
+    if (sodium_init() < 0)
+        return *why = "libsodium failed to initialise", -EIO;
+    uint8_t k[crypto_auth_hmacsha256_KEYBYTES];
+    crypto_generichash(k, sizeof(k), key, len, NULL, 0);
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, k, sizeof(k));
+    /* The label's NUL ends it, so no job name can extend it. */
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)label, sizeof(label));
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)job, strlen(job));
+    crypto_auth_hmacsha256_final(&st, proof);
+    sodium_memzero(&st, sizeof(st));
+    sodium_memzero(k, sizeof(k));
+    return 0;
+}
+
+int pr_auth_job_proof_equal(const uint8_t *a, size_t alen, const uint8_t *b,
+                            size_t blen)
+{
+    if (alen != blen)
+        return 0;
+    return alen == 0 ||
+           (alen == PR_AUTH_JOB_PROOF_LEN && crypto_verify_32(a, b) == 0);
+}
+
 void pr_auth_challenge(const struct pr_auth_key *key,
                        uint8_t s_nonce[PR_AUTH_NONCE_LEN],
                        Pr__V1__Challenge *ch)

@@ -112,4 +112,22 @@ int pr_auth_check_welcome(const struct pr_auth_key *key,
 /* Wipes the key from memory. */
 void pr_auth_clear(struct pr_auth_key *key);
 
+/*
+ * A job's key (Hello.job_key: the bytes of a key file, checked here as
+ * pr_auth_load checks the cluster's, 16 to 4096 of them) proved for job
+ * `job`: HMAC-SHA-256 under BLAKE2b-256 of the bytes, over a label and the
+ * job's name, so that one key proves nothing for another job and the
+ * scheduler, which compares proofs, never holds a key. 0, or -EINVAL with
+ * *why.
+ */
+#define PR_AUTH_JOB_PROOF_LEN 32
+int pr_auth_job_proof(const uint8_t *key, size_t len, const char *job,
+                      uint8_t proof[PR_AUTH_JOB_PROOF_LEN], const char **why);
+/*
+ * Whether proofs a and b (each 0 or PR_AUTH_JOB_PROOF_LEN bytes long) are
+ * equal; two of that length are compared in constant time.
+ */
+int pr_auth_job_proof_equal(const uint8_t *a, size_t alen, const uint8_t *b,
+                            size_t blen);
+
 #endif

@@ -150,6 +150,7 @@ void pr_ctl_json_jobs(struct pr_json *j, const struct pr_ctl_view *v,
             pr_json_str(j, "name", x->name);
             pr_json_num(j, "id", x->id);
             pr_json_str(j, "policy", x->policy);
+            pr_json_str(j, "key", x->key);
             pr_json_num(j, "workers", x->workers);
             pr_json_num(j, "waiting", x->queued);
             pr_json_num(j, "groups", x->groups);

@@ -219,14 +219,15 @@ void pr_ctl_table_jobs(FILE *f, const struct pr_ctl_view *v, const char *addr)
     for (size_t k = 0; k < v->njobs; k++)
         if ((int)strlen(v->jobs[k].name) > w)
             w = (int)strlen(v->jobs[k].name);
-    fprintf(f, "  %-*s  %5s  %-9s  %7s  %7s  %8s\n", w, "job", "id", "policy",
-            "workers", "waiting", "groups");
+    fprintf(f, "  %-*s  %5s  %-9s  %3s  %7s  %7s  %8s\n", w, "job", "id",
+            "policy", "key", "workers", "waiting", "groups");
     for (size_t k = 0; k < v->njobs; k++) {
         const struct pr_ctl_job *x = &v->jobs[k];
-        char c[4][32], s[128], p[128];
-        fprintf(f, "  %-*s  %5s  %-9s  %7s  %7s  %8s\n", w, shown(x->name, s),
-                N(x->id, c[0]), shown(x->policy, p), N(x->workers, c[1]),
-                N(x->queued, c[2]), N(x->groups, c[3]));
+        char c[4][32], s[128], p[128], q[128];
+        fprintf(f, "  %-*s  %5s  %-9s  %3s  %7s  %7s  %8s\n", w,
+                shown(x->name, s), N(x->id, c[0]), shown(x->policy, p),
+                shown(x->key, q), N(x->workers, c[1]), N(x->queued, c[2]),
+                N(x->groups, c[3]));
     }
 }
 

@@ -249,6 +249,8 @@ static int build_jobs(const struct pr_promtext *m, struct pr_ctl_view *v)
             continue;
         if (pr_promtext_label(s, "policy", j->policy, sizeof(j->policy)) < 0)
             strcpy(j->policy, "?");
+        if (pr_promtext_label(s, "key", j->key, sizeof(j->key)) < 0)
+            strcpy(j->key, "?");
         j->id = label_num(s, "id");
         j->workers =
             pr_promtext_get(m, "preduce_sched_job_workers", "job", j->name);

@@ -28,6 +28,7 @@ struct pr_ctl_worker {
 /* A scheduler's job. */
 struct pr_ctl_job {
     char name[128], policy[32];
+    char key[8]; /* "yes", "no", or "?" from a scheduler older than keys */
     double id, workers, queued, groups;
 };
 

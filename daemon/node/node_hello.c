@@ -59,3 +59,17 @@ int pr_node_hello_job(const Pr__V1__Hello *h, const char *node_job,
     *job = name;
     return 0;
 }
+
+int pr_node_hello_job_key(const Pr__V1__Hello *h, const char *job,
+                          uint8_t proof[PR_AUTH_JOB_PROOF_LEN], size_t *len,
+                          const char **why)
+{
+    *len = 0;
+    if (h->job_key.len == 0)
+        return 0;
+    int rc =
+        pr_auth_job_proof(h->job_key.data, h->job_key.len, job, proof, why);
+    if (rc == 0)
+        *len = PR_AUTH_JOB_PROOF_LEN;
+    return rc;
+}

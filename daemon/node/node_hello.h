@@ -12,7 +12,9 @@
 #define PR_NODE_HELLO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "daemon/base/auth.h"
 #include "proto/frame.h"
 
 /* A worker name's most bytes (libpreduce's bound too). */
@@ -36,5 +38,14 @@ int pr_node_hello_name(const Pr__V1__Hello *h, const char **reason, char *why,
  */
 int pr_node_hello_job(const Pr__V1__Hello *h, const char *node_job,
                       const char **job, const char **why);
+
+/*
+ * The proof of the job key Hello h carries for job `job`, for WorkerJoin
+ * (auth.h, pr_auth_job_proof): *len PR_AUTH_JOB_PROOF_LEN, or 0 when h
+ * carries none. 0, or -EINVAL with *why (a key of the wrong size).
+ */
+int pr_node_hello_job_key(const Pr__V1__Hello *h, const char *job,
+                          uint8_t proof[PR_AUTH_JOB_PROOF_LEN], size_t *len,
+                          const char **why);
 
 #endif

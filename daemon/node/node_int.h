@@ -71,6 +71,13 @@ struct node_trainer {
     char job[PR_JOB_NAME_MAX + 1];
     char **settings;
     size_t nsettings;
+    /*
+     * The proof of its job key for WorkerJoin (pr_node_hello_job_key),
+     * job_proof_len bytes; 0: the trainer gave no key. The key itself is
+     * not kept.
+     */
+    uint8_t job_proof[PR_AUTH_JOB_PROOF_LEN];
+    size_t job_proof_len;
     uint32_t job_id;
     int64_t rank;      /* -1 until the scheduler answered */
     int64_t prev_rank; /* the rank of the last scheduler session, or -1 */

@@ -123,6 +123,8 @@ static void trainer_free(struct node_trainer *c)
     for (size_t i = 0; i < c->nsettings; i++)
         free(c->settings[i]);
     free(c->settings);
+    /* The proof lets whoever holds it register workers in the job. */
+    explicit_bzero(c->job_proof, sizeof(c->job_proof));
     free(c);
 }
 
@@ -218,9 +220,10 @@ static void group_detach(struct node_trainer *c)
 }
 
 /*
- * The job the trainer's hello names (or the node's `job`) and its
- * settings, copied into c; checked for size and control characters only
- * (pr_node_hello_job), since the scheduler judges the rest. 0, or -1
+ * The job the trainer's hello names (or the node's `job`), its settings
+ * and the proof of its key, copied into c; checked for size and control
+ * characters only (pr_node_hello_job, pr_node_hello_job_key), since the
+ * scheduler judges the rest. 0, or -1
  * with c's connection failed and told why.
  */
 static int take_job(struct node_trainer *c, const Pr__V1__Hello *h)
@@ -232,6 +235,12 @@ static int take_job(struct node_trainer *c, const Pr__V1__Hello *h)
         return -1;
     }
     memcpy(c->job, job, strlen(job) + 1);
+    if (pr_node_hello_job_key(h, c->job, c->job_proof, &c->job_proof_len,
+                              &why) < 0) {
+        pr_warn("%s: job '%s': %s: closing", c->conn->name, c->job, why);
+        pr_conn_fail(c->conn, -EINVAL, why);
+        return -1;
+    }
     if (h->n_settings > 0) {
         c->settings = calloc(h->n_settings, sizeof(*c->settings));
         for (size_t i = 0; c->settings && i < h->n_settings; i++) {
@@ -292,16 +301,25 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
     return send_join(c);
 }
 
+/* Trainer c's WorkerJoin, pointing into c: its first or a re-join. */
+static void join_msg(struct node_trainer *c, Pr__V1__WorkerJoin *j)
+{
+    pr__v1__worker_join__init(j);
+    j->cookie = c->cookie;
+    j->name = c->name;
+    j->job = c->job;
+    j->n_settings = c->nsettings;
+    j->settings = c->settings;
+    j->job_proof.data = c->job_proof;
+    j->job_proof.len = c->job_proof_len;
+}
+
 /* Registers the trainer with the scheduler (WorkerJoin, C_JOINING). */
 static int send_join(struct node_trainer *c)
 {
     struct pr_node *n = c->node;
-    Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
-    j.cookie = c->cookie;
-    j.name = c->name;
-    j.job = c->job;
-    j.n_settings = c->nsettings;
-    j.settings = c->settings;
+    Pr__V1__WorkerJoin j;
+    join_msg(c, &j);
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
     int rc = pr_node_send(n, &m);
     if (rc < 0) {
@@ -334,6 +352,13 @@ void pr_node_trainer_joined(struct node_trainer *c,
             status = -EPROTO;
             reason = "the scheduler is older than jobs: it serves only this "
                      "node's job";
+        } else if (c->job_proof_len > 0 && !j->keyed) {
+            /* It ignored the key: anyone could have joined the job. */
+            send_leave(c);
+            c->rank = -1;
+            status = -EPROTO;
+            reason = "the scheduler is older than job keys: it would let "
+                     "workers without the key into the job";
         }
     }
     if (!c->conn) {
@@ -377,6 +402,7 @@ void pr_node_trainer_joined(struct node_trainer *c,
     w.job = c->job;
     w.grace_ms = PR_NODE_GRACE_MS;
     w.wire = (uint32_t)c->node->conf->xport_wire + 1;
+    w.keyed = c->job_proof_len > 0 && j->keyed;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u of job '%s'", c->name, rank, c->job);
@@ -757,22 +783,22 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
 
 void pr_node_ipc_sched_up(struct pr_node *n)
 {
+    /*
+     * The running trainers' re-joins go first, then those that waited:
+     * a (new) scheduler's jobs start again from the workers they had, so
+     * a newcomer does not start a job, and set its key, before them.
+     */
     for (struct node_trainer *c = n->trainers; c; c = c->next) {
-        if (c->state == C_WAIT && c->conn) {
-            send_join(c);
-            continue;
-        }
         if (c->state != C_UP || !c->conn)
             continue;
         c->rank = -1;
-        Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
-        j.cookie = c->cookie;
-        j.name = c->name;
-        j.job = c->job;
-        j.n_settings = c->nsettings;
-        j.settings = c->settings;
+        Pr__V1__WorkerJoin j;
+        join_msg(c, &j);
         j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
         Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
         pr_node_send(n, &m);
     }
+    for (struct node_trainer *c = n->trainers; c; c = c->next)
+        if (c->state == C_WAIT && c->conn)
+            send_join(c);
 }

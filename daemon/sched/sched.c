@@ -508,6 +508,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
                               .now_us = pr_sched_now_us(),
                               .live = pr_sched_live_workers(s),
                               .workers_refused = s->workers_refused,
+                              .key_refused = s->key_refused,
                               .groups_formed = s->groups_formed,
                               .window_ms = s->conf->sched_window_ms,
                               .members = s->members,
@@ -533,6 +534,7 @@ static int render_metrics(void *ctx, struct pr_metrics_buf *out)
             .policy = pr_policy_name(j->policy),
             .queued = pr_sched_core_queued(j->core),
             .window_ms = pr_sched_core_window_ms(j->core),
+            .keyed = j->proof_len > 0,
             .core = &st[v.njobs],
             .workers = w + used,
         };

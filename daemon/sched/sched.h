@@ -10,9 +10,9 @@
  *  1. node -> Hello{version, role NODE, name, data_addr, auth}; scheduler
  *     checks the proof, -> Welcome{id = node id, auth}, then PeerList to
  *     every node.
- *  2. node -> WorkerJoin{cookie, name, job, settings}
- *     -> WorkerJoined{cookie, status, rank, job id, reason}; from here on
- *     a worker is (job id, rank) in every message.
+ *  2. node -> WorkerJoin{cookie, name, job, settings, job_proof}
+ *     -> WorkerJoined{cookie, status, rank, job id, reason, keyed}; from here
+ * on a worker is (job id, rank) in every message.
  *  3. node -> Ready{rank, job, version, nfloats, seq}: queued; or Reject.
  *  4. scheduler -> Group{id, members, ring, ...} to each daemon in the ring.
  *  5. node -> GroupDone{id, status}; a failure makes the scheduler send
@@ -83,6 +83,7 @@ struct pr_sched_job_view {
     const char *policy;
     uint32_t queued;
     double window_ms;                  /* the dynamic policy's window */
+    int keyed;                         /* its workers prove a job key */
     const struct pr_sched_stats *core; /* groups, members, generator */
     const struct pr_sched_worker_view *workers; /* the live ones */
     size_t nworkers;
@@ -92,6 +93,7 @@ struct pr_sched_view {
     uint64_t now_us;
     uint32_t nodes, live, queued; /* live, queued: all jobs' */
     uint64_t workers_refused;     /* past scheduler.max_workers_per_node */
+    uint64_t key_refused;         /* without their job's key */
     uint64_t groups_formed;       /* all jobs', those ended included */
     double window_ms;             /* scheduler.window_ms */
     uint64_t members;             /* their member-updates */

@@ -101,6 +101,14 @@ struct sched_job {
     uint64_t nfloats;
     uint32_t holders;
     enum pr_policy policy; /* its core's, for the checks of a READY */
+    /*
+     * Its key, as its first worker proved it (WorkerJoin.job_proof,
+     * proof_len bytes; 0: a job without a key); key_set once that worker
+     * was seen. Every later worker must prove the same (pr_sched_job_key).
+     */
+    uint8_t proof[PR_AUTH_JOB_PROOF_LEN];
+    size_t proof_len;
+    int key_set;
     uint64_t groups_formed;
     int64_t due_us; /* its core's next due time; -1: none */
 };
@@ -133,6 +141,7 @@ struct pr_sched {
     uint64_t last_beat_ms;    /* when heartbeat_cb last ran */
     uint64_t groups_formed;   /* all jobs', those ended included */
     uint64_t workers_refused; /* registrations past a node's cap */
+    uint64_t key_refused;     /* registrations without the job's key */
     uint64_t id_base;         /* wire group id = id_base + group_seq */
     uint64_t group_seq;       /* groups dispatched, all jobs */
     int stopping;
@@ -182,8 +191,19 @@ int pr_sched_job_get(struct pr_sched *s, const char *name,
                      char *const *settings, size_t nsettings,
                      struct sched_job **out, char *why, size_t why_len);
 struct sched_job *pr_sched_job_by_id(struct pr_sched *s, uint32_t id);
+/* The running job of that name, or NULL. */
+struct sched_job *pr_sched_job_by_name(struct pr_sched *s, const char *name);
 /* Ends job j if it has no live worker left. */
 void pr_sched_job_end_if_idle(struct sched_job *j);
+/*
+ * A joining worker's proof of the job's key (WorkerJoin.job_proof, len
+ * bytes): the job's first worker sets the job's (none, or one of
+ * PR_AUTH_JOB_PROOF_LEN bytes); a later one must give an equal one. 0, or
+ * -EACCES (a proof that differs, one missing or one too many) or -EINVAL
+ * (a proof of another length) with why[] filled in.
+ */
+int pr_sched_job_key(struct sched_job *j, const uint8_t *proof, size_t len,
+                     char *why, size_t why_len);
 /* The scheduler's params with job j's settings over them. */
 int pr_sched_job_params(const struct sched_job *j, struct pr_sched_params *p);
 /* After a reload: every job's core takes the new params. */

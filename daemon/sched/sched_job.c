@@ -199,7 +199,7 @@ int pr_sched_job_params(const struct sched_job *j, struct pr_sched_params *p)
 /* pr_conf_name_ok() (base, which knows no protocol) bounds names so. */
 _Static_assert(PR_JOB_NAME_MAX == 63, "pr_conf_name_ok's length bound");
 
-static struct sched_job *job_by_name(struct pr_sched *s, const char *name)
+struct sched_job *pr_sched_job_by_name(struct pr_sched *s, const char *name)
 {
     for (struct sched_job *j = s->jobs; j; j = j->next)
         if (!strcmp(j->name, name))
@@ -211,7 +211,7 @@ struct sched_job *pr_sched_job_by_id(struct pr_sched *s, uint32_t id)
 {
     /* 0: a node from before jobs, whose workers joined the default job. */
     if (id == 0)
-        return job_by_name(s, s->conf->job);
+        return pr_sched_job_by_name(s, s->conf->job);
     if (!s->nby_id)
         return NULL;
     for (struct sched_job *j = s->by_id[id & (s->nby_id - 1)]; j;
@@ -258,6 +258,7 @@ static void by_id_remove(struct pr_sched *s, const struct sched_job *j)
 
 static void job_free(struct sched_job *j)
 {
+    explicit_bzero(j->proof, sizeof(j->proof));
     for (size_t i = 0; i < j->nsettings; i++)
         free(j->settings[i]);
     pr_sched_core_destroy(j->core);
@@ -334,7 +335,7 @@ int pr_sched_job_get(struct pr_sched *s, const char *name,
         return rc;
     struct pr_sched_params want;
     pr_sched_params_from_conf(&c, &want);
-    struct sched_job *j = job_by_name(s, name);
+    struct sched_job *j = pr_sched_job_by_name(s, name);
     if (!j) {
         rc = job_start(s, name, settings, nsettings, &want, out);
         if (rc < 0)
@@ -360,6 +361,40 @@ int pr_sched_job_get(struct pr_sched *s, const char *name,
     }
     *out = j;
     return 0;
+}
+
+int pr_sched_job_key(struct sched_job *j, const uint8_t *proof, size_t len,
+                     char *why, size_t why_len)
+{
+    if (len != 0 && len != PR_AUTH_JOB_PROOF_LEN) {
+        snprintf(why, why_len, "a job key's proof of %zu bytes (%d or none)",
+                 len, PR_AUTH_JOB_PROOF_LEN);
+        return -EINVAL;
+    }
+    if (!j->key_set) {
+        /* Its first worker: the job is keyed as that worker is. */
+        if (len)
+            memcpy(j->proof, proof, len);
+        j->proof_len = len;
+        j->key_set = 1;
+        if (len)
+            pr_info("job '%s' has a key: only workers with it may join",
+                    j->name);
+        return 0;
+    }
+    if (pr_auth_job_proof_equal(j->proof, j->proof_len, proof, len))
+        return 0;
+    j->s->key_refused++;
+    snprintf(why, why_len,
+             !len ? "job '%s' has a key and this worker gave none "
+                    "(PREDUCE_JOB_KEY)"
+             : !j->proof_len
+                 ? "job '%s' has no key and this worker gave one: its "
+                   "workers started without PREDUCE_JOB_KEY"
+                 : "job '%s' has another key than this worker's "
+                   "(PREDUCE_JOB_KEY names another file?)",
+             j->name);
+    return -EACCES;
 }
 
 void pr_sched_job_end_if_idle(struct sched_job *j)

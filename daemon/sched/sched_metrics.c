@@ -356,6 +356,10 @@ int pr_sched_metrics_render(const struct pr_sched_view *v,
     scalar(b, "preduce_sched_workers_refused_total", "counter",
            "Worker registrations refused: past scheduler.max_workers_per_node.",
            v->workers_refused);
+    scalar(b, "preduce_sched_job_key_refused_total", "counter",
+           "Worker registrations refused: no proof, or another proof, of "
+           "their job's key.",
+           v->key_refused);
     scalar(b, "preduce_sched_groups_total", "counter",
            "Groups formed, all jobs.", v->groups_formed);
     histogram(b, v);
@@ -368,12 +372,14 @@ int pr_sched_metrics_render(const struct pr_sched_view *v,
     pr_metrics_printf(b, "preduce_sched_window_seconds %.6f\n",
                       v->window_ms / 1000);
     pr_metrics_header(b, "preduce_sched_job_info", "gauge",
-                      "A job: its id on the wire and its policy.");
+                      "A job: its id on the wire, its policy, whether its "
+                      "workers prove a job key.");
     for (size_t i = 0; i < v->njobs; i++)
         pr_metrics_printf(b,
                           "preduce_sched_job_info{job=\"%s\",id=\"%u\","
-                          "policy=\"%s\"} 1\n",
-                          jesc[i], v->jobs[i].id, v->jobs[i].policy);
+                          "policy=\"%s\",key=\"%s\"} 1\n",
+                          jesc[i], v->jobs[i].id, v->jobs[i].policy,
+                          v->jobs[i].keyed ? "yes" : "no");
     for (size_t k = 0; k < sizeof(job_series) / sizeof(job_series[0]); k++)
         per_job(b, v, jesc, job_series[k].name, job_series[k].type,
                 job_series[k].help, job_series[k].value,

@@ -533,8 +533,20 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *wj)
     r.status = pr_sched_worker_name(name, why, sizeof(why));
     if (r.status < 0)
         goto answer;
-    r.status = pr_sched_job_get(s, jobname, wj->settings, wj->n_settings, &j,
-                                why, sizeof(why));
+    /*
+     * The key before the settings: a worker without the job's key learns
+     * nothing of the job (its settings are in the refusal's reason).
+     */
+    struct sched_job *had = pr_sched_job_by_name(s, jobname);
+    if (had)
+        r.status = pr_sched_job_key(had, wj->job_proof.data, wj->job_proof.len,
+                                    why, sizeof(why));
+    if (r.status == 0)
+        r.status = pr_sched_job_get(s, jobname, wj->settings, wj->n_settings,
+                                    &j, why, sizeof(why));
+    if (r.status == 0 && !had)
+        r.status = pr_sched_job_key(j, wj->job_proof.data, wj->job_proof.len,
+                                    why, sizeof(why));
     if (r.status < 0) {
         pr_warn("node %u (%s): worker '%.64s' refused: %s", n->id, n->name,
                 name, why);
@@ -542,8 +554,10 @@ void pr_sched_on_worker_join(struct sched_node *n, const Pr__V1__WorkerJoin *wj)
     }
     r.status =
         add_worker(j, n, name, wj->prev_rank_plus1, &r.rank, why, sizeof(why));
-    if (r.status == 0)
+    if (r.status == 0) {
         r.job = j->id;
+        r.keyed = j->proof_len > 0;
+    }
 answer:
     r.reason = why;
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOINED, worker_joined, &r);

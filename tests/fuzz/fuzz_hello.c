@@ -2,9 +2,10 @@
 /*
  * libFuzzer target: the checks of a Hello and a WorkerJoin once they are
  * unpacked, the input being the packed Msg. A Hello is judged twice: as
- * a trainer's on a node (pr_node_hello_name, then pr_node_hello_job,
- * daemon/node/node_hello.c, as on_hello() in node_ipc.c calls them), and
- * as a node's on the scheduler (pr_sched_hello_fields, sched.c). What the
+ * a trainer's on a node (pr_node_hello_name, pr_node_hello_job, then
+ * pr_node_hello_job_key, daemon/node/node_hello.c, as on_hello() in
+ * node_ipc.c calls them), and as a node's on the scheduler
+ * (pr_sched_hello_fields, sched.c). What the
  * node takes it passes on as send_join() does, packed and unpacked, to
  * the scheduler's checks of a WorkerJoin (pr_sched_worker_name, then
  * pr_sched_job_get, as pr_sched_on_worker_join() calls them); a
@@ -93,6 +94,24 @@ static int sched_join(const Pr__V1__WorkerJoin *wj)
                              why, sizeof(why)) != 0 ||
             again != j)
             abort();
+        /*
+         * The job's key: the first proof of 0 or 32 bytes sets it, and
+         * only an equal one passes after it; any other length is refused
+         * and sets nothing.
+         */
+        size_t plen = wj->job_proof.len;
+        int prc =
+            pr_sched_job_key(j, wj->job_proof.data, plen, why, sizeof(why));
+        int fits_len = plen == 0 || plen == PR_AUTH_JOB_PROOF_LEN;
+        if (prc != (fits_len ? 0 : -EINVAL))
+            abort();
+        if (prc < 0)
+            said(why, sizeof(why));
+        else if (pr_sched_job_key(j, wj->job_proof.data, plen, why,
+                                  sizeof(why)) != 0 ||
+                 pr_sched_job_key(j, NULL, 0, why, sizeof(why)) !=
+                     (plen ? -EACCES : 0))
+            abort();
     }
     pr_sched_jobs_fini(&s);
     return rc == 0;
@@ -140,6 +159,18 @@ static int node_hello(const Pr__V1__Hello *h)
     }
     if (job != want)
         abort();
+    /* A key's bytes become a proof (key sizes as pr_auth_load's), or not. */
+    uint8_t proof[PR_AUTH_JOB_PROOF_LEN];
+    size_t plen = 99;
+    rc = pr_node_hello_job_key(h, job, proof, &plen, &jwhy);
+    size_t klen = h->job_key.len;
+    if (rc != (klen == 0 || (klen >= 16 && klen <= 4096) ? 0 : -EINVAL) ||
+        plen != (rc == 0 && klen ? PR_AUTH_JOB_PROOF_LEN : 0))
+        abort();
+    if (rc < 0) {
+        given(jwhy);
+        return 0;
+    }
     /* What send_join() sends, as the scheduler unpacks it. */
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = 1;
@@ -147,6 +178,8 @@ static int node_hello(const Pr__V1__Hello *h)
     j.job = (char *)job;
     j.n_settings = h->n_settings;
     j.settings = h->settings;
+    j.job_proof.data = proof;
+    j.job_proof.len = plen;
     size_t len = pr__v1__worker_join__get_packed_size(&j);
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)

@@ -7,13 +7,15 @@
  * salt), so every result is checked against its own job's members alone
  * and one that mixed the jobs would fail. Then one job's trainers are
  * SIGKILLed while the other job's go on: not one of the other job's
- * reduces may fail.
+ * reduces may fail. In the first test each job has its own key, and a
+ * trainer that names one job with the other's key is refused.
  */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/check_run.h"
@@ -43,6 +45,21 @@ static void teardown(void)
     ck_assert_int_eq(hh_down(&h), 0);
 }
 
+/* Each job's key file (test_hosts_two_jobs_never_mix); "": none. */
+static char keys[NJOBS][320];
+
+static void write_keys(void)
+{
+    for (int j = 0; j < NJOBS; j++) {
+        snprintf(keys[j], sizeof(keys[j]), "%s/%s.key", h.c.dir, jobs[j]);
+        FILE *f = fopen(keys[j], "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "the key of %s, 0123456789abcdef\n", jobs[j]);
+        ck_assert_int_eq(fclose(f), 0);
+        ck_assert_int_eq(chmod(keys[j], 0600), 0);
+    }
+}
+
 /* Trainer i: job i / NHOSTS, on host i % NHOSTS. */
 static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
 {
@@ -55,7 +72,9 @@ static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
                                .run_s = run_s,
                                .trace = trace,
                                .strict = 1,
-                               .job = jobs[i / NHOSTS]};
+                               .job = jobs[i / NHOSTS],
+                               .job_key = keys[i / NHOSTS][0] ? keys[i / NHOSTS]
+                                                              : NULL};
     pid_t pid = h_trainer_spawn(&h.c, &o);
     ck_assert_int_gt(pid, 0);
     return pid;
@@ -76,8 +95,28 @@ START_TEST(test_hosts_two_jobs_never_mix)
 {
     pid_t pids[NTRAIN];
     char names[NTRAIN][16];
+    write_keys();
     for (int i = 0; i < NTRAIN; i++)
         pids[i] = spawn(i, names[i], sizeof(names[i]), 3.0, 0);
+    /* Once job a runs, keyed: a trainer naming it with b's key, on host 3. */
+    for (int t = 0;
+         t < 200 && !h_log_contains(&h.c, "sched", "job 'sweep-a' has a key");
+         t++)
+        usleep(50 * 1000);
+    ck_assert(h_log_contains(&h.c, "sched", "job 'sweep-a' has a key"));
+    struct h_trainer_opts in = {.name = "intruder",
+                                .node = 3,
+                                .n = NFLOAT,
+                                .nparts = 2,
+                                .steps = 5,
+                                .job = jobs[0],
+                                .job_key = keys[1]};
+    pid_t intruder = h_trainer_spawn(&h.c, &in);
+    ck_assert_int_gt(intruder, 0);
+    ck_assert_int_eq(h_wait(intruder, 10000), 2); /* its connect failed */
+    ck_assert(h_log_contains(&h.c, "sched",
+                             "worker 'intruder' refused: job "
+                             "'sweep-a' has another key"));
     ck_assert_int_eq(h_wait_trainers(pids, names, NTRAIN, 60000), 0);
     long total[NJOBS] = {0}, maxk[NJOBS] = {0};
     for (int i = 0; i < NTRAIN; i++) {

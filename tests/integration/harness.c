@@ -781,6 +781,8 @@ static int trainer_open(struct trainer *tr)
     /* A child of its own: the environment is the trainer's. */
     if (o->wire)
         setenv("PREDUCE_WIRE", o->wire, 1);
+    if (o->job_key)
+        setenv("PREDUCE_JOB_KEY", o->job_key, 1);
     if (o->job) {
         preduce_options_t *opts;
         if ((rc = preduce_options_create(&opts)) == 0) {
@@ -796,7 +798,10 @@ static int trainer_open(struct trainer *tr)
     }
 
     if (rc < 0) {
-        fprintf(stderr, "%s: connect: %s\n", o->name, preduce_strerror(rc));
+        const char *why = preduce_last_error(NULL);
+        int same = !strcmp(why, preduce_strerror(rc));
+        fprintf(stderr, "%s: connect: %s%s%s\n", o->name, preduce_strerror(rc),
+                same ? "" : ": ", same ? "" : why);
         return 2;
     }
     if (o->in_place && (rc = preduce_set_in_place(tr->cl, 1)) < 0) {

@@ -152,6 +152,7 @@ struct h_trainer_opts {
      * so a result that mixed two jobs fails the check.
      */
     const char *job;
+    const char *job_key; /* its key file (PREDUCE_JOB_KEY); NULL: none */
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);

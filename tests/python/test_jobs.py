@@ -4,6 +4,7 @@ size never average each other's values, a job's first worker sets its
 settings and a later one that asks for others is refused with the reason,
 and a job named by the environment is the one joined."""
 
+import errno
 import os
 import subprocess
 import threading
@@ -122,21 +123,157 @@ def test_preducectl_lists_jobs(cluster):
     port = free_port()
     c = cluster(1, ("scheduler.policy=dynamic",
                     f"metrics.listen=127.0.0.1:{port}"))
+    key = _key_file(c.dir, "alpha.key", b"alpha's key, 16 bytes or more")
     a = preduce.Client(c.sock[0], "w0", job="alpha",
-                       settings={"policy": "allreduce"})
+                       settings={"policy": "allreduce"}, job_key=key)
     b = preduce.Client(c.sock[0], "w0", job="beta")
     ctl = os.path.join(TOP, "build", "preducectl")
     out = subprocess.run([ctl, "jobs", "--metrics", f"127.0.0.1:{port}"],
                          capture_output=True, text=True, check=True).stdout
     rows = [line.split() for line in out.splitlines()[2:]]
-    assert [(r[0], r[2], r[3]) for r in rows] == [
-        ("alpha", "allreduce", "1"), ("beta", "dynamic", "1")]
+    assert [(r[0], r[2], r[3], r[4]) for r in rows] == [
+        ("alpha", "allreduce", "yes", "1"), ("beta", "dynamic", "no", "1")]
     out = subprocess.run([ctl, "workers", "beta", "--metrics",
                           f"127.0.0.1:{port}"],
                          capture_output=True, text=True, check=True).stdout
     assert "beta" in out and "alpha" not in out
     a.close()
     b.close()
+
+
+def _key_file(directory, name, data, mode=0o600):
+    """A job key file of `data` in directory, with `mode`; its path."""
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+    return path
+
+
+def _metric(port, name):
+    """The value of the unlabelled series `name` at a metrics listener."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                timeout=5) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in the metrics")
+
+
+def test_job_key_admits_only_its_holders(cluster, monkeypatch):
+    """Job "secret" is started with key k1: a worker with k2, or with no
+    key, is refused with EACCES and a reason naming the case; one with
+    k1 on the other node (given by PREDUCE_JOB_KEY) joins and the two
+    average each other. A job started without a key refuses a worker
+    that brings one. A key file that group or others may read, or one
+    that is too short, is refused before the connect."""
+    port = free_port()
+    c = cluster(2, ("scheduler.policy=dynamic", "scheduler.window_ms=5",
+                    "scheduler.weighting=uniform",
+                    f"metrics.listen=127.0.0.1:{port}"))
+    k1 = _key_file(c.dir, "k1", b"the first key: 0123456789abcdef")
+    k2 = _key_file(c.dir, "k2", b"the other key: 0123456789abcdef")
+    a0 = preduce.Client(c.sock[0], "a0", job="secret", job_key=k1)
+    for key, says in ((k2, "has another key"),
+                      (None, "has a key and this worker gave none")):
+        with pytest.raises(preduce.PreduceError) as e:
+            preduce.Client(c.sock[1], "x", job="secret", job_key=key)
+        assert e.value.errno == errno.EACCES
+        assert f"job 'secret' {says}" in str(e.value)
+    monkeypatch.setenv("PREDUCE_JOB_KEY", k1)
+    a1 = preduce.Client(c.sock[1], "a1", job="secret")
+    monkeypatch.delenv("PREDUCE_JOB_KEY")
+    open_job = preduce.Client(c.sock[0], "o0", job="open")
+    with pytest.raises(preduce.PreduceError) as e:
+        preduce.Client(c.sock[1], "o1", job="open", job_key=k1)
+    assert e.value.errno == errno.EACCES
+    assert "job 'open' has no key" in str(e.value)
+    assert _metric(port, "preduce_sched_job_key_refused_total") == 3
+
+    # The two holders of k1 average each other: a group of both forms,
+    # and its result is their values under the group's weights.
+    value = {a0.rank: 1.0, a1.rank: 3.0}
+    both, wrong = [], []
+
+    def reduce(cl):
+        t = cl.tensor(64)
+        for _ in range(100):
+            t[:] = value[cl.rank]
+            r = cl.reduce([t])
+            want = sum(w * value[m] for m, _, w in r.members)
+            if float(t[0]) != pytest.approx(want):
+                wrong.append((cl.name, float(t[0]), r.members))
+            if len(r.members) == 2:
+                both.append(cl.name)
+                return
+    th = [threading.Thread(target=reduce, args=(cl,)) for cl in (a0, a1)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(30)
+    assert not wrong, wrong
+    assert both, "no group of the two key holders formed"
+
+    loose = _key_file(c.dir, "loose", b"0123456789abcdef", 0o640)
+    with pytest.raises(preduce.PreduceError) as e:
+        preduce.Client(c.sock[0], "l", job="secret", job_key=loose)
+    assert e.value.errno == errno.EPERM and "chmod 600" in str(e.value)
+    short = _key_file(c.dir, "short", b"15 bytes only..")
+    with pytest.raises(preduce.PreduceError) as e:
+        preduce.Client(c.sock[0], "s", job="secret", job_key=short)
+    assert e.value.errno == errno.EINVAL and "16 to 4096" in str(e.value)
+    for cl in (a0, a1, open_job):
+        cl.close()
+
+
+def test_job_key_survives_a_scheduler_restart(cluster):
+    """The scheduler of a keyed job is killed and another started on its
+    port: the nodes re-register the job's workers with their proofs, the
+    job is keyed again, a worker without the key is refused, and the key
+    holders reduce together again."""
+    sets = ("scheduler.policy=dynamic", "scheduler.window_ms=5")
+    c = cluster(2, sets)
+    k1 = _key_file(c.dir, "k1", b"the first key: 0123456789abcdef")
+    workers = [preduce.Client(c.sock[i], f"a{i}", job="secret", job_key=k1)
+               for i in range(2)]
+    who, old = c.procs.pop(0)
+    old.kill()
+    old.wait()
+    c._start("sched2", ["--role", "scheduler", "--set",
+                        f"scheduler.listen=127.0.0.1:{c.sched_port}",
+                        *c._sets(sets)])
+    from cluster import wait_for
+    wait_for(lambda: "job 'secret' has a key" in c.log("sched2") and
+             "job 'secret': worker 1" in c.log("sched2"), 20,
+             what="the job's workers back")
+    with pytest.raises(preduce.PreduceError) as e:
+        preduce.Client(c.sock[1], "x", job="secret")
+    assert e.value.errno == errno.EACCES
+    both, errors = [], []
+
+    def reduce(cl):
+        t = cl.tensor(64)
+        for _ in range(200):
+            t[:] = 1.0
+            try:
+                r = cl.reduce([t], timeout_ms=2000)
+            except preduce.PreduceError as err:
+                errors.append(err)
+                continue
+            if len(r.members) == 2:
+                both.append(cl.name)
+                return
+    th = [threading.Thread(target=reduce, args=(cl,)) for cl in workers]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(60)
+    assert both, f"no group of the two key holders after the restart: " \
+                 f"{errors[:3]}"
+    for cl in workers:
+        cl.close()
 
 
 def test_killing_one_jobs_trainers_spares_the_other(cluster):

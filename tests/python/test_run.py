@@ -84,6 +84,29 @@ def test_uses_a_running_node(tmp_path, cluster):
     assert c.log("sched").count("' started (id ") == 2
 
 
+def test_job_key_on_a_running_node(tmp_path, cluster):
+    """--job-key hands the trainers PREDUCE_JOB_KEY: the job starts with
+    the key and its trainers, who all have it, average; a key file that
+    is not there stops preduce-run before any trainer starts."""
+    c = cluster(1, sched_sets=("scheduler.policy=allreduce",
+                               "scheduler.min_workers=2"))
+    key = tmp_path / "job.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef")
+    key.chmod(0o600)
+    p = launcher("--socket", c.sock[0], "--nproc-per-node", "2", "--job",
+                 "keyed", "--job-key", str(key), script(tmp_path, TRAINER))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert sorted(out.splitlines()) == [
+        f"rank {r} of 2: 0.500 over 2 args []" for r in range(2)]
+    assert "job 'keyed' has a key" in c.log("sched")
+    p = launcher("--socket", c.sock[0], "--job-key", str(tmp_path / "none"),
+                 script(tmp_path, TRAINER))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "--job-key" in err and "not a file" in err
+    assert out == ""
+
+
 def test_a_failing_trainer_stops_the_others(tmp_path):
     """Rank 1 exits 3: the others (asleep) are stopped, the status is
     passed on and the daemons' logs are kept."""

@@ -275,6 +275,69 @@ START_TEST(test_auth_seal_hello_pick_checked)
 }
 END_TEST
 
+/*
+ * A job key's proof: the same for the same key and job, another for
+ * another key or job, the key being hashed whole (its last byte counts),
+ * and compared only as equal proofs of its length.
+ */
+START_TEST(test_auth_job_proof)
+{
+    uint8_t k1[64], k2[64], p[4][PR_AUTH_JOB_PROOF_LEN];
+    const char *why = NULL;
+    memset(k1, 'a', sizeof(k1));
+    memcpy(k2, k1, sizeof(k2));
+    k2[63] = 'b';
+    ck_assert_int_eq(pr_auth_job_proof(k1, 64, "job-a", p[0], &why), 0);
+    ck_assert_int_eq(pr_auth_job_proof(k1, 64, "job-a", p[1], &why), 0);
+    ck_assert_int_eq(pr_auth_job_proof(k2, 64, "job-a", p[2], &why), 0);
+    ck_assert_int_eq(pr_auth_job_proof(k1, 64, "job-b", p[3], &why), 0);
+    ck_assert(pr_auth_job_proof_equal(p[0], 32, p[1], 32));
+    ck_assert(!pr_auth_job_proof_equal(p[0], 32, p[2], 32));
+    ck_assert(!pr_auth_job_proof_equal(p[0], 32, p[3], 32));
+    /* Not the key's hash, nor anything that holds the key's bytes. */
+    ck_assert(memcmp(p[0], k1, 32) != 0);
+    /* No proof equals no proof only; lengths other than 32 never match. */
+    ck_assert(pr_auth_job_proof_equal(NULL, 0, NULL, 0));
+    ck_assert(!pr_auth_job_proof_equal(p[0], 32, NULL, 0));
+    ck_assert(!pr_auth_job_proof_equal(NULL, 0, p[0], 32));
+    ck_assert(!pr_auth_job_proof_equal(p[0], 31, p[1], 31));
+}
+END_TEST
+
+/*
+ * The construction protocol.md publishes, from an independent one
+ * (Python's hashlib and hmac): HMAC-SHA-256 under BLAKE2b-256 of the
+ * key's bytes 0..39, over "preduce job key v1\0" and "job-a".
+ */
+START_TEST(test_auth_job_proof_known_answer)
+{
+    static const uint8_t want[PR_AUTH_JOB_PROOF_LEN] = {
+        0x5a, 0xaa, 0x8b, 0xc7, 0xef, 0x32, 0x82, 0xd0, 0xc9, 0x8b, 0xb4,
+        0xdd, 0xc8, 0x0e, 0xab, 0xb6, 0xea, 0x17, 0xf0, 0xe4, 0x99, 0x29,
+        0x9a, 0xa8, 0x62, 0xf0, 0xb6, 0x0f, 0xef, 0xf6, 0x0b, 0xfe};
+    uint8_t key[40], p[PR_AUTH_JOB_PROOF_LEN];
+    const char *why = NULL;
+    for (int i = 0; i < 40; i++)
+        key[i] = (uint8_t)i;
+    ck_assert_int_eq(pr_auth_job_proof(key, 40, "job-a", p, &why), 0);
+    ck_assert_mem_eq(p, want, sizeof(want));
+}
+END_TEST
+
+START_TEST(test_auth_job_proof_sizes)
+{
+    static uint8_t key[4097];
+    uint8_t p[PR_AUTH_JOB_PROOF_LEN];
+    const char *why = NULL;
+    memset(key, 7, sizeof(key));
+    ck_assert_int_eq(pr_auth_job_proof(key, 15, "j", p, &why), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(why, "16 to 4096"));
+    ck_assert_int_eq(pr_auth_job_proof(key, 4097, "j", p, &why), -EINVAL);
+    ck_assert_int_eq(pr_auth_job_proof(key, 16, "j", p, &why), 0);
+    ck_assert_int_eq(pr_auth_job_proof(key, 4096, "j", p, &why), 0);
+}
+END_TEST
+
 START_TEST(test_auth_key_file_checks)
 {
     struct pr_auth_key k;
@@ -301,6 +364,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_auth_key_on_one_side_only);
     tcase_add_test(tc, test_auth_replayed_hello_refused);
     tcase_add_test(tc, test_auth_key_file_checks);
+    tcase_add_test(tc, test_auth_job_proof);
+    tcase_add_test(tc, test_auth_job_proof_sizes);
+    tcase_add_test(tc, test_auth_job_proof_known_answer);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("seal");

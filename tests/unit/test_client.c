@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "preduce.h"
@@ -431,6 +432,191 @@ START_TEST(test_client_wire_env_bad)
 }
 END_TEST
 
+/* ---- job keys ---------------------------------------------------------- */
+
+static char key_dir[64];
+static char key_path[128];
+
+/* A key file of n bytes (byte i: 'a' + i % 26) with the mode given. */
+static void key_file(const char *name, size_t n, mode_t mode)
+{
+    if (!key_dir[0]) {
+        snprintf(key_dir, sizeof(key_dir), "/tmp/preduce-key-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(key_dir));
+    }
+    snprintf(key_path, sizeof(key_path), "%s/%s", key_dir, name);
+    FILE *f = fopen(key_path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (size_t i = 0; i < n; i++)
+        fputc('a' + (int)(i % 26), f);
+    fclose(f);
+    ck_assert_int_eq(chmod(key_path, mode), 0);
+}
+
+static void key_dir_remove(void)
+{
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", key_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    key_dir[0] = '\0';
+}
+
+/*
+ * Where Hello.job_key comes from: the "job_key" option, else
+ * PREDUCE_JOB_KEY, else none; what goes is the file's bytes, all of them.
+ */
+static const struct {
+    bool option, env_good, env_bad;
+    size_t len; /* the key's bytes the fake daemon must see; 0: none */
+} key_cases[] = {
+    {true, false, false, 40},   {false, true, false, 40},
+    {true, false, true, 40},    {false, false, false, 0},
+    {true, false, false, 4096}, {true, false, false, 16},
+};
+
+/* A node's Welcome that says whether the trainer's key was proved. */
+static void send_keyed_welcome(int fd, bool keyed)
+{
+    Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+    w.version = PR_PROTO_VERSION;
+    w.id = 3;
+    w.grace_ms = 250;
+    w.keyed = keyed;
+    Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
+    cf_srv_send(fd, &m, -1);
+}
+
+static void script_job_key(struct srv *s, int fd)
+{
+    Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_HELLO);
+    if (!m)
+        return;
+    size_t want = key_cases[s->variant].len;
+    bool ok = EXPECT(s, m->hello->job_key.len == want);
+    for (size_t i = 0; ok && i < want; i++)
+        ok = EXPECT(s, m->hello->job_key.data[i] == 'a' + i % 26);
+    pr_msg_free(m);
+    if (ok)
+        send_keyed_welcome(fd, want > 0);
+    cf_wait_eof(fd);
+}
+
+START_TEST(test_client_job_key_sent)
+{
+    struct srv s;
+    preduce_options_t *o;
+    preduce_client_t *c = NULL;
+    key_file("job.key", key_cases[_i].len ? key_cases[_i].len : 40, 0600);
+    setenv("PREDUCE_JOB", "keyed", 1);
+    unsetenv("PREDUCE_JOB_KEY");
+    if (key_cases[_i].env_good)
+        setenv("PREDUCE_JOB_KEY", key_path, 1);
+    if (key_cases[_i].env_bad)
+        setenv("PREDUCE_JOB_KEY", "/nonexistent/key", 1);
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    if (key_cases[_i].option)
+        ck_assert_int_eq(preduce_options_set(o, "job_key", key_path), 0);
+    cf_srv_start(&s, script_job_key, _i);
+    int rc = preduce_connect_with(s.path, "w0", o, 3000, &c);
+    preduce_options_destroy(o);
+    ck_assert_msg(rc == 0, "connect: %s (server: %s)", preduce_strerror(rc),
+                  s.fail);
+    preduce_close(c);
+    cf_srv_stop(&s);
+    key_dir_remove();
+}
+END_TEST
+
+/* A key file that cannot serve fails the connect before it begins. */
+static const struct {
+    const char *what;
+    size_t len;
+    mode_t mode;
+    int code;
+    const char *says;
+} bad_keys[] = {
+    {"missing", 0, 0, -ENOENT, "cannot open"},
+    {"readable by group", 32, 0640, -EPERM, "chmod 600"},
+    {"writable by others", 32, 0602, -EPERM, "chmod 600"},
+    {"15 bytes", 15, 0600, -EINVAL, "16 to 4096"},
+    {"4097 bytes", 4097, 0600, -EINVAL, "16 to 4096"},
+    {"a directory", 0, 0700, -EINVAL, "not a regular file"},
+};
+
+START_TEST(test_client_job_key_file_bad)
+{
+    preduce_client_t *c = (preduce_client_t *)&c;
+    key_file("placeholder", 16, 0600);
+    if (!strcmp(bad_keys[_i].what, "missing"))
+        snprintf(key_path, sizeof(key_path), "%s/none", key_dir);
+    else if (!strcmp(bad_keys[_i].what, "a directory"))
+        snprintf(key_path, sizeof(key_path), "%s", key_dir);
+    else
+        key_file("job.key", bad_keys[_i].len, bad_keys[_i].mode);
+    setenv("PREDUCE_JOB_KEY", key_path, 1);
+    setenv("PREDUCE_JOB", "keyed", 1);
+    /* Refused before the socket is tried: no daemon needed. */
+    int rc = preduce_connect("/nonexistent", "w0", 100, &c);
+    ck_assert_msg(rc == bad_keys[_i].code, "%s: got %d", bad_keys[_i].what, rc);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(preduce_last_error(NULL), bad_keys[_i].says) &&
+                      strstr(preduce_last_error(NULL), key_path),
+                  "%s: %s", bad_keys[_i].what, preduce_last_error(NULL));
+    key_dir_remove();
+}
+END_TEST
+
+/*
+ * A node older than job keys drops the key and welcomes the trainer
+ * without keyed: the connect fails rather than run in an open job. A key
+ * without a job name is refused before anything is sent.
+ */
+static void script_unkeyed_welcome(struct srv *s, int fd)
+{
+    Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_HELLO);
+    if (!m)
+        return;
+    bool ok = EXPECT(s, m->hello->job_key.len == 40);
+    pr_msg_free(m);
+    if (ok)
+        send_keyed_welcome(fd, false);
+    cf_wait_eof(fd);
+}
+
+START_TEST(test_client_job_key_needs_a_keyed_welcome)
+{
+    struct srv s;
+    preduce_client_t *c = (preduce_client_t *)&c;
+    key_file("job.key", 40, 0600);
+    setenv("PREDUCE_JOB_KEY", key_path, 1);
+    unsetenv("PREDUCE_JOB");
+    ck_assert_int_eq(preduce_connect("/nonexistent", "w0", 100, &c), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(preduce_last_error(NULL), "name the job"));
+    setenv("PREDUCE_JOB", "keyed", 1);
+    cf_srv_start(&s, script_unkeyed_welcome, 0);
+    ck_assert_int_eq(preduce_connect(s.path, "w0", 3000, &c), -EPROTO);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(
+        strstr(preduce_last_error(NULL), "older than job keys"));
+    cf_srv_stop(&s);
+    key_dir_remove();
+}
+END_TEST
+
+START_TEST(test_client_options_job_key)
+{
+    preduce_options_t *o;
+    char longer[1100];
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "job_key", ""), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "job_key", longer), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "job_key", "/etc/hostname"), 0);
+    preduce_options_destroy(o);
+}
+END_TEST
+
 /* ---- error texts and the exported symbols ----------------------------- */
 
 START_TEST(test_client_strerror)
@@ -526,6 +712,12 @@ static Suite *client_suite(void)
     tcase_add_loop_test(tc, test_client_wire_sent, 0,
                         sizeof(wire_cases) / sizeof(wire_cases[0]));
     tcase_add_test(tc, test_client_wire_env_bad);
+    tcase_add_loop_test(tc, test_client_job_key_sent, 0,
+                        sizeof(key_cases) / sizeof(key_cases[0]));
+    tcase_add_loop_test(tc, test_client_job_key_file_bad, 0,
+                        sizeof(bad_keys) / sizeof(bad_keys[0]));
+    tcase_add_test(tc, test_client_options_job_key);
+    tcase_add_test(tc, test_client_job_key_needs_a_keyed_welcome);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -62,7 +62,9 @@ static const char sched_text[] =
     "preduce_worker_version{job=\"j2\",worker=\"w0\",rank=\"0\",node=\"2\"} 4\n"
     "preduce_worker_steps_total{job=\"j2\",worker=\"w0\",rank=\"0\","
     "node=\"2\"} 1\n"
-    "preduce_sched_job_info{job=\"j2\",id=\"7\",policy=\"allreduce\"} 1\n"
+    "preduce_sched_job_info{job=\"j2\",id=\"7\",policy=\"allreduce\","
+    "key=\"yes\"} 1\n"
+    /* j1's from a scheduler older than job keys: no key label. */
     "preduce_sched_job_info{job=\"j1\",id=\"3\",policy=\"dynamic\"} 1\n"
     "preduce_sched_job_workers{job=\"j1\"} 3\n"
     "preduce_sched_job_workers{job=\"j2\"} 1\n"
@@ -278,16 +280,20 @@ START_TEST(test_ctl_view_jobs)
     char *t = printed(v, table_jobs);
     ck_assert_str_eq(t,
                      "scheduler (job j1) at ADDR\n"
-                     "  job     id  policy     workers  waiting    groups\n"
-                     "  j1       3  dynamic          3        1         8\n"
-                     "  j2       7  allreduce        1        -         2\n");
+                     "  job     id  policy     key  workers  waiting    "
+                     "groups\n"
+                     "  j1       3  dynamic      ?        3        1         "
+                     "8\n"
+                     "  j2       7  allreduce  yes        1        -         "
+                     "2\n");
     free(t);
     t = printed(v, json_jobs);
     ck_assert_str_eq(
         t, "{\"address\":\"ADDR\",\"role\":\"scheduler\",\"name\":"
            "\"scheduler\",\"job\":\"j1\",\"jobs\":[{\"name\":\"j1\",\"id\":3,"
-           "\"policy\":\"dynamic\",\"workers\":3,\"waiting\":1,\"groups\":8},"
-           "{\"name\":\"j2\",\"id\":7,\"policy\":\"allreduce\",\"workers\":1,"
+           "\"policy\":\"dynamic\",\"key\":\"?\",\"workers\":3,\"waiting\":1,"
+           "\"groups\":8},{\"name\":\"j2\",\"id\":7,\"policy\":\"allreduce\","
+           "\"key\":\"yes\",\"workers\":1,"
            "\"waiting\":null,\"groups\":2}]}");
     free(t);
     pr_ctl_view_keep_job(v, "j2");

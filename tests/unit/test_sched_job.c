@@ -186,6 +186,65 @@ START_TEST(test_job_ends_when_idle)
 }
 END_TEST
 
+/*
+ * A job's key: its first worker's proof, or none; later workers must
+ * bring an equal one, and every refusal says which case it is and counts.
+ */
+START_TEST(test_job_key_set_by_first_worker)
+{
+    struct sched_job *a, *b;
+    char why[512];
+    uint8_t k1[32], k2[32];
+    memset(k1, 1, sizeof(k1));
+    memset(k2, 2, sizeof(k2));
+    ck_assert_int_eq(get("a", NULL, &a, why), 0);
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
+    ck_assert_uint_eq(a->proof_len, 32);
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
+    ck_assert_int_eq(pr_sched_job_key(a, k2, 32, why, 512), -EACCES);
+    ck_assert_ptr_nonnull(strstr(why, "another key"));
+    ck_assert_int_eq(pr_sched_job_key(a, NULL, 0, why, 512), -EACCES);
+    ck_assert_ptr_nonnull(strstr(why, "gave none"));
+    ck_assert_ptr_nonnull(strstr(why, "job 'a'"));
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 31, why, 512), -EINVAL);
+    ck_assert_uint_eq(sched.key_refused, 2);
+    /* Still keyed with k1 after the refusals. */
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
+
+    ck_assert_int_eq(get("b", NULL, &b, why), 0);
+    ck_assert_int_eq(pr_sched_job_key(b, NULL, 0, why, 512), 0);
+    ck_assert_int_eq(pr_sched_job_key(b, NULL, 0, why, 512), 0);
+    ck_assert_int_eq(pr_sched_job_key(b, k1, 32, why, 512), -EACCES);
+    ck_assert_ptr_nonnull(strstr(why, "has no key"));
+    ck_assert_uint_eq(sched.key_refused, 3);
+    ck_assert_uint_eq(b->proof_len, 0);
+}
+END_TEST
+
+/* The key goes with its job: a job of that name started later sets its own. */
+START_TEST(test_job_key_forgotten_when_job_ends)
+{
+    struct sched_job *a;
+    char why[512];
+    uint8_t k1[32], k2[32];
+    memset(k1, 1, sizeof(k1));
+    memset(k2, 2, sizeof(k2));
+    ck_assert_int_eq(get("a", NULL, &a, why), 0);
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
+    /* Its one worker joins and leaves: the job ends with it. */
+    ck_assert_int_eq(pr_sched_core_add_worker(a->core, 0, 1, 0), 0);
+    pr_sched_job_end_if_idle(a);
+    ck_assert_uint_eq(sched.njobs, 1);
+    ck_assert_int_eq(pr_sched_job_key(a, k2, 32, why, 512), -EACCES);
+    ck_assert_int_eq(pr_sched_core_remove_worker(a->core, 0, 1), 0);
+    pr_sched_job_end_if_idle(a);
+    ck_assert_uint_eq(sched.njobs, 0);
+    ck_assert_int_eq(get("a", NULL, &a, why), 0);
+    ck_assert_int_eq(pr_sched_job_key(a, k2, 32, why, 512), 0);
+    ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), -EACCES);
+}
+END_TEST
+
 /* A reload gives running jobs the new values, but not over their own. */
 START_TEST(test_job_reload_keeps_its_settings)
 {
@@ -284,6 +343,8 @@ static Suite *sched_job_suite(void)
     tcase_add_test(tc, test_job_bad_input_refused);
     tcase_add_test(tc, test_job_settings_the_admin_allows);
     tcase_add_test(tc, test_job_ends_when_idle);
+    tcase_add_test(tc, test_job_key_set_by_first_worker);
+    tcase_add_test(tc, test_job_key_forgotten_when_job_ends);
     tcase_add_test(tc, test_job_reload_keeps_its_settings);
     tcase_add_test(tc, test_job_found_by_id_as_jobs_come_and_go);
     tcase_add_test(tc, test_job_found_by_id_in_a_shared_bucket);

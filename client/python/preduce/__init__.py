@@ -224,11 +224,12 @@ def _check_wire(wire):
                          "transport.wire)")
 
 
-def _options(job, settings, wire=None):
-    """libpreduce's connect options for job, settings and wire (None:
-    none, so the environment's apply); raises ValueError naming a bad
-    one."""
-    if job is None and settings is None and wire is None:
+def _options(job, settings, wire=None, job_key=None):
+    """libpreduce's connect options for job, settings, wire and job_key
+    (None: none, so the environment's apply); raises ValueError naming a
+    bad one."""
+    if job is None and settings is None and wire is None and \
+            job_key is None:
         return None
     opts = ctypes.c_void_p()
     if _l().preduce_options_create(ctypes.byref(opts)) < 0:
@@ -238,13 +239,16 @@ def _options(job, settings, wire=None):
     pairs = [] if job is None else [("job", str(job))]
     pairs += [("setting", str(s)) for s in settings or ()]
     pairs += [] if wire is None else [("wire", wire)]
+    pairs += [] if job_key is None else [("job_key", os.fsdecode(job_key))]
     why = {"job": "a job name has 1..63 printable characters, no spaces "
                   "or quotes",
            "setting": "a setting is key=value, at most 127 bytes, at "
                       "most 16 of them",
            # wire was checked against WIRES: the library is older.
            "wire": "this libpreduce does not know the wire option; "
-                   "update it (or leave wire=None)"}
+                   "update it (or leave wire=None)",
+           "job_key": "a key file's path of 1..1023 bytes (or this "
+                      "libpreduce is older than job keys)"}
     for key, value in pairs:
         rc = _l().preduce_options_set(opts, key.encode(), value.encode())
         if rc < 0:
@@ -329,7 +333,7 @@ class Client:
     """A connection to the node daemon as one worker."""
 
     def __init__(self, socket_path=None, name=None, timeout_ms=5000, *,
-                 job=None, settings=None, wire=None):
+                 job=None, settings=None, wire=None, job_key=None):
         """Connects to the node daemon at socket_path as worker `name`.
 
         Either may be None: socket_path is then $PREDUCE_SOCKET or the
@@ -346,10 +350,15 @@ class Client:
         node's transport.wire. A group travels in the most precise
         encoding its members asked for; sums and the arrays stay float32,
         and every member gets the same result (docs/algorithm.md, 8.9).
-        Raises ValueError for a bad job, setting or wire before
+        `job_key` is the path of the job's key file ($PREDUCE_JOB_KEY):
+        a job started with a key admits only workers with the same key
+        (docs/operations.md, "Job keys"); the file must be 16 to 4096 bytes
+        that only its owner may read (mode 600).
+        Raises ValueError for a bad job, setting, wire or key path before
         connecting; PreduceError naming the socket when the daemon cannot
-        be reached, and with the scheduler's reason when it refuses the
-        job or its settings."""
+        be reached, with the reason when the key file cannot be used, and
+        with the scheduler's reason when it refuses the job, its settings
+        or its key (errno EACCES)."""
         _check_wire(wire)
         if socket_path is None:
             socket_path = os.environ.get("PREDUCE_SOCKET") or SOCKET
@@ -360,7 +369,7 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
-        opts = _options(job, settings, wire)
+        opts = _options(job, settings, wire, job_key)
         try:
             rc = _l().preduce_connect_with(self.socket_path.encode(),
                                            self.name.encode(), opts,

@@ -8,8 +8,9 @@ PREDUCE_SOCKET, PREDUCE_RANK, PREDUCE_LOCAL_RANK, PREDUCE_WORLD_SIZE and
 PREDUCE_LOCAL_WORLD_SIZE in its environment, from which ``preduce.Client()``
 and ``preduce.torch.PartialReduce(model, optimizer)`` take their defaults,
 and, on a machine's service, PREDUCE_JOB (--job, else $PREDUCE_JOB, else
-run-HOST-PID: a run of its own, never averaged with another's) and
-PREDUCE_POLICY (--policy, when given).
+run-HOST-PID: a run of its own, never averaged with another's),
+PREDUCE_POLICY (--policy, when given) and PREDUCE_JOB_KEY (--job-key,
+when given: the job admits only workers with that key).
 
 Where the workers' node daemon comes from:
 - the node daemon at --socket (else $PREDUCE_SOCKET, else the service's
@@ -69,6 +70,10 @@ def parse_args(argv):
                    help="the job on the service (default $PREDUCE_JOB, "
                    "else run-HOST-PID; with --nnodes > 1 give the same "
                    "on every machine)")
+    p.add_argument("--job-key", metavar="FILE",
+                   help="the job's key file (default $PREDUCE_JOB_KEY): "
+                   "only workers with the same key join the job "
+                   "(mode 600; preduced --gen-key FILE writes one)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VAL",
                    help="a setting for the private daemons (preduced.conf "
                    "keys; scheduler.* go to the scheduler)")
@@ -301,17 +306,25 @@ def run(a):
                          f"{sock}; with --nnodes > 1 give --scheduler "
                          "HOST:PORT (node rank 0 starts it there)")
     job = a.job or os.environ.get("PREDUCE_JOB")
-    if not private and not job:
+    key = a.job_key or os.environ.get("PREDUCE_JOB_KEY")
+    # A key needs a job of its own (libpreduce refuses one on the default).
+    if (key or not private) and not job:
         if a.nnodes > 1:
-            raise SystemExit("preduce-run: on the service with --nnodes > "
-                             "1, give --job NAME, the same on every "
-                             "machine")
+            raise SystemExit("preduce-run: with --nnodes > 1 on the "
+                             "service or with a job key, give --job NAME, "
+                             "the same on every machine")
         job = f"run-{socket.gethostname()}-{os.getpid()}"
     extra = {}
     if job:
         extra["PREDUCE_JOB"] = job
     if a.policy and not private:
         extra["PREDUCE_POLICY"] = a.policy
+    if key:
+        # The trainers may start elsewhere (cwd): hand them the full path.
+        if not os.path.isfile(key):
+            raise SystemExit(f"preduce-run: --job-key {key}: not a file "
+                             "(or $PREDUCE_JOB_KEY)")
+        extra["PREDUCE_JOB_KEY"] = os.path.abspath(key)
     tmp = tempfile.mkdtemp(prefix="preduce-run.") if private else None
     log_dir = a.log_dir or tmp
     daemons = None
