@@ -18,6 +18,8 @@
 
 static struct pr_conf conf;
 static struct pr_sched sched;
+/* Two workers' proofs of different job keys (setup()). */
+static uint8_t k1[32], k2[32];
 
 static void setup(void)
 {
@@ -25,6 +27,8 @@ static void setup(void)
     ck_assert_int_eq(pr_conf_init(&conf), 0);
     memset(&sched, 0, sizeof(sched));
     sched.conf = &conf;
+    memset(k1, 1, sizeof(k1));
+    memset(k2, 2, sizeof(k2));
 }
 
 static void teardown(void)
@@ -194,9 +198,6 @@ START_TEST(test_job_key_set_by_first_worker)
 {
     struct sched_job *a, *b;
     char why[512];
-    uint8_t k1[32], k2[32];
-    memset(k1, 1, sizeof(k1));
-    memset(k2, 2, sizeof(k2));
     ck_assert_int_eq(get("a", NULL, &a, why), 0);
     ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
     ck_assert_uint_eq(a->proof_len, 32);
@@ -226,9 +227,6 @@ START_TEST(test_job_key_forgotten_when_job_ends)
 {
     struct sched_job *a;
     char why[512];
-    uint8_t k1[32], k2[32];
-    memset(k1, 1, sizeof(k1));
-    memset(k2, 2, sizeof(k2));
     ck_assert_int_eq(get("a", NULL, &a, why), 0);
     ck_assert_int_eq(pr_sched_job_key(a, k1, 32, why, 512), 0);
     /* Its one worker joins and leaves: the job ends with it. */
