@@ -113,10 +113,11 @@ struct pr_conf {
      * kept as an int here, the config being below the engine.
      */
     int xport_wire;
-    uint32_t xport_chunk_kb; /* ring chunk size, KiB */
-    uint32_t xport_streams;  /* TCP connections per peer link, 1.. */
-    uint32_t xport_inflight; /* RDMA receive slots per peer */
-    char *xport_rdma_device; /* "" = first device */
+    uint32_t xport_chunk_kb;   /* ring chunk size, KiB */
+    uint32_t xport_streams;    /* TCP connections per peer link, 1.. */
+    uint32_t xport_express_kb; /* a link's express connection: up to; 0 off */
+    uint32_t xport_inflight;   /* RDMA receive slots per peer */
+    char *xport_rdma_device;   /* "" = first device */
     uint32_t xport_rdma_port;
     uint32_t xport_gid_index;
     uint32_t xport_rdma_timeout; /* ack timeout: 4.096 us * 2^n */

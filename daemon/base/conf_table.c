@@ -164,6 +164,10 @@ static const struct entry rows[] = {
      NULL, 0, "ring all-reduce chunk, KiB"},
     {"transport", "streams", T_U32, OFF(xport_streams), "1", 1,
      PR_TCP_STREAMS_MAX, NULL, 0, "TCP connections per peer link"},
+    {"transport", "express_kb", T_U32, OFF(xport_express_kb), "256", 0, 65536,
+     NULL, 0,
+     "reduces up to this many KiB on the wire take a link's express "
+     "connection; 0 = none"},
     {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
      "RDMA receive slots per peer (no effect on TCP)"},
     {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,

@@ -35,6 +35,7 @@ static void conn_init(struct pr_conn *c, size_t max_frame,
     c->ops = ops;
     c->owner = owner;
     c->h.handle.data = c;
+    c->read_burst = PR_CONN_READ_BURST;
     snprintf(c->name, sizeof(c->name), "?");
     (void)max_frame;
 }
@@ -144,10 +145,24 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     void *p;
     size_t n;
     (void)hint;
+    /* The budget spent (PR_CONN_READ_BURST): the loop's other handles. */
+    if (c->burst >= c->read_burst) {
+        c->burst = 0;
+        c->yield = 1;
+        c->read_yields++;
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
+    /*
+     * A read takes up to the whole budget, whatever this readiness read
+     * before it: the budget is checked between reads, so a chunk of the
+     * budget's size still lands in one read after its header's.
+     */
     if (c->land.active) {
         size_t left = c->land.len - c->land.got;
         buf->base = (char *)c->land.at + c->land.got;
-        buf->len = left < (1u << 30) ? left : (1u << 30);
+        buf->len = left < c->read_burst ? left : c->read_burst;
         /* The payload is in: its tag, which follows it, next. */
         if (left == 0) {
             buf->base = (char *)c->land.tag + c->land.tag_got;
@@ -181,6 +196,8 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     }
     if (may_land && n > want)
         n = want;
+    if (n > c->read_burst)
+        n = c->read_burst;
     buf->base = p;
     buf->len = n;
 }
@@ -410,7 +427,11 @@ static void land_abort(struct pr_conn *c, int status)
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct pr_conn *c = s->data;
-    (void)buf;
+    if (nread == UV_ENOBUFS && c->yield) {
+        /* The budget's pause (alloc_cb): the socket is still readable. */
+        c->yield = 0;
+        return;
+    }
     if (nread == UV_ENOBUFS) {
         pr_err("%s: out of memory for the read buffer: closing", c->name);
         pr_conn_close(c, -ENOMEM);
@@ -434,8 +455,17 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         pr_conn_close(c, nread == UV_EOF ? 0 : (int)nread);
         return;
     }
-    if (nread == 0)
+    /*
+     * A short read, or none (EAGAIN), ends libuv's run of reads on this
+     * readiness: the next one starts with the whole budget. (A run that
+     * libuv ends at its own count of reads carries what it read into the
+     * next, which then yields early once.)
+     */
+    if (nread == 0) {
+        c->burst = 0;
         return;
+    }
+    c->burst = (size_t)nread < buf->len ? 0 : c->burst + (size_t)nread;
     uint64_t now_ns = uv_hrtime();
     c->bytes_in += (size_t)nread;
     if (c->land.active) {

@@ -102,6 +102,17 @@ struct pr_conn {
      */
     uint64_t rx_frame_ns;
     uint64_t rx_start_ns; /* uv_hrtime() when the pending frame began */
+    /*
+     * What one readiness of the socket may read before the loop serves
+     * its other handles (PR_CONN_READ_BURST; conn.c alloc_cb), the bytes
+     * read so far in this one, and the times a read stopped there. Set
+     * `yield` when the budget stopped the run, so that read_cb takes the
+     * ENOBUFS that follows for that and not for a lack of memory.
+     */
+    size_t read_burst;
+    size_t burst;
+    uint64_t read_yields;
+    int yield;
     /* A payload being read into the owner's memory (on_data_begin). */
     struct {
         uint8_t *dst;
@@ -206,6 +217,23 @@ void pr_conn_flush(struct pr_conn *c);
 
 /* Control bytes a peer may leave unread before the conn is closed. */
 #define PR_CONN_MAX_QUEUED (8u << 20)
+
+/*
+ * What a connection reads while its socket stays readable before the
+ * loop serves its other handles (pr_conn.read_burst). libuv reads until
+ * a read comes back short, and a chunk lands in one read of up to its
+ * whole payload, so a connection whose socket held megabytes (a large
+ * reduce's, where the receiving daemon is the bottleneck) took the loop
+ * for milliseconds while every other readable connection waited: a
+ * link's express connection too (xport_streams.c). No read is larger,
+ * and once a readiness's reads reach it the next one stops (an empty
+ * buffer, which libuv reports as UV_ENOBUFS, leaving the socket
+ * readable) and goes on in the next loop turn, after the others. A
+ * megabyte is reads of a tenth of a millisecond or more: few enough
+ * turns not to cost a large transfer its rate, and a chunk of the
+ * default 1 MiB lands whole in one readiness.
+ */
+#define PR_CONN_READ_BURST (1u << 20)
 
 /* The Msg to use in a frame: zero-initialised, with a body set by caller. */
 #define PR_MSG_INIT PR__V1__MSG__INIT

@@ -553,6 +553,7 @@ int pr_node_create(uv_loop_t *loop, struct pr_conf *conf,
     pr_tcp_xport_set_sink(n->xport, &sink);
     pr_tcp_xport_set_key(n->xport, key);
     pr_tcp_xport_set_streams(n->xport, conf->xport_streams);
+    pr_tcp_xport_set_express(n->xport, (size_t)conf->xport_express_kb << 10);
     /* TCP reads any memory; with RDMA every tensor is registered. */
     pr_engine_set_direct(n->engine, 1);
     rc = set_reduce_threads(n);

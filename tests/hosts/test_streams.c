@@ -53,10 +53,14 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* The node settings for `streams` (1: the key left out, its default). */
+/*
+ * The node settings for `streams` (1: the key left out, its default),
+ * and no express connection: the relay's counts are the streams'.
+ */
 static void node_sets(int streams, char *buf, size_t len, const char **sets)
 {
     int n = 0;
+    sets[n++] = "transport.express_kb=0";
     if (streams != 1) {
         snprintf(buf, len, "transport.streams=%d", streams);
         sets[n++] = buf;
@@ -73,7 +77,7 @@ struct run {
 static void start(struct run *r, int streams, double run_s, int nsteps)
 {
     char sbuf[64];
-    const char *nsets[2];
+    const char *nsets[3];
     node_sets(streams, sbuf, sizeof(sbuf), nsets);
     const char *const sched[] = {"scheduler.policy=allreduce",
                                  "scheduler.min_workers=4", NULL};

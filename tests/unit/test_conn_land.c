@@ -11,8 +11,9 @@
  * that ends inside a data frame's header or prefix takes only what they
  * miss, so that none of the payload goes through the read buffer; a
  * control message reads as usual; a landing cut short by the peer or by
- * a local close ends once with an error. Each test runs a private loop,
- * closes every handle and checks uv_loop_close() == 0.
+ * a local close ends once with an error; a socket that holds more than
+ * the read budget is read over several loop turns. Each test runs a
+ * private loop, closes every handle and checks uv_loop_close() == 0.
  */
 #include <check.h>
 #include <errno.h>
@@ -430,6 +431,37 @@ START_TEST(test_conn_land_first_read)
 END_TEST
 
 /*
+ * A socket that holds more than the conn's read budget (read_burst, 16
+ * KiB here; PR_CONN_READ_BURST in the daemons) is read in turns: a read
+ * stops at the budget, which libuv hears as UV_ENOBUFS, and the rest
+ * comes in the next loop turns, the conn open all along. A 192 KiB
+ * frame written before the loop runs, landing, and a ping behind it
+ * arrive whole and in order, and the reads stopped at the budget at
+ * least 4 times (all of it in the socket at once: 11).
+ */
+START_TEST(test_conn_land_read_budget_yields)
+{
+    struct t t;
+    t_init(&t);
+    t.c->read_burst = 16u << 10;
+    size_t n, pn;
+    uint8_t *f = data_frame(1, 192u << 10, &n);
+    uint8_t *p = ping_frame(7, &pn);
+    put(&t, f, n);
+    put(&t, p, pn);
+    run_events(&t, 2);
+    check_event(&t, 0, 'L', 1, 192u << 10);
+    check_event(&t, 1, 'M', 7, 0);
+    ck_assert_uint_eq(t.c->bytes_in, n + pn);
+    ck_assert_uint_ge(t.c->read_yields, 4);
+    ck_assert_int_eq(t.closes, 0);
+    free(f);
+    free(p);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/*
  * A control message reads as usual, even split: once its header is in,
  * the next read takes up to 64 KiB, so a data frame that follows it in
  * the same write comes whole with it.
@@ -651,6 +683,7 @@ static Suite *conn_land_suite(void)
     tc = tcase_create("owner");
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_conn_land_refused_comes_whole);
+    tcase_add_test(tc, test_conn_land_read_budget_yields);
     tcase_add_test(tc, test_conn_land_begin_error_closes);
     tcase_add_test(tc, test_conn_land_peer_closes_mid_payload);
     tcase_add_loop_test(tc, test_conn_land_local_close_mid_payload, 0, 2);

@@ -9,7 +9,12 @@
  * comes back with all its streams; a stray or late stream is refused
  * without harm to the link; a link whose streams never join is closed
  * at the set-up deadline; a group's one chunk posted behind another
- * group's 64 does not wait for all of them (xport_fair.c).
+ * group's 64 does not wait for all of them (xport_fair.c). The express
+ * connection (transport.express_kb): a link has it when both ends want
+ * it, it carries a small reduce's chunks and no large one's, a small
+ * chunk on it passes a large reduce's queue, it proves the key, its
+ * close takes the link down and the link returns with it, and a stream
+ * that says otherwise about it is refused.
  */
 #include <check.h>
 #include <errno.h>
@@ -43,6 +48,7 @@ struct side {
     int reserve;    /* hand out places (else on_chunk only) */
     int b_got;      /* chunks of group 2 (test_streams_groups_take_turns) */
     int b_at;       /* how many of group 1's had come before it */
+    int b_bad;      /* of them, not the floats sent */
 };
 
 /* A connection the test speaks the protocol on itself, as node 2. */
@@ -50,9 +56,11 @@ struct raw {
     struct world *w;
     struct pr_conn *conn;
     uint32_t stream, streams;
+    int express; /* said in its hello */
     uint64_t link_id;
     int closed, error, welcomed;
     uint32_t welcome_streams;
+    int welcome_express;
     const struct pr_auth_key *key;
 };
 
@@ -67,6 +75,7 @@ struct world {
     int with_key;
     char addr[64];
     uint32_t streams[2];
+    size_t express[2]; /* transport.express_kb of each side, bytes */
     uint32_t timeout_ms;
     float *out; /* what each side sends: out[i] = i */
     int sends, send_fail, phase;
@@ -105,6 +114,7 @@ static void on_chunk(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
     if (h->group_id == 2) {
         s->b_at = s->chunks;
         s->b_got++;
+        s->b_bad += memcmp(data, s->w->out, h->nfloats * sizeof(float)) != 0;
         return;
     }
     int k = chunk_index(h);
@@ -191,6 +201,7 @@ static void make_xport(struct world *w, int i)
                                 .ctx = &w->s[i]};
     pr_tcp_xport_set_sink(w->x[i], &sink);
     pr_tcp_xport_set_streams(w->x[i], w->streams[i]);
+    pr_tcp_xport_set_express(w->x[i], w->express[i]);
     if (w->with_key)
         pr_tcp_xport_set_key(w->x[i], &w->key);
 }
@@ -291,14 +302,20 @@ static int exchange_step(struct world *w)
 
 /*
  * Links of streams0 (node 1, listening) and streams1 (node 2, dialling)
- * wanted: the link has `expect` on both sides, each carried its share,
- * and each side got the other's vector exactly.
+ * wanted, and an express connection for reduces of up to express0 and
+ * express1 bytes (0: none): the link has `expect` streams on both sides
+ * and the express one if expect_express, each stream carried its share
+ * of the vector, too large for the express one, which carried none, and
+ * each side got the other's vector exactly.
  */
-static void exchange(uint32_t streams0, uint32_t streams1, uint32_t expect,
-                     int in_place, int with_key)
+static void exchange_x(uint32_t streams0, uint32_t streams1, size_t express0,
+                       size_t express1, uint32_t expect, int expect_express,
+                       int in_place, int with_key)
 {
     struct world w;
     world_init(&w, exchange_step, streams0, streams1, with_key);
+    w.express[0] = express0;
+    w.express[1] = express1;
     w.s[0].reserve = w.s[1].reserve = in_place;
     world_start(&w);
     uv_run(&w.loop, UV_RUN_DEFAULT);
@@ -306,8 +323,12 @@ static void exchange(uint32_t streams0, uint32_t streams1, uint32_t expect,
     ck_assert_int_eq(w.send_fail, 0);
     for (int i = 0; i < 2; i++) {
         struct tpeer *p = peer(&w, i);
-        ck_assert_uint_eq(p->nstreams, expect);
-        ck_assert_uint_eq(p->streams_up, expect - 1);
+        ck_assert_int_eq(p->express, expect_express);
+        ck_assert_uint_eq(p->nstreams, expect + (uint32_t)expect_express);
+        ck_assert_uint_eq(p->streams_up, expect + expect_express - 1);
+        /* The express one: its handshake, no chunk. */
+        if (expect_express)
+            ck_assert_uint_lt(stream_conn(p, expect)->bytes_in, 1024);
         assert_all_once(&w, &w.s[i]);
         ck_assert_int_eq(w.s[i].downs, 0);
         if (in_place)
@@ -323,6 +344,12 @@ static void exchange(uint32_t streams0, uint32_t streams1, uint32_t expect,
         }
     }
     world_fini(&w);
+}
+
+static void exchange(uint32_t streams0, uint32_t streams1, uint32_t expect,
+                     int in_place, int with_key)
+{
+    exchange_x(streams0, streams1, 0, 0, expect, 0, in_place, with_key);
 }
 
 START_TEST(test_streams_four_carry_every_chunk_both_ways)
@@ -379,27 +406,29 @@ START_TEST(test_streams_chunks_sent_as_the_link_comes_up_are_taken)
 END_TEST
 
 /*
- * One of node 2's streams closes: both sides lose the link once (its
- * sends, its groups), node 2 dials again, and the link comes back with
- * all four streams and carries a whole vector exactly.
+ * One of node 2's streams closes (more[w->aux]): both sides lose the
+ * link once (its sends, its groups), node 2 dials again, and the link
+ * comes back with all its streams (w->streams[1], and the express one
+ * when both sides have w->express) and carries a whole vector exactly.
  */
 static int reconnect_step(struct world *w)
 {
     struct tpeer *p = peer(w, 1);
+    uint32_t n = w->streams[1] + (w->express[0] && w->express[1]);
     switch (w->phase) {
     case 0:
         if (!link_up(w, 0) || !link_up(w, 1))
             return 0;
-        ck_assert_uint_eq(p->nstreams, 4);
-        pr_conn_close(p->more[1].conn, -ECONNRESET);
+        ck_assert_uint_eq(p->nstreams, n);
+        pr_conn_close(p->more[w->aux].conn, -ECONNRESET);
         w->phase = 1;
         return 0;
     case 1:
         if (w->s[0].downs == 0 || w->s[1].downs == 0 || !link_up(w, 0) ||
             !link_up(w, 1))
             return 0;
-        ck_assert_uint_eq(peer(w, 0)->streams_up, 3);
-        ck_assert_uint_eq(p->streams_up, 3);
+        ck_assert_uint_eq(peer(w, 0)->streams_up, n - 1);
+        ck_assert_uint_eq(p->streams_up, n - 1);
         send_all(w, 1);
         w->phase = 2;
         return 0;
@@ -408,10 +437,13 @@ static int reconnect_step(struct world *w)
     }
 }
 
-START_TEST(test_streams_one_closing_takes_the_link_and_it_returns)
+/* reconnect_step on links of `streams` (and express), closing more[aux]. */
+static void reconnect(uint32_t streams, size_t express, int aux)
 {
     struct world w;
-    world_init(&w, reconnect_step, 4, 4, 0);
+    world_init(&w, reconnect_step, streams, streams, 0);
+    w.express[0] = w.express[1] = express;
+    w.aux = aux;
     world_start(&w);
     uv_run(&w.loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(w.phase, 2);
@@ -420,6 +452,17 @@ START_TEST(test_streams_one_closing_takes_the_link_and_it_returns)
     ck_assert_int_eq(w.send_fail, 0);
     assert_all_once(&w, &w.s[0]);
     world_fini(&w);
+}
+
+START_TEST(test_streams_one_closing_takes_the_link_and_it_returns)
+{
+    reconnect(4, 0, 1);
+}
+END_TEST
+
+START_TEST(test_streams_express_closing_takes_the_link_and_it_returns)
+{
+    reconnect(2, 64 << 10, 1); /* more[1]: the express one */
 }
 END_TEST
 
@@ -442,6 +485,7 @@ static int raw_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
         h.role = PR__V1__ROLE__ROLE_NODE;
         h.node_id = 2;
         h.streams = r->streams;
+        h.express = r->express;
         h.stream = r->stream;
         h.link_id = r->link_id;
         Pr__V1__Msg out = PR_MSG_OF(HELLO, hello, &h);
@@ -450,6 +494,7 @@ static int raw_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     if (m->body_case == PR__V1__MSG__BODY_WELCOME) {
         r->welcomed++;
         r->welcome_streams = m->welcome->streams;
+        r->welcome_express = m->welcome->express;
         return 0;
     }
     if (m->body_case == PR__V1__MSG__BODY_ERROR) {
@@ -1152,6 +1197,137 @@ START_TEST(test_streams_groups_take_turns)
 }
 END_TEST
 
+START_TEST(test_streams_express_only_where_both_ends_want_it)
+{
+    exchange_x(2, 2, 64 << 10, 64 << 10, 2, 1, 0, 0);
+    exchange_x(2, 2, 64 << 10, 0, 2, 0, 0, 0); /* the dialling side: none */
+    exchange_x(2, 2, 0, 64 << 10, 2, 0, 0, 0); /* the accepting side */
+    /* One stream and the express one, chunks in place, every one keyed. */
+    exchange_x(1, 1, 64 << 10, 64 << 10, 1, 1, 1, 1);
+}
+END_TEST
+
+/*
+ * Links of one stream and the express one (reduces up to 64 KiB), node
+ * 1 not reading the first: group 1 posts its 64 chunks of 64 KiB (a 4
+ * MiB reduce), then group 2 its one chunk of a 1 KiB reduce. Group 2's
+ * goes on the express connection at once, alone on it (that
+ * connection's bytes out are its frame), and arrives, exact, while none
+ * of group 1's can; then node 1 reads again and group 1's all come, on
+ * the other connection.
+ */
+#define SMALL 256u
+static int express_step(struct world *w)
+{
+    struct tpeer *p = peer(w, 1);
+    switch (w->phase) {
+    case 0: {
+        if (!link_up(w, 0) || !link_up(w, 1))
+            return 0;
+        ck_assert_int_eq(p->express, 1);
+        uv_read_stop(&peer(w, 0)->conn->h.stream);
+        w->mark = stream_conn(p, 1)->bytes_out;
+        send_all(w, 1);
+        struct pr_link *l = pr_tcp_xport_link(w->x[1], 1);
+        struct pr_chunk_hdr h = {
+            .group_id = 2, .total = SMALL, .off = 0, .nfloats = SMALL};
+        ck_assert_int_eq(l->ops->send(l, &h, w->out, send_cb, w), 0);
+        w->phase = 1;
+        return 0;
+    }
+    case 1:
+        if (w->s[0].b_got == 0)
+            return 0;
+        ck_assert_int_eq(w->s[0].chunks, 0);
+        ck_assert_int_eq(pr_conn_start(peer(w, 0)->conn), 0);
+        w->phase = 2;
+        return 0;
+    default:
+        return w->sends == (int)NCHUNK + 1 && w->s[0].chunks == (int)NCHUNK &&
+               w->s[0].b_got == 1;
+    }
+}
+
+START_TEST(test_streams_express_carries_small_reduces_past_a_large_one)
+{
+    struct world w;
+    world_init(&w, express_step, 1, 1, 0);
+    w.express[0] = w.express[1] = 64 << 10;
+    world_start(&w);
+    uv_run(&w.loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(w.send_fail, 0);
+    ck_assert_int_eq(w.s[0].b_got, 1);
+    ck_assert_int_eq(w.s[0].b_bad, 0);
+    assert_all_once(&w, &w.s[0]);
+    struct tpeer *p = peer(&w, 1);
+    ck_assert_uint_eq(stream_conn(p, 1)->bytes_out - w.mark,
+                      PR_FRAME_HDR_LEN + PR_CHUNK_HDR_LEN +
+                          SMALL * sizeof(float));
+    ck_assert_uint_ge(p->conn->bytes_out, (uint64_t)TOTAL * sizeof(float));
+    ck_assert_int_eq(w.s[0].b_at, 0);
+    world_fini(&w);
+}
+END_TEST
+
+/*
+ * A first connection asks for one stream and the express one, and node
+ * 1 (which has it) welcomes both. A joining connection that says the
+ * link has no express one is refused, the link left waiting; the one
+ * that says it has it is welcomed, and the link is up.
+ */
+static int join_step(struct world *w)
+{
+    struct tpeer *p = peer(w, 0);
+    switch (w->phase) {
+    case 0:
+        if (!w->raw[0].welcomed)
+            return 0;
+        ck_assert_uint_eq(w->raw[0].welcome_streams, 1);
+        ck_assert_int_eq(w->raw[0].welcome_express, 1);
+        ck_assert_int_eq(p->state, P_STREAMS);
+        w->raw[1].express = 0;
+        raw_dial(w, 1, 1, 1, 0x77);
+        w->phase = 1;
+        return 0;
+    case 1:
+        if (!w->raw[1].closed)
+            return 0;
+        ck_assert_int_eq(w->raw[1].welcomed, 0);
+        ck_assert_int_eq(w->raw[1].error, -EPROTO);
+        ck_assert_int_eq(p->state, P_STREAMS);
+        w->raw[1] = (struct raw){.key = NULL, .express = 1};
+        raw_dial(w, 1, 1, 1, 0x77);
+        w->phase = 2;
+        return 0;
+    default:
+        return w->raw[1].welcomed && p->state == P_UP;
+    }
+}
+
+START_TEST(test_streams_express_join_must_agree)
+{
+    struct world w;
+    world_init(&w, join_step, 1, 1, 0);
+    w.express[0] = 64 << 10;
+    make_xport(&w, 0);
+    uint16_t port = 0;
+    ck_assert_int_eq(pr_tcp_xport_listen(w.x[0], "127.0.0.1", 0, &port), 0);
+    snprintf(w.addr, sizeof(w.addr), "127.0.0.1:%u", port);
+    struct pr_tcp_peer_info pi = {2, "127.0.0.1:1"};
+    ck_assert_int_eq(pr_tcp_xport_set_peers(w.x[0], &pi, 1), 0);
+    w.raw[0].express = 1;
+    raw_dial(&w, 0, 0, 1, 0x77);
+    uv_run(&w.loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(w.phase, 2);
+    struct tpeer *p = peer(&w, 0);
+    ck_assert_int_eq(p->state, P_UP);
+    ck_assert_int_eq(p->express, 1);
+    ck_assert_uint_eq(p->nstreams, 2);
+    ck_assert_int_eq(w.raw[1].welcome_express, 1);
+    world_fini(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("xport_streams");
@@ -1178,6 +1354,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_streams_join_without_the_key_refused);
     tcase_add_test(tc, test_streams_flood_held_to_the_listed_peers_room);
     tcase_add_test(tc, test_streams_groups_take_turns);
+    tcase_add_test(tc, test_streams_express_only_where_both_ends_want_it);
+    tcase_add_test(tc,
+                   test_streams_express_carries_small_reduces_past_a_large_one);
+    tcase_add_test(tc, test_streams_express_join_must_agree);
+    tcase_add_test(tc,
+                   test_streams_express_closing_takes_the_link_and_it_returns);
     suite_add_tcase(s, tc);
     return s;
 }

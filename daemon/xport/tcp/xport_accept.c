@@ -24,7 +24,9 @@ static const struct pr_conn_ops stranger_ops;
 /*
  * Bounds per listener and per source address, with room for the extra
  * streams of every peer the scheduler listed: each opens streams - 1
- * connections more at once, strangers until their hello passes (several
+ * connections more at once, and its express one (the one this node
+ * grants if it has transport.express_kb), strangers until their hello
+ * passes (several
  * nodes may share an address: one machine's namespaces, or loopback).
  * Not the bounds times the streams: a flood from a few addresses would
  * then hold a thousand descriptors.
@@ -34,7 +36,7 @@ static struct pr_stranger_rules stranger_rules(const struct pr_tcp_xport *x)
     unsigned peers = 0;
     for (const struct tpeer *p = x->peers; p; p = p->next)
         peers += p->listed;
-    unsigned extra = peers * (x->streams - 1);
+    unsigned extra = peers * (x->streams - 1 + (x->express_bytes > 0));
     if (extra > STRANGERS_EXTRA_MAX)
         extra = STRANGERS_EXTRA_MAX;
     return (struct pr_stranger_rules){

@@ -8,12 +8,14 @@
  * Dialling side (the higher node id: pr_tcp_handshake_dial, redialled
  * with backoff by retry_cb, which also holds the connect deadline):
  *  1. connect; the accepting side speaks first: its Challenge;
- *  2. Hello{version, node id, the key's proof, the streams it wants, a
- *     random link id, its queue pair's info if it has RDMA} (hello_send);
+ *  2. Hello{version, node id, the key's proof, the streams it wants and
+ *     whether an express one, a random link id, its queue pair's info if
+ *     it has RDMA} (hello_send);
  *  3. the Welcome checked (welcome_check); then with RDMA on both ends the
- *     queue pair to RTS and RdmaReady, with several streams the others
- *     dialled, each with its own challenge, hello (its index and the link
- *     id) and welcome (dial_*), else the link is up.
+ *     queue pair to RTS and RdmaReady, with several streams (the
+ *     express one the last) the others dialled, each with its own
+ *     challenge, hello (its index and the link id) and welcome
+ *     (dial_*), else the link is up.
  * Accepting side (a stranger of xport_accept.c until its hello passes):
  *  1. the Hello checked (hello_check: version and proof by base/hello.c,
  *     and a peer that dials this node);
@@ -68,15 +70,16 @@ static void connect_cb(struct pr_conn *c, int status)
  * Answers the peer's challenge on c, one of p's connections: the hello
  * with our id and the key's proof (the nonces kept for the welcome's
  * check), the cipher to seal with (*cipher, 0 for none), the link's
- * streams, this one's index and the link id, and `ri` when it offers
- * RDMA. 0, or < 0 (logged).
+ * streams and whether it has (or asks for) an express connection, this
+ * one's index and the link id, and `ri` when it offers RDMA. 0, or < 0
+ * (logged).
  */
 static int hello_send(struct tpeer *p, struct pr_conn *c,
                       const Pr__V1__Challenge *ch,
                       uint8_t our_nonce[PR_AUTH_NONCE_LEN],
                       uint8_t peer_challenge[PR_AUTH_NONCE_LEN],
-                      uint32_t *cipher, uint32_t streams, uint32_t stream,
-                      Pr__V1__RdmaInfo *ri)
+                      uint32_t *cipher, uint32_t streams, int express,
+                      uint32_t stream, Pr__V1__RdmaInfo *ri)
 {
     uint8_t buf[2 * PR_AUTH_NONCE_LEN];
     size_t len;
@@ -94,6 +97,7 @@ static int hello_send(struct tpeer *p, struct pr_conn *c,
     hello.role = PR__V1__ROLE__ROLE_NODE;
     hello.node_id = p->x->self;
     hello.streams = streams;
+    hello.express = express;
     hello.stream = stream;
     hello.link_id = p->link_id;
     hello.rdma = ri;
@@ -154,7 +158,7 @@ static int on_challenge(struct tpeer *p, struct pr_conn *c,
     /* Names this link to the accepting side as its other streams join. */
     randombytes_buf(&p->link_id, sizeof(p->link_id));
     int rc = hello_send(p, c, ch, p->our_nonce, p->peer_challenge, &p->cipher,
-                        p->x->streams, 0, offer);
+                        p->x->streams, p->x->express_bytes > 0, 0, offer);
     if (rc < 0)
         return rc;
     p->state = P_HELLO;
@@ -170,11 +174,12 @@ static int welcomed(struct tpeer *p, const Pr__V1__Welcome *w)
 {
     const Pr__V1__RdmaInfo *ri = w->rdma;
     uint32_t n = w->streams ? w->streams : 1;
-    if (n > p->x->streams || (ri && p->qp && n != 1)) {
-        pr_warn("peer node %u (%s): welcome for %u streams, %s: closing",
-                p->base.node_id, p->addr, n,
-                n > p->x->streams ? "more than this node asked for"
-                                  : "over RDMA");
+    int e = w->express;
+    if (n > p->x->streams || (e && !p->x->express_bytes) ||
+        (ri && p->qp && (n != 1 || e))) {
+        pr_warn("peer node %u (%s): welcome for %u streams%s, %s: closing",
+                p->base.node_id, p->addr, n, e ? " and an express one" : "",
+                ri && p->qp ? "over RDMA" : "more than this node asked for");
         return -EPROTO;
     }
     if (!ri || !p->qp) {
@@ -185,9 +190,10 @@ static int welcomed(struct tpeer *p, const Pr__V1__Welcome *w)
                    p->base.node_id, p->addr);
             return -EPROTONOSUPPORT;
         }
-        if (n > 1) {
+        if (n + e > 1) {
             /* Up when the others are in (retry_cb's deadline holds). */
-            p->nstreams = n;
+            p->nstreams = n + e;
+            p->express = e;
             p->state = P_STREAMS;
             p->streams_ms = uv_now(p->x->loop);
             return streams_dial(p);
@@ -425,10 +431,13 @@ static struct tpeer *hello_peer(struct pr_tcp_xport *x, uint32_t node_id)
     return p;
 }
 
-/* The welcome on c: our id, the proof, our queue pair, the streams. */
+/*
+ * The welcome on c: our id, the proof, our queue pair, the streams and
+ * the express connection.
+ */
 static int welcome_send(struct pr_tcp_xport *x, struct pr_conn *c,
                         const uint8_t *proof, size_t plen, Pr__V1__RdmaInfo *ri,
-                        uint32_t streams)
+                        uint32_t streams, int express)
 {
     Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
     w.version = PR_PROTO_VERSION;
@@ -437,16 +446,18 @@ static int welcome_send(struct pr_tcp_xport *x, struct pr_conn *c,
     w.auth.len = plen;
     w.rdma = ri;
     w.streams = streams;
+    w.express = express;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     return pr_conn_send(c, &m);
 }
 
 /*
  * The stranger's connection becomes p's link, of `streams` connections
- * (the others join later: streams_join); st is freed.
+ * and an express one if `express` (the others join later: streams_join);
+ * st is freed.
  */
 static void become_peer(struct stranger *st, struct tpeer *p, uint32_t streams,
-                        uint64_t link_id)
+                        int express, uint64_t link_id)
 {
     struct pr_conn *c = st->conn;
     struct pr_tcp_xport *x = st->x;
@@ -461,13 +472,14 @@ static void become_peer(struct stranger *st, struct tpeer *p, uint32_t streams,
      * chunks queued for this peer over c with this limit.
      */
     c->rd.max_len = x->max_frame;
-    p->nstreams = streams;
+    p->nstreams = streams + express;
+    p->express = express;
     p->link_id = link_id;
     /* With RDMA, writes wait until the peer's queue pair is ready. */
     if (p->qp) {
         p->state = P_RDMA_WAIT;
         p->since_ms = uv_now(x->loop);
-    } else if (streams > 1) {
+    } else if (p->nstreams > 1) {
         /* Its own deadline: since_ms times the queued sends' wait. */
         p->state = P_STREAMS;
         p->streams_ms = uv_now(x->loop);
@@ -518,7 +530,10 @@ int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m)
         streams = st->x->streams;
     if (p->qp)
         streams = 1;
-    rc = welcome_send(st->x, c, proof, plen, p->qp ? &ri : NULL, streams);
+    /* Both ends want it, and the data is on TCP. */
+    int express = h->express && st->x->express_bytes > 0 && !p->qp;
+    rc = welcome_send(st->x, c, proof, plen, p->qp ? &ri : NULL, streams,
+                      express);
     /* A failed seal closed c (logged): nothing more to do, and no error. */
     if (rc == 0)
         (void)pr_hello_seal(c, st->x->key, st->challenge, h);
@@ -526,7 +541,7 @@ int pr_tcp_handshake_accept(struct pr_conn *c, const Pr__V1__Msg *m)
         pr_tcp_peer_drop_qp(p);
         return rc;
     }
-    become_peer(st, p, streams, h->link_id);
+    become_peer(st, p, streams, express, h->link_id);
     return 0;
 }
 
@@ -536,8 +551,12 @@ static void stream_up(struct tstream *s, struct pr_conn *c)
     struct tpeer *p = s->p;
     c->ops = &peer_ops;
     c->owner = p;
-    snprintf(c->name, sizeof(c->name), "peer node %u stream %u",
-             p->base.node_id, s->index);
+    if (p->express && s->index == p->nstreams - 1)
+        snprintf(c->name, sizeof(c->name), "peer node %u express",
+                 p->base.node_id);
+    else
+        snprintf(c->name, sizeof(c->name), "peer node %u stream %u",
+                 p->base.node_id, s->index);
     s->up = 1;
     if (++p->streams_up == p->nstreams - 1)
         pr_tcp_peer_up(p);
@@ -547,8 +566,9 @@ static void stream_up(struct tstream *s, struct pr_conn *c)
 static int dial_hello(struct tstream *s, const Pr__V1__Challenge *ch)
 {
     struct tpeer *p = s->p;
-    int rc = hello_send(p, s->conn, ch, s->our_nonce, s->peer_challenge,
-                        &s->cipher, p->nstreams, s->index, NULL);
+    int rc =
+        hello_send(p, s->conn, ch, s->our_nonce, s->peer_challenge, &s->cipher,
+                   p->nstreams - p->express, p->express, s->index, NULL);
     if (rc == 0)
         s->hello_sent = 1;
     return rc;
@@ -562,11 +582,14 @@ static int dial_welcome(struct tstream *s, struct pr_conn *c,
                            s->index);
     if (rc < 0)
         return rc;
-    if (w->streams != p->nstreams || w->rdma) {
-        pr_warn("peer node %u stream %u: welcome for %u streams%s, expected "
-                "%u: closing",
+    if (w->streams != p->nstreams - p->express || w->express != p->express ||
+        w->rdma) {
+        pr_warn("peer node %u stream %u: welcome for %u streams%s%s, "
+                "expected %u%s: closing",
                 p->base.node_id, s->index, w->streams,
-                w->rdma ? " with RDMA" : "", p->nstreams);
+                w->express ? " and an express one" : "",
+                w->rdma ? " with RDMA" : "", p->nstreams - p->express,
+                p->express ? " and an express one" : "");
         return -EPROTO;
     }
     stream_up(s, c);
@@ -668,15 +691,17 @@ static int streams_join(struct pr_tcp_xport *x, struct pr_conn *c,
      * the link.
      */
     if (!p || p->state != P_STREAMS || p->outgoing ||
-        h->link_id != p->link_id || h->streams != p->nstreams ||
-        h->stream >= p->nstreams || p->more[h->stream - 1].conn) {
+        h->link_id != p->link_id || h->streams != p->nstreams - p->express ||
+        h->express != p->express || h->stream >= p->nstreams ||
+        p->more[h->stream - 1].conn) {
         pr_warn("%s: stream %u of node %u's link %016llx joins no link "
                 "waiting for it: closing",
                 c->name, h->stream, h->node_id, (unsigned long long)h->link_id);
         pr_conn_fail(c, -EPROTO, "no link waiting for this stream");
         return -EPROTO;
     }
-    int rc = welcome_send(x, c, proof, plen, NULL, p->nstreams);
+    int rc = welcome_send(x, c, proof, plen, NULL, p->nstreams - p->express,
+                          p->express);
     if (rc == 0)
         rc = pr_hello_seal(c, x->key, challenge, h);
     if (rc < 0)

@@ -123,12 +123,14 @@ void pr_tcp_peer_up(struct tpeer *p)
         pr_info("peer node %u (%s): link up (rdma, device %s; tcp for "
                 "control)",
                 p->base.node_id, p->addr, pr_rdma_device(p->x->rdma));
-    else if (p->nstreams > 1)
-        pr_info("peer node %u (%s): link up (tcp, %u streams%s%s)",
-                p->base.node_id, p->addr, p->nstreams, enc, cipher);
+    else if (p->nstreams - p->express > 1)
+        pr_info("peer node %u (%s): link up (tcp, %u streams%s%s)%s",
+                p->base.node_id, p->addr, p->nstreams - p->express, enc, cipher,
+                p->express ? ", and an express connection" : "");
     else
-        pr_info("peer node %u (%s): link up (tcp%s%s)", p->base.node_id,
-                p->addr, enc, cipher);
+        pr_info("peer node %u (%s): link up (tcp%s%s)%s", p->base.node_id,
+                p->addr, enc, cipher,
+                p->express ? ", and an express connection" : "");
     if (!p->qp) {
         pr_tcp_fair_lowat(p->conn);
         for (uint32_t i = 0; i + 1 < p->nstreams; i++)
@@ -179,8 +181,13 @@ static void chunk_in(struct tpeer *p, struct pr_conn *c, size_t frame_len)
      * the link's time for as many chunks as there are streams in a frame.
      */
     size_t busy = p->nstreams > 1 ? pr_tcp_streams_busy(p, c) : 1;
-    /* Too small a chunk to time, however many streams shared the link. */
-    if (frame_len >= PR_LINK_RATE_MIN)
+    /*
+     * Too small a chunk to time, however many streams shared the link;
+     * and none from the express connection, whose small reduces' chunks
+     * pass the others' and are not what the link moves (xport_streams.c).
+     */
+    int express = p->express && c == p->more[p->nstreams - 2].conn;
+    if (frame_len >= PR_LINK_RATE_MIN && !express)
         pr_link_rate_sample(&p->base, frame_len * busy, c->rx_frame_ns,
                             uv_now(p->x->loop));
 }

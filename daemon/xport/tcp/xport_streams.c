@@ -23,11 +23,25 @@
  * Chunks need no order across streams: a chunk's header says where its
  * floats go, and the engine claims each step's floats as spans
  * (engine_chunk.c), in whatever order they arrive.
+ *
+ * A link may have one connection more, its express one
+ * (transport.express_kb): the chunks of small reduces go there and no
+ * others. Jobs share the links between two daemons, and the link
+ * queue's turns (xport_fair.c) bound only what waits in this daemon:
+ * a large reduce's bytes already in the sockets, megabytes in the
+ * receiving one's queue where the receiving daemon is the bottleneck,
+ * would still come before a small reduce's chunk on one connection (make
+ * bench-jobs: a 1 KiB reduce's p99 30-130 times its own next to a 256
+ * MiB one). The express connection's queues hold only small reduces'
+ * chunks, which pass the large one's. It is set up as the other
+ * streams, the last of them, and is no rate sample: its frames are too
+ * small to time.
  */
 #include <linux/sockios.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 
+#include "daemon/engine/wire.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
 
 struct tstream *pr_tcp_streams_of(struct tpeer *p, const struct pr_conn *c)
@@ -40,7 +54,7 @@ struct tstream *pr_tcp_streams_of(struct tpeer *p, const struct pr_conn *c)
 
 void pr_tcp_streams_drop(struct tpeer *p)
 {
-    for (uint32_t i = 0; i < PR_TCP_STREAMS_MAX - 1; i++) {
+    for (uint32_t i = 0; i < PR_TCP_STREAMS_MAX; i++) {
         struct tstream *s = &p->more[i];
         if (s->conn) {
             struct pr_conn *c = s->conn;
@@ -51,6 +65,7 @@ void pr_tcp_streams_drop(struct tpeer *p)
         s->hello_sent = 0;
     }
     p->nstreams = 1;
+    p->express = 0;
     p->streams_up = 0;
     p->tx_last = 0;
 }
@@ -85,9 +100,23 @@ static size_t unacked(struct pr_conn *c)
  */
 #define STREAM_RUN_BYTES (256u << 10)
 
-struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
+int pr_tcp_streams_express(const struct tpeer *p, const struct pr_chunk_hdr *h)
 {
-    uint32_t n = p->nstreams;
+    /* The whole reduce's bytes in its encoding, not this chunk's. */
+    return p->express && h->enc < PR_WIRE_COUNT &&
+           pr_wire_bytes((enum pr_wire)h->enc, h->total) <= p->x->express_bytes;
+}
+
+struct pr_conn *pr_tcp_streams_pick(struct tpeer *p,
+                                    const struct pr_chunk_hdr *h)
+{
+    if (pr_tcp_streams_express(p, h)) {
+        struct pr_conn *c = stream_conn(p, p->nstreams - 1);
+        if (c && !c->closing)
+            return c;
+    }
+    /* The express connection, if any, is not among these. */
+    uint32_t n = p->nstreams - p->express;
     if (n <= 1)
         return p->conn;
     /*
@@ -134,7 +163,7 @@ struct pr_conn *pr_tcp_streams_pick(struct tpeer *p)
 uint32_t pr_tcp_streams_busy(struct tpeer *p, const struct pr_conn *self)
 {
     uint32_t busy = 1;
-    for (uint32_t i = 0; i < p->nstreams; i++) {
+    for (uint32_t i = 0; i < p->nstreams - p->express; i++) {
         const struct pr_conn *c = stream_conn(p, i);
         if (c && c != self &&
             (c->land.active || pr_frame_reader_pending(&c->rd) > 0))

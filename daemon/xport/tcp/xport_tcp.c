@@ -49,6 +49,11 @@ void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams)
     x->streams = streams > PR_TCP_STREAMS_MAX ? PR_TCP_STREAMS_MAX : streams;
 }
 
+void pr_tcp_xport_set_express(struct pr_tcp_xport *x, size_t bytes)
+{
+    x->express_bytes = bytes;
+}
+
 void pr_tcp_xport_set_sink(struct pr_tcp_xport *x,
                            const struct pr_link_sink *sink)
 {

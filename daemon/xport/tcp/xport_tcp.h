@@ -58,6 +58,14 @@ struct pr_auth_key;
  * links it dials from now on; a link gets the smaller of both ends'.
  */
 void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams);
+/*
+ * The largest reduce, in bytes on the wire, whose chunks take a link's
+ * express connection (transport.express_kb; xport_streams.c): one TCP
+ * connection more per link, that a large reduce's bytes never queue in.
+ * 0: links have none. For the links set up from now on; a link has one
+ * when both ends want it and its data is not on RDMA.
+ */
+void pr_tcp_xport_set_express(struct pr_tcp_xport *x, size_t bytes);
 void pr_tcp_xport_set_key(struct pr_tcp_xport *x,
                           const struct pr_auth_key *key);
 /*

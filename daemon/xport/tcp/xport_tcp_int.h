@@ -47,7 +47,10 @@
  */
 #define STRANGERS_MAX        64
 #define STRANGERS_PER_SOURCE 32
-/* Room for listed peers' further streams (x streams - 1), at most. */
+/*
+ * Room for listed peers' further streams (x streams - 1, and the express
+ * one), at most.
+ */
 #define STRANGERS_EXTRA_MAX 256
 
 enum pstate {
@@ -114,13 +117,18 @@ struct tpeer {
     uint8_t our_nonce[PR_AUTH_NONCE_LEN];      /* outgoing: in our hello */
     uint8_t peer_challenge[PR_AUTH_NONCE_LEN]; /* outgoing: the peer's */
     uint32_t cipher; /* outgoing: the one our hello picked (seal.h) */
-    /* The link's connections: conn, then more[0 .. nstreams - 2]. */
+    /*
+     * The link's connections: conn, then more[0 .. nstreams - 2]; with
+     * `express`, the last of them is the express one (xport_streams.c)
+     * and the others, nstreams - 1, carry the rest.
+     */
     uint32_t nstreams;   /* agreed in the welcome; 1 before */
+    int express;         /* agreed in the welcome; 0 before */
     uint32_t streams_up; /* of more[] */
     uint32_t tx_last;    /* the stream the last chunk went on */
     uint64_t link_id;    /* the dialling side's, repeated by each stream */
     uint64_t streams_ms; /* when P_STREAMS began: its deadline starts */
-    struct tstream more[PR_TCP_STREAMS_MAX - 1];
+    struct tstream more[PR_TCP_STREAMS_MAX]; /* room for the express */
 };
 
 /*
@@ -139,7 +147,8 @@ struct pr_tcp_xport {
     uint32_t self;
     size_t max_frame;
     uint32_t connect_timeout_ms;
-    uint32_t streams; /* transport.streams: wanted per link */
+    uint32_t streams;     /* transport.streams: wanted per link */
+    size_t express_bytes; /* transport.express_kb, bytes; 0: no express */
     uv_tcp_t listener;
     int listening;
     struct pr_link_sink sink; /* the engine's, from the node */
@@ -199,8 +208,15 @@ void pr_tcp_fair_lowat(struct pr_conn *c);
 void pr_tcp_streams_drop(struct tpeer *p);
 /* c is one of p's connections beyond the first: its tstream, or NULL. */
 struct tstream *pr_tcp_streams_of(struct tpeer *p, const struct pr_conn *c);
-/* The connection the next chunk goes on: the least backed up. */
-struct pr_conn *pr_tcp_streams_pick(struct tpeer *p);
+/*
+ * The connection the next chunk goes on: p's express one for a chunk
+ * that pr_tcp_streams_express() says is one of a small reduce's, else
+ * the least backed up of the others.
+ */
+struct pr_conn *pr_tcp_streams_pick(struct tpeer *p,
+                                    const struct pr_chunk_hdr *h);
+/* h's reduce is small enough for p's express connection, which p has. */
+int pr_tcp_streams_express(const struct tpeer *p, const struct pr_chunk_hdr *h);
 /*
  * How many of p's connections share its bandwidth now: `self`, which
  * just took a whole chunk, and those inside a frame.
