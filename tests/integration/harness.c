@@ -717,11 +717,17 @@ static void trace_line(FILE *f, double t0, double t1, int rc, uint32_t rank,
     fputc('\n', f);
 }
 
-/* o->strict: 0 when result r follows the last one (group, version). */
+/*
+ * o->strict: 0 when result r follows the last one (group, version). A
+ * healing member's version may go back (its own weight 0: it took the
+ * givers' model and their version, docs/algorithm.md 5.5): one marked
+ * because it joined after the job's first group may have gone up alone,
+ * in groups of its own under dynamic, before it met a giver.
+ */
 static int follows(const preduce_result_t *r, uint64_t version, uint64_t group,
                    char *why, size_t whylen)
 {
-    if (preduce_result_version(r) < version)
+    if (preduce_result_version(r) < version && preduce_result_weight(r) != 0.0)
         return snprintf(why, whylen, "version %llu after %llu",
                         (unsigned long long)preduce_result_version(r),
                         (unsigned long long)version),
