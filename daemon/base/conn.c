@@ -75,6 +75,8 @@ static void close_cb(uv_handle_t *h)
     struct pr_conn *c = h->data;
     if (c->ops->on_close)
         c->ops->on_close(c, c->status);
+    if (c->wipe_rx && c->rd.buf)
+        sodium_memzero(c->rd.buf, c->rd.cap);
     pr_frame_reader_fini(&c->rd);
     if (c->seal) {
         pr_seal_clear(c->seal);
@@ -516,6 +518,10 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* Whatever follows in this read belongs to the next frame. */
         c->rx_start_ns = now_ns;
         rc = dispatch(c, &fh, payload);
+        if (c->wipe_msg) {
+            sodium_memzero((uint8_t *)payload, fh.len);
+            c->wipe_msg = 0;
+        }
         if (rc < 0) {
             pr_conn_close(c, rc);
             return;
@@ -523,6 +529,11 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->closing)
             return;
     }
+}
+
+void pr_conn_wipe_msg(struct pr_conn *c)
+{
+    c->wipe_msg = 1;
 }
 
 int pr_conn_start(struct pr_conn *c)

@@ -134,6 +134,15 @@ struct pr_conn {
     void *transcript;     /* the handshake's hash until sealed, or NULL */
     /* Sealed: the data frame being assembled had its prefix opened. */
     int prefix_open;
+    /* pr_conn_wipe_msg: zero the frame being handed to on_msg after it. */
+    int wipe_msg;
+    /*
+     * Set by the owner of a connection whose frames may carry a secret
+     * (a trainer's, whose hello has its job's key): the read buffer is
+     * zeroed when the connection closes, with whatever part of a frame,
+     * or frame that did not decode, it still holds.
+     */
+    int wipe_rx;
     int auth_failed; /* closed for a record that did not authenticate */
     uint8_t *bounce; /* sealed payloads land here, bounce_cap bytes */
     size_t bounce_cap;
@@ -153,6 +162,13 @@ struct pr_conn *pr_conn_create_pipe(uv_loop_t *loop, size_t max_frame,
                                     const struct pr_conn_ops *ops, void *owner);
 /* Starts reading (after accept or connect). */
 int pr_conn_start(struct pr_conn *c);
+/*
+ * Called from on_msg: the bytes of the frame it was handed are zeroed in
+ * the read buffer once on_msg returns (a trainer's Hello, which carries
+ * its job's key), so that they do not stay there until overwritten. The
+ * unpacked message is the handler's to wipe.
+ */
+void pr_conn_wipe_msg(struct pr_conn *c);
 /*
  * Connects a TCP conn to host:port; cb(conn, status) runs once; on success
  * reading has started. On failure the caller still owns `c` and must close.

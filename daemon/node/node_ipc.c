@@ -506,7 +506,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     return 0;
 }
 
-static int trainer_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+static int trainer_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
 {
     struct node_trainer *c = conn->owner;
     if (c->state == C_HELLO) {
@@ -535,6 +535,23 @@ static int trainer_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
                 pr_msg_name(m));
         return -EPROTO;
     }
+}
+
+/*
+ * A trainer's message. A Hello's job key, in whatever state it comes,
+ * serves the proof (take_job) and is not kept: its bytes are zeroed in
+ * the read buffer (pr_conn_wipe_msg) and in the decoded message, which
+ * conn.c frees after this call. conn, not its trainer, which the call
+ * may have freed.
+ */
+static int trainer_on_msg(struct pr_conn *conn, const Pr__V1__Msg *m)
+{
+    int rc = trainer_msg(conn, m);
+    if (m->body_case == PR__V1__MSG__BODY_HELLO && m->hello->job_key.len) {
+        pr_conn_wipe_msg(conn);
+        explicit_bzero(m->hello->job_key.data, m->hello->job_key.len);
+    }
+    return rc;
 }
 
 static void send_cancel(struct node_trainer *c)
@@ -673,6 +690,8 @@ static void on_connection(uv_stream_t *server, int status)
     c->node = n;
     c->rank = -1;
     c->prev_rank = -1;
+    /* Its hello may carry a job's key: a part of one too (conn.h). */
+    c->conn->wipe_rx = 1;
     c->cookie = ++n->next_cookie;
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer connection %u",
              c->cookie);

@@ -68,8 +68,9 @@ struct t {
     size_t nev;
     int begins, ends, closes;
     int close_status;
-    int refuse_k; /* on_data_begin says 0 for frame refuse_k (-1: none) */
-    int begin_rc; /* < 0: on_data_begin answers this */
+    int refuse_k;  /* on_data_begin says 0 for frame refuse_k (-1: none) */
+    uint64_t wipe; /* on_msg zeroes the ping of this nonce (0: none) */
+    int begin_rc;  /* < 0: on_data_begin answers this */
 };
 
 /* Byte i of data frame k's payload: not periodic in 256 or 4096. */
@@ -97,6 +98,8 @@ static int t_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
     struct t *t = c->owner;
     ck_assert_int_eq(m->body_case, PR__V1__MSG__BODY_PING);
     record(t, (struct event){.kind = 'M', .k = (uint32_t)m->ping->nonce});
+    if (t->wipe && m->ping->nonce == t->wipe)
+        pr_conn_wipe_msg(c);
     return 0;
 }
 
@@ -462,6 +465,51 @@ START_TEST(test_conn_land_read_budget_yields)
 END_TEST
 
 /*
+ * pr_conn_wipe_msg from on_msg (a trainer's Hello, which carries a job's
+ * key): the frame's payload is zeroed in the read buffer once on_msg
+ * returned, and only it: the ping that came in the same read behind it
+ * is handed over whole and its bytes stay. Without the call the first
+ * one's bytes stay there too: what the scan sees.
+ */
+static int in_read_buffer(const struct pr_conn *c, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i + n <= c->rd.cap; i++)
+        if (memcmp(c->rd.buf + i, p, n) == 0)
+            return 1;
+    return 0;
+}
+
+START_TEST(test_conn_land_wipe_msg)
+{
+    for (int wipe = 0; wipe < 2; wipe++) {
+        struct t t;
+        t_init(&t);
+        t.wipe = wipe ? 0x5eed5eed5eed5eedULL : 0;
+        size_t pn, qn;
+        uint8_t *p = ping_frame(0x5eed5eed5eed5eedULL, &pn);
+        uint8_t *q = ping_frame(0x7117711771177117ULL, &qn);
+        uint8_t both[256];
+        ck_assert_uint_le(pn + qn, sizeof(both));
+        memcpy(both, p, pn);
+        memcpy(both + pn, q, qn);
+        put(&t, both, pn + qn);
+        run_events(&t, 2);
+        check_event(&t, 0, 'M', 0x5eed5eed, 0);
+        check_event(&t, 1, 'M', 0x71177117, 0);
+        ck_assert_int_eq(
+            in_read_buffer(t.c, p + PR_FRAME_HDR_LEN, pn - PR_FRAME_HDR_LEN),
+            !wipe);
+        ck_assert(
+            in_read_buffer(t.c, q + PR_FRAME_HDR_LEN, qn - PR_FRAME_HDR_LEN));
+        ck_assert_int_eq(t.c->wipe_msg, 0);
+        free(p);
+        free(q);
+        t_fini(&t, 1);
+    }
+}
+END_TEST
+
+/*
  * A control message reads as usual, even split: once its header is in,
  * the next read takes up to 64 KiB, so a data frame that follows it in
  * the same write comes whole with it.
@@ -684,6 +732,7 @@ static Suite *conn_land_suite(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_conn_land_refused_comes_whole);
     tcase_add_test(tc, test_conn_land_read_budget_yields);
+    tcase_add_test(tc, test_conn_land_wipe_msg);
     tcase_add_test(tc, test_conn_land_begin_error_closes);
     tcase_add_test(tc, test_conn_land_peer_closes_mid_payload);
     tcase_add_loop_test(tc, test_conn_land_local_close_mid_payload, 0, 2);
