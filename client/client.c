@@ -399,6 +399,12 @@ static int on_welcome(struct preduce_client *c, const Pr__V1__Welcome *w)
                           "would be open to anyone");
         return -EPROTO;
     }
+    if (c->sent_sched && !w->own_scheduler) {
+        set_last_error(c, "the node daemon is older than job schedulers: "
+                          "it ignored PREDUCE_SCHEDULER, and the job would "
+                          "run on the node's scheduler");
+        return -EPROTO;
+    }
     c->welcomed = true;
     return 0;
 }
@@ -669,6 +675,9 @@ static int say_hello(struct preduce_client *c, const char *name,
     hello.job_key.data = (uint8_t *)key;
     hello.job_key.len = key_len;
     c->sent_key = key_len > 0;
+    if (o->scheduler[0])
+        hello.scheduler = (char *)o->scheduler;
+    c->sent_sched = o->scheduler[0] != '\0';
     Pr__V1__Msg m = PR_MSG_OF(HELLO, hello, &hello);
     int rc = pr_client_send(c, &m, deadline);
     if (rc < 0)

@@ -73,8 +73,10 @@ struct preduce_tensor {
 #define PR_CLIENT_SETTING_MAX  127
 /* A job key file: its path's most bytes, and its size's bounds. */
 #define PR_CLIENT_KEY_PATH_MAX 1023
-#define PR_CLIENT_KEY_MIN      16
-#define PR_CLIENT_KEY_MAX      4096
+/* A scheduler list's most bytes (the daemon's PR_NODE_SCHED_SPEC_MAX). */
+#define PR_CLIENT_SCHED_MAX 1023
+#define PR_CLIENT_KEY_MIN   16
+#define PR_CLIENT_KEY_MAX   4096
 struct preduce_options {
     bool has_job, has_settings; /* set by preduce_options_set() */
     char job[PR_CLIENT_NAME_MAX + 1];
@@ -84,10 +86,13 @@ struct preduce_options {
     uint32_t wire;
     /* The job key file's path ("job_key", PREDUCE_JOB_KEY); "": none. */
     char job_key[PR_CLIENT_KEY_PATH_MAX + 1];
+    /* The job's scheduler ("scheduler", PREDUCE_SCHEDULER); "": node's. */
+    char scheduler[PR_CLIENT_SCHED_MAX + 1];
 };
 /*
  * The options a connect uses: `given` (NULL: none) with the environment
- * (PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS, PREDUCE_WIRE) where
+ * (PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS, PREDUCE_WIRE,
+ * PREDUCE_JOB_KEY, PREDUCE_SCHEDULER) where
  * it says nothing. 0, or -EINVAL / -E2BIG for a bad value in the
  * environment, with *why naming the variable and what it must be.
  */
@@ -116,6 +121,8 @@ struct preduce_client {
     uint32_t rank;
     bool welcomed;
     bool sent_key; /* its Hello carried a job key: Welcome.keyed must say */
+    /* Its Hello named a scheduler: Welcome.own_scheduler must say. */
+    bool sent_sched;
     char job[PR_CLIENT_NAME_MAX + 1]; /* Welcome.job: the job joined */
     /* How long past a reduce's deadline it waits (Welcome.grace_ms). */
     int slack_ms;

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Connect options (preduce.h): the job a trainer joins, the settings it
- * asks for it, and the encoding of its reduces' floats between daemons.
- * Each comes from, in order: preduce_options_set(), the environment
- * (PREDUCE_JOB; PREDUCE_POLICY and PREDUCE_JOB_SETTINGS; PREDUCE_WIRE),
+ * asks for it, the encoding of its reduces' floats between daemons, the
+ * job's key and its scheduler. Each comes from, in order:
+ * preduce_options_set(), the environment (PREDUCE_JOB; PREDUCE_POLICY and
+ * PREDUCE_JOB_SETTINGS; PREDUCE_WIRE; PREDUCE_JOB_KEY; PREDUCE_SCHEDULER),
  * or nothing, which leaves it to the daemon (its `job`, its
- * transport.wire) and the scheduler (its values). Checked here for what
- * the daemon would refuse anyway, so a typo fails at once:
+ * transport.wire, its node.scheduler) and the scheduler (its values). Checked
+ * here for what the daemon would refuse anyway, so a typo fails at once:
  * preduce_options_set() returns -EINVAL, and a bad environment fails the
  * connect with -EINVAL and its reason in preduce_last_error(NULL).
  */
@@ -35,6 +36,17 @@ static bool valid_job(const char *s)
     size_t n = strnlen(s, PR_CLIENT_NAME_MAX + 1);
     return n > 0 && n <= PR_CLIENT_NAME_MAX && printable(s, n, false) &&
            !strpbrk(s, "\"\\");
+}
+
+/*
+ * A scheduler: host:port, or standbys "a,b", 1..1023 printable bytes
+ * with a ':' (the daemon checks each address).
+ */
+static bool valid_sched(const char *s)
+{
+    size_t n = strnlen(s, PR_CLIENT_SCHED_MAX + 1);
+    return n > 0 && n <= PR_CLIENT_SCHED_MAX && printable(s, n, true) &&
+           strchr(s, ':');
 }
 
 /* A setting: key=value, 3..127 bytes, printable. */
@@ -130,6 +142,12 @@ int preduce_options_set(preduce_options_t *o, const char *key,
         memcpy(o->job_key, value, n + 1);
         return 0;
     }
+    if (!strcmp(key, "scheduler")) {
+        if (!valid_sched(value))
+            return -EINVAL;
+        strcpy(o->scheduler, value);
+        return 0;
+    }
     return -EINVAL;
 }
 
@@ -199,6 +217,13 @@ int pr_client_options_resolve(const preduce_options_t *given,
         if (n > PR_CLIENT_KEY_PATH_MAX)
             return -EINVAL;
         memcpy(o->job_key, env, n + 1);
+    }
+    if (!o->scheduler[0] && (env = getenv("PREDUCE_SCHEDULER")) && *env) {
+        *why = "PREDUCE_SCHEDULER: not host:port or a list of them, at most "
+               "1023 printable bytes";
+        if (!valid_sched(env))
+            return -EINVAL;
+        strcpy(o->scheduler, env);
     }
     if (!o->wire && (env = getenv("PREDUCE_WIRE")) && *env) {
         *why = "PREDUCE_WIRE: not one of fp32, bf16, int8";

@@ -258,7 +258,8 @@ static const struct {
               "busy with new connections (try again)"},
     {-ENOMEM, "out of memory"},
     {-EMFILE, "out of file descriptors in this process (RLIMIT_NOFILE)"},
-    {-EUSERS, "too many trainers on this node (node.max_clients)"},
+    {-EUSERS, "too many trainers on this node (node.max_clients), or "
+              "schedulers (node.max_schedulers)"},
     {-EDQUOT, "over this trainer's tensor quota (node.trainer_max_tensors "
               "or node.trainer_max_mb)"},
     {-ENOSPC, "the node holds all the tensors it may (node.max_tensors)"},

@@ -113,7 +113,12 @@ PREDUCE_API int preduce_options_create(preduce_options_t **out);
  * file of 16 to 4096 bytes (`preduced --gen-key FILE` writes one) that
  * group and others cannot read (mode 600). A job started by a worker with
  * a key admits only workers with the same key, a job started without one
- * only workers without: the others are refused with -EACCES. 0, -EINVAL
+ * only workers without: the others are refused with -EACCES. Key
+ * "scheduler": the job's own scheduler, "host:port" or standbys "a,b"
+ * (unset: PREDUCE_SCHEDULER's; neither: the daemon's node.scheduler). The
+ * daemon follows it beside its own while a worker names it, with peer
+ * links and ids of its own, so that this job does not share a scheduler
+ * with the others: a job's scheduler lost stops only that job. 0, -EINVAL
  * (unknown key, bad value) or -E2BIG (too many settings).
  */
 PREDUCE_API int preduce_options_set(preduce_options_t *o, const char *key,
@@ -122,7 +127,8 @@ PREDUCE_API void preduce_options_destroy(preduce_options_t *o);
 /*
  * preduce_connect() with options (NULL: as preduce_connect()). Also
  * -EINVAL for a bad PREDUCE_JOB, PREDUCE_POLICY, PREDUCE_JOB_SETTINGS,
- * PREDUCE_WIRE or PREDUCE_JOB_KEY (preduce_last_error(NULL) names it),
+ * PREDUCE_WIRE, PREDUCE_JOB_KEY or PREDUCE_SCHEDULER
+ * (preduce_last_error(NULL) names it),
  * and whatever the scheduler refuses in a job's settings; for the job key
  * file -ENOENT or -EACCES (cannot open it), -EPERM (group or others may
  * read it), -EINVAL (not a regular file of 16 to 4096 bytes), and

@@ -71,6 +71,7 @@ struct pr_conf {
     char *node_data_listen;        /* host:port peers connect to */
     char *node_data_advertise;     /* host:port given to peers; "" = listen */
     uint32_t node_max_clients;
+    uint32_t node_max_schedulers;      /* its own and its trainers' */
     uint32_t node_max_tensor_mb;       /* per tensor, MiB */
     uint32_t node_trainer_max_tensors; /* per trainer */
     uint32_t node_trainer_max_mb;      /* per trainer, all its tensors */

@@ -71,6 +71,10 @@ static const struct entry rows[] = {
      F_ADDR | F_EMPTY, "host:port given to peers; empty = data_listen"},
     {"node", "max_clients", T_U32, OFF(node_max_clients), "64", 1, 4096, NULL,
      0, "trainers served at once"},
+    {"node", "max_schedulers", T_U32, OFF(node_max_schedulers), "8", 1, 16,
+     NULL, F_RELOAD,
+     "schedulers followed at once: node.scheduler and those trainers name "
+     "(PREDUCE_SCHEDULER); 1 = trainers may not name one"},
     {"node", "max_tensor_mb", T_U32, OFF(node_max_tensor_mb), "1024", 1, 65536,
      NULL, 0, "largest tensor, MiB"},
     {"node", "trainer_max_tensors", T_U32, OFF(node_trainer_max_tensors),

@@ -30,7 +30,7 @@ struct group_local {
  */
 struct node_group {
     struct node_group *next;
-    struct pr_node *n;
+    struct node_sched *s; /* the scheduler that sent it */
     uint64_t id;
     uint64_t max_version;
     size_t nlocal;
@@ -50,22 +50,22 @@ static void group_free(struct node_group *g)
     free(g);
 }
 
-static void send_group_done(struct pr_node *n, uint64_t id, int status)
+static void send_group_done(struct node_sched *s, uint64_t id, int status)
 {
     Pr__V1__GroupDone d = PR__V1__GROUP_DONE__INIT;
     d.id = id;
     d.status = status;
     Pr__V1__Msg m = PR_MSG_OF(GROUP_DONE, group_done, &d);
-    if (pr_node_sched_up(n))
-        pr_node_send(n, &m);
+    if (pr_node_sched_up(s))
+        pr_node_send(s, &m);
 }
 
 /* The engine finished (or failed) this node's part: answer the trainers. */
 static void group_done_cb(void *arg, uint64_t id, int status)
 {
     struct node_group *g = arg;
-    struct pr_node *n = g->n;
-    struct node_group **pp = &n->groups;
+    struct node_sched *s = g->s;
+    struct node_group **pp = &s->groups;
     while (*pp && *pp != g)
         pp = &(*pp)->next;
     if (*pp)
@@ -91,20 +91,20 @@ static void group_done_cb(void *arg, uint64_t id, int status)
         d.wire = status == 0 ? g->wire + 1 : 0;
         pr_node_reduce_reply(c, &d);
     }
-    if (!n->stopping)
-        send_group_done(n, id, status);
+    if (!s->n->stopping)
+        send_group_done(s, id, status);
     group_free(g);
 }
 
 /* Fails the local members found so far and tells the scheduler. */
-static void group_refuse(struct pr_node *n, uint64_t id,
+static void group_refuse(struct node_sched *s, uint64_t id,
                          const struct group_local *found, size_t nfound,
                          int status, const char *why)
 {
     pr_warn("group %llu refused: %s", (unsigned long long)id, why);
     for (size_t i = 0; i < nfound; i++)
         pr_node_reduce_fail(found[i].trainer, status);
-    send_group_done(n, id, status);
+    send_group_done(s, id, status);
 }
 
 /*
@@ -153,7 +153,7 @@ static uint32_t ring_pos(const Pr__V1__Group *gm, uint32_t self)
  * is gone), or NULL when out of memory. Versions and weights come first in
  * `whole`, so that each array is aligned for its type.
  */
-static struct node_group *group_alloc(struct pr_node *n,
+static struct node_group *group_alloc(struct node_sched *s,
                                       const Pr__V1__Group *gm)
 {
     size_t k = gm->n_members;
@@ -171,7 +171,7 @@ static struct node_group *group_alloc(struct pr_node *n,
     g->versions = g->whole;
     g->weights = (double *)(g->versions + slots);
     g->ranks = (uint32_t *)(g->weights + slots);
-    g->n = n;
+    g->s = s;
     g->id = gm->id;
     g->k = k;
     g->max_version = gm->max_version;
@@ -192,15 +192,15 @@ static struct node_group *group_alloc(struct pr_node *n,
  * length makes it fail too, but is kept: its READY was used up by this
  * group all the same, so the refusal must fail it as well.
  */
-static void group_match_local(struct pr_node *n, const Pr__V1__Group *gm,
+static void group_match_local(struct node_sched *s, const Pr__V1__Group *gm,
                               struct node_group *g, const char **why,
                               int *status)
 {
     for (size_t i = 0; i < g->k; i++) {
         const Pr__V1__Member *mb = gm->members[i];
-        if (mb->node_id != n->self)
+        if (mb->node_id != s->self)
             continue;
-        struct node_trainer *c = pr_node_trainer_by_rank(n, gm->job, mb->rank);
+        struct node_trainer *c = pr_node_trainer_by_rank(s, gm->job, mb->rank);
         int dup = 0;
         for (size_t j = 0; c && j < g->nlocal; j++)
             dup |= g->local[j].trainer == c;
@@ -237,7 +237,7 @@ static int group_weighted(const Pr__V1__Group *gm)
  * Hands the group to the engine: 0, or pr_engine_start's error. The
  * engine copies its members, so their array lives only here.
  */
-static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
+static int group_start(struct node_sched *s, const Pr__V1__Group *gm,
                        struct node_group *g, uint32_t pos)
 {
     struct pr_engine_member *em = calloc(g->nlocal, sizeof(*em));
@@ -269,25 +269,25 @@ static int group_start(struct pr_node *n, const Pr__V1__Group *gm,
         .ring = gm->ring,
         .local = em,
         .nlocal = g->nlocal,
-        .timeout_ms = group_deadline(n, gm, g),
+        .timeout_ms = group_deadline(s->n, gm, g),
         .wire = gm->wire,
         .done = group_done_cb,
         .arg = g,
     };
-    int rc = pr_engine_start(n->engine, &spec);
+    int rc = pr_engine_start(s->engine, &spec);
     free(em);
     return rc;
 }
 
-void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
+void pr_node_on_group(struct node_sched *s, const Pr__V1__Group *gm)
 {
-    if (gm->id > n->max_group_id)
-        n->max_group_id = gm->id;
-    uint32_t pos = ring_pos(gm, n->self);
-    pr_node_spin(n);
-    struct node_group *g = group_alloc(n, gm);
+    if (gm->id > s->max_group_id)
+        s->max_group_id = gm->id;
+    uint32_t pos = ring_pos(gm, s->self);
+    pr_node_spin(s->n);
+    struct node_group *g = group_alloc(s, gm);
     if (!g) {
-        group_refuse(n, gm->id, NULL, 0, -ENOMEM, "out of memory");
+        group_refuse(s, gm->id, NULL, 0, -ENOMEM, "out of memory");
         return;
     }
     const char *why = NULL;
@@ -297,7 +297,7 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
     else if (gm->wire >= PR_WIRE_COUNT)
         why = "malformed group (an encoding this node does not know)";
     if (pos != UINT32_MAX)
-        group_match_local(n, gm, g, &why, &status);
+        group_match_local(s, gm, g, &why, &status);
     if (!why && g->nlocal == 0)
         why = "no member of the group is on this node";
     /*
@@ -308,17 +308,17 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
         if (gm->wire > g->local[i].trainer->wire)
             why = "malformed group (less precise than a member asked for)";
     if (why) {
-        group_refuse(n, gm->id, g->local, g->nlocal, status, why);
+        group_refuse(s, gm->id, g->local, g->nlocal, status, why);
         group_free(g);
         return;
     }
-    int rc = group_start(n, gm, g, pos);
+    int rc = group_start(s, gm, g, pos);
     if (rc < 0) {
         /*
          * The spec was checked above: what is left is no link to a
          * neighbour (yet), a group id running already, or no memory.
          */
-        group_refuse(n, gm->id, g->local, g->nlocal,
+        group_refuse(s, gm->id, g->local, g->nlocal,
                      rc == -ENOMEM ? rc : -ECONNRESET,
                      "the engine could not start it");
         group_free(g);
@@ -329,13 +329,13 @@ void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm)
         g->local[i].trainer->group_id = gm->id;
         g->local[i].trainer->group_rank = g->local[i].rank;
     }
-    g->next = n->groups;
-    n->groups = g;
+    g->next = s->groups;
+    s->groups = g;
 }
 
-void pr_node_groups_fail(struct pr_node *n, int status)
+void pr_node_groups_fail(struct node_sched *s, int status)
 {
     /* pr_engine_abort() runs group_done_cb later: the list stays as is. */
-    for (struct node_group *g = n->groups; g; g = g->next)
-        pr_engine_abort(n->engine, g->id, status);
+    for (struct node_group *g = s->groups; g; g = g->next)
+        pr_engine_abort(s->engine, g->id, status);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/base/conf.h"
 #include "daemon/base/hello.h"
 
 /* A control character in a name would forge or garble a log line. */
@@ -72,4 +73,34 @@ int pr_node_hello_job_key(const Pr__V1__Hello *h, const char *job,
     if (rc == 0)
         *len = PR_AUTH_JOB_PROOF_LEN;
     return rc;
+}
+
+int pr_node_sched_canon(const char *spec, char *out, size_t len)
+{
+    char addr[PR_SCHED_LIST_MAX][PR_CONF_ADDR_MAX];
+    int k = pr_conf_addr_list(spec, addr, PR_SCHED_LIST_MAX);
+    if (k <= 0)
+        return -EINVAL;
+    size_t used = 0;
+    for (int i = 0; i < k; i++) {
+        int w = snprintf(out + used, len - used, "%s%s", i ? "," : "", addr[i]);
+        if (w < 0 || (size_t)w >= len - used)
+            return -EINVAL;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+int pr_node_hello_sched(const Pr__V1__Hello *h,
+                        char out[PR_NODE_SCHED_SPEC_MAX + 1], const char **why)
+{
+    if (!h->scheduler || !h->scheduler[0])
+        return 0;
+    size_t len = strlen(h->scheduler);
+    if (len > PR_NODE_SCHED_SPEC_MAX || has_control_chars(h->scheduler, len) ||
+        pr_node_sched_canon(h->scheduler, out, PR_NODE_SCHED_SPEC_MAX + 1) < 0)
+        return *why = "a scheduler is host:port, or a list of at most 8 "
+                      "(standbys), port 1..65535",
+               -EINVAL;
+    return 1;
 }

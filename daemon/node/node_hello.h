@@ -19,6 +19,8 @@
 
 /* A worker name's most bytes (libpreduce's bound too). */
 #define PR_NODE_WORKER_NAME_MAX 63
+/* A scheduler list's most bytes, as a trainer names it (and canonical). */
+#define PR_NODE_SCHED_SPEC_MAX 1023
 
 /*
  * Hello h is a client's with a worker name of 1..PR_NODE_WORKER_NAME_MAX
@@ -47,5 +49,21 @@ int pr_node_hello_job(const Pr__V1__Hello *h, const char *node_job,
 int pr_node_hello_job_key(const Pr__V1__Hello *h, const char *job,
                           uint8_t proof[PR_AUTH_JOB_PROOF_LEN], size_t *len,
                           const char **why);
+
+/*
+ * A scheduler list ("host:port", or standbys "a, b") in canonical form,
+ * the addresses joined by "," without spaces, into out[len]: 0, or
+ * -EINVAL (not a list of 1..PR_SCHED_LIST_MAX host:port with a port
+ * above 0, or longer than len allows).
+ */
+int pr_node_sched_canon(const char *spec, char *out, size_t len);
+
+/*
+ * The scheduler Hello h names (Hello.scheduler), canonical into
+ * out[PR_NODE_SCHED_SPEC_MAX + 1]: 1, or 0 when it names none (the node's
+ * own), or -EINVAL with *why (for the log line and the trainer's Error).
+ */
+int pr_node_hello_sched(const Pr__V1__Hello *h,
+                        char out[PR_NODE_SCHED_SPEC_MAX + 1], const char **why);
 
 #endif

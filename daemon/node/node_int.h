@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * State shared by the node role's files, each calling only those below it:
- * node.c (the node, the scheduler link) on top; node_group.c (the groups
- * the scheduler sends); node_ipc.c (the trainers' connections), calling
+ * node.c (the node) on top; node_sched.c (a scheduler it follows, and the
+ * data plane of that scheduler's groups), node_standby.c (its address
+ * list); node_group.c (the groups a scheduler sends); node_ipc.c (the
+ * trainers' connections), calling
  * node_socket.c (the socket file), node_tensor.c (their shared tensors)
  * and node_feedback.c (int8's error feedback of their reduces).
  * node_metrics.c reads it all for metrics.h.
@@ -25,12 +27,14 @@
 #include "daemon/engine/engine.h"
 #include "daemon/node/node_hello.h"
 #include "daemon/base/stranger.h"
+#include "daemon/xport/rdma/rdma.h"
 #include "daemon/xport/tcp/xport_tcp.h"
 
 /* The reduce latency histogram's bounds, 100 us .. 60 s (node_metrics.c). */
 #define PR_NODE_REDUCE_BUCKETS 18
 
 struct node_feedback; /* node_feedback.c */
+struct node_sched;    /* below */
 
 struct node_tensor {
     uint32_t id;
@@ -60,6 +64,9 @@ enum reduce_state {
 struct node_trainer {
     struct node_trainer *next;
     struct pr_node *node;
+    /* The scheduler it follows (n->sched[0] until its hello names one). */
+    struct node_sched *s;
+    int named_sched;      /* its hello named s (Welcome.own_scheduler) */
     struct pr_conn *conn; /* NULL once the trainer hung up */
     uint32_t cookie;
     char name[PR_NODE_WORKER_NAME_MAX + 1];
@@ -137,19 +144,72 @@ struct node_scheds {
     uint64_t ok_since_ms[PR_SCHED_LIST_MAX];
 };
 
+/*
+ * A scheduler this node follows, and the data plane of its groups: the
+ * node's own (node.scheduler; n->sched[0], for the daemon's life), or one
+ * a trainer named (Hello.scheduler), opened for the first trainer that
+ * names it and closed once its last trainer is gone. Each has its own
+ * peer listener, links, engine and ids, since node ids and group ids are
+ * a scheduler's own: a group of one can never take a chunk of another's,
+ * and a scheduler lost stops only the jobs that follow it. Owned by the
+ * loop thread.
+ */
+struct node_sched {
+    struct pr_node *n;
+    uint32_t idx;           /* in n->sched[] */
+    char *spec;             /* the address list it is known by */
+    uint32_t users;         /* trainers following it; 0 closes one not idx 0 */
+    uint64_t idle_since_ms; /* when users last fell to 0 (uv_now) */
+    struct pr_conn *conn;
+    /* Its messages (READYs of many trainers) coalesce per loop turn. */
+    struct pr_conn_batch *batch;
+    enum sched_state state;
+    uv_timer_t retry;
+    struct node_scheds list;
+    uint64_t max_group_id; /* the highest id of a Group taken: for Hello */
+    uint32_t self;         /* this node's id there; 0 before the first */
+    uint64_t id_base;      /* the scheduler session last joined */
+    char data_addr[128];   /* where its peers reach this node */
+    struct pr_tcp_xport *xport;
+    struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
+    struct pr_engine *engine;
+    struct pr_link_sink engine_sink; /* what its sink passes on to */
+    struct node_group *groups;       /* running (node_group.c) */
+    uint64_t last_ping_ms;
+    /* Links ended by a sealed frame that did not open. */
+    uint64_t auth_failures;
+    uint8_t my_nonce[PR_AUTH_NONCE_LEN];  /* this node's nonce to it */
+    uint8_t challenge[PR_AUTH_NONCE_LEN]; /* its challenge */
+    uint32_t cipher;                      /* the link's, seal.h; 0: clear */
+    int handles;                          /* its timers still open */
+};
+
+/* Schedulers one node follows at once, its own included. */
+#define PR_NODE_SCHED_MAX 16
+/*
+ * How long a trainer's scheduler stays followed after its last trainer
+ * left, ms: a trainer that reconnects (a restart) finds it up, with its
+ * links and node id.
+ */
+#define PR_NODE_SCHED_LINGER_MS 2000
+
 struct pr_node {
     uv_loop_t *loop;
     struct pr_conf *conf;
-    struct pr_conn *sched;
-    /* Its messages (READYs of many trainers) coalesce per loop turn. */
-    struct pr_conn_batch *sched_batch;
-    enum sched_state sstate;
-    uv_timer_t sched_retry;
-    struct node_scheds scheds;
-    uint64_t max_group_id; /* the highest id of a Group taken: for Hello */
-    uint32_t self;
-    uint64_t sched_id_base; /* the scheduler session last joined */
-    char data_addr[128];
+    /*
+     * The schedulers followed: [0] is node.scheduler's, the others the
+     * trainers' (NULL where none); nsched bounds the slots in use.
+     */
+    struct node_sched *sched[PR_NODE_SCHED_MAX];
+    uint32_t nsched;
+    /*
+     * What the schedulers closed so far counted, so that the metrics'
+     * totals never go back (node_metrics.c).
+     */
+    struct pr_engine_stats gone_engine;
+    struct pr_tcp_xport_stats gone_tcp; /* links_up* stay 0 */
+    struct pr_rdma_stats gone_rdma;
+    uint64_t gone_auth_failures; /* their scheduler links' */
     uv_pipe_t ipc;
     int ipc_open;
     uint64_t ntensors;       /* trainers' tensors mapped now, all trainers */
@@ -176,22 +236,11 @@ struct pr_node {
      */
     uint32_t ngreeted;
     uint32_t next_cookie;
-    struct pr_tcp_xport *xport;
-    struct pr_rdma *rdma; /* NULL: no RDMA device, or transport = tcp */
-    struct pr_engine *engine;
-    struct node_group *groups; /* running (node_group.c) */
     uv_timer_t tick;
-    uint64_t last_ping_ms;
     int stopping;
     int handles;
     uint64_t reduces_ok, reduces_failed;
-    /* Scheduler links ended by a sealed frame that did not open. */
-    uint64_t sched_auth_failures;
     const struct pr_auth_key *key; /* NULL: no cluster key */
-    uint8_t
-        my_nonce[PR_AUTH_NONCE_LEN]; /* this node's nonce to the scheduler */
-    uint8_t sched_challenge[PR_AUTH_NONCE_LEN]; /* the scheduler's challenge */
-    uint32_t sched_cipher; /* the link's, seal.h; 0: in clear */
     /*
      * Successful reduces' latency (pr_node_reduce_observe): the sum, the
      * count, and per bucket of node_metrics.c's bounds the reduces that
@@ -220,7 +269,6 @@ struct pr_node {
     uint64_t spin_check_ns; /* when the spare CPU was last looked for */
     uint64_t spins_skipped; /* spells not started: no spare CPU */
     int spin_spare;         /* that look's answer */
-    struct pr_link_sink engine_sink; /* what the node's sink passes on to */
 };
 
 /*
@@ -236,36 +284,70 @@ struct pr_node {
 #define PR_NODE_MAP_RESERVE 4096
 
 /*
- * The scheduler link, as every file of the node reads and uses it. node.c
- * drives the link (connect, hello, retries); these two are inline here,
- * with the state they read, so that node_ipc.c and node_metrics.c, below
- * node.c, reach the link without calling up into it.
+ * A scheduler link, as every file of the node reads and uses it.
+ * node_sched.c drives the link (connect, hello, retries); these two are
+ * inline here, with the state they read, so that node_ipc.c and
+ * node_metrics.c, below it, reach the link without calling up into it.
  */
-static inline int pr_node_sched_up(const struct pr_node *n)
+static inline int pr_node_sched_up(const struct node_sched *s)
 {
-    return n->sstate == S_UP && n->sched;
+    return s->state == S_UP && s->conn;
 }
 
 /* Sends m to the scheduler: 0, or -ENOTCONN before the hello, or why not. */
-static inline int pr_node_send(struct pr_node *n, Pr__V1__Msg *m)
+static inline int pr_node_send(struct node_sched *s, Pr__V1__Msg *m)
 {
-    if (!n->sched || n->sstate < S_HELLO)
+    if (!s->conn || s->state < S_HELLO)
         return -ENOTCONN;
-    int rc = pr_conn_send(n->sched, m);
+    int rc = pr_conn_send(s->conn, m);
     if (rc < 0)
-        pr_warn("scheduler: send %s: %s", pr_msg_name(m), strerror(-rc));
+        pr_warn("scheduler %s: send %s: %s", s->spec, pr_msg_name(m),
+                strerror(-rc));
     return rc;
 }
 
+/* node_sched.c */
+/*
+ * Opens a scheduler to follow at n->sched[idx], address list `spec`: its
+ * peer listener (node.data_listen for idx 0; another port of that host
+ * for the others), transports and engine, and dials it. 0, or the error,
+ * logged, with nothing left open.
+ */
+int pr_node_sched_open(struct pr_node *n, uint32_t idx, const char *spec);
+/*
+ * Closes s and clears its slot: its groups fail, its links and scheduler
+ * link close, what it counted goes into n's gone_* totals.
+ */
+void pr_node_sched_close(struct node_sched *s);
+/*
+ * The scheduler a trainer names, `spec` canonical (pr_node_sched_canon):
+ * the node's own, one followed already, or one opened for it (at most
+ * node.max_schedulers in all). 0 and *out, or a negative errno with *why
+ * for the trainer: -EUSERS, none left; the open's error.
+ */
+int pr_node_sched_for(struct pr_node *n, const char *spec,
+                      struct node_sched **out, const char **why);
+/*
+ * Closes the schedulers that trainers named and none follows any more;
+ * called by the node's tick, never from a callback of theirs.
+ */
+void pr_node_scheds_reap(struct pr_node *n);
+/* Heartbeats and the scheduler's silence; called by the node's tick. */
+void pr_node_sched_tick(struct node_sched *s, uint64_t now_ms);
+/* Applies the node's reloaded settings to s's engine. */
+void pr_node_sched_reload(struct node_sched *s);
+/* node_sched.c: the chunk size in floats that transport.chunk_kb says. */
+size_t pr_node_chunk_floats(const struct pr_conf *c);
+
 /* node_group.c */
 /*
- * A Group from the scheduler: this node's members are matched to their
+ * A Group from scheduler s: this node's members are matched to their
  * trainers' waiting reduces and the engine runs the node's part; or the
  * group is refused, failing the members matched (their READY is spent).
  */
-void pr_node_on_group(struct pr_node *n, const Pr__V1__Group *gm);
-/* Fails every group running here with status (done() runs later). */
-void pr_node_groups_fail(struct pr_node *n, int status);
+void pr_node_on_group(struct node_sched *s, const Pr__V1__Group *gm);
+/* Fails every group of s running here with status (done() runs later). */
+void pr_node_groups_fail(struct node_sched *s, int status);
 
 /* node_metrics.c: the Prometheus text for metrics.h (ctx: the node). */
 struct pr_metrics_buf;
@@ -294,15 +376,15 @@ void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s);
  * The sink the transports deliver to: the engine's, with each chunk
  * taken as progress (pr_node_spin). Call once the engine exists.
  */
-struct pr_link_sink pr_node_spin_sink(struct pr_node *n);
+struct pr_link_sink pr_node_spin_sink(struct node_sched *s);
 
 /* node_ipc.c */
 int pr_node_ipc_listen(struct pr_node *n);
 void pr_node_ipc_close(struct pr_node *n);
 struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
                                                uint32_t cookie);
-/* The trainer that is worker `rank` of job `job` here, or NULL. */
-struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t job,
+/* The trainer that is worker `rank` of job `job` of s here, or NULL. */
+struct node_trainer *pr_node_trainer_by_rank(struct node_sched *s, uint32_t job,
                                              uint32_t rank);
 /* The scheduler's WorkerJoined for trainer c (reason: a refusal's why). */
 void pr_node_trainer_joined(struct node_trainer *c,
@@ -315,10 +397,10 @@ void pr_node_reduce_reply(struct node_trainer *c, const Pr__V1__ReduceDone *d);
 void pr_node_reduce_fail(struct node_trainer *c, int status);
 /* Deadlines of queued reduces; called by the node's tick. */
 void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms);
-/* The scheduler link went down: fail what waited on it. */
-void pr_node_ipc_sched_lost(struct pr_node *n);
-/* The scheduler link came (back) up: join every trainer again. */
-void pr_node_ipc_sched_up(struct pr_node *n);
+/* s's link went down: fail what waited on it. */
+void pr_node_ipc_sched_lost(struct node_sched *s);
+/* s's link came (back) up: join every trainer of s again. */
+void pr_node_ipc_sched_up(struct node_sched *s);
 
 /* node_socket.c */
 /*
@@ -341,8 +423,8 @@ int pr_node_tensor_create(struct node_trainer *c,
 void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id);
 /* A live tensor of c's by id, or NULL. */
 struct node_tensor *pr_node_tensor_by_id(struct node_trainer *c, uint32_t id);
-/* Unmaps t (and unregisters it from RDMA); the slot stays. */
-void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t);
+/* Unmaps c's tensor t (and unregisters it from RDMA); the slot stays. */
+void pr_node_tensor_free(struct node_trainer *c, struct node_tensor *t);
 /*
  * A Reduce's tensors ids[0..n), marked busy, as the engine's parts
  * (*parts, n of them, the caller's to free) and their floats (*total);
@@ -370,16 +452,18 @@ void pr_node_feedback_forget(struct node_trainer *c, struct node_tensor *t);
 void pr_node_feedback_free(struct node_trainer *c);
 
 /*
- * node_standby.c: the scheduler list. init parses node.scheduler (its
- * probe timer counts in n->handles); sched_addr is the one followed or
- * dialled; next picks the one to dial after a link ended and returns how
- * long to wait first, ms; up starts probing the earlier ones once the
- * link is up; stop ends the probes (link lost, daemon stopping).
+ * node_standby.c: a scheduler's address list. init parses s->spec (the
+ * probe timer it starts counts in s->handles); sched_addr is the one
+ * followed or dialled; next picks the one to dial after a link ended and
+ * returns how long to wait first, ms; up starts probing the earlier ones
+ * once the link is up; stop ends the probes (link lost, closing).
  */
-int pr_node_scheds_init(struct pr_node *n);
-const char *pr_node_sched_addr(const struct pr_node *n);
-uint32_t pr_node_scheds_next(struct pr_node *n, int was_up);
-void pr_node_scheds_up(struct pr_node *n);
-void pr_node_scheds_stop(struct pr_node *n);
+int pr_node_scheds_init(struct node_sched *s);
+const char *pr_node_sched_addr(const struct node_sched *s);
+uint32_t pr_node_scheds_next(struct node_sched *s, int was_up);
+void pr_node_scheds_up(struct node_sched *s);
+void pr_node_scheds_stop(struct node_sched *s);
+/* The probe timer's close callback: s->handles and the node's. */
+void pr_node_sched_handle_closed(uv_handle_t *h);
 
 #endif

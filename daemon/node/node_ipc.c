@@ -70,11 +70,11 @@ struct node_trainer *pr_node_trainer_by_cookie(struct pr_node *n,
     return NULL;
 }
 
-struct node_trainer *pr_node_trainer_by_rank(struct pr_node *n, uint32_t job,
+struct node_trainer *pr_node_trainer_by_rank(struct node_sched *s, uint32_t job,
                                              uint32_t rank)
 {
-    for (struct node_trainer *c = n->trainers; c; c = c->next)
-        if (c->rank == (int64_t)rank && c->job_id == job)
+    for (struct node_trainer *c = s->n->trainers; c; c = c->next)
+        if (c->s == s && c->rank == (int64_t)rank && c->job_id == job)
             return c;
     return NULL;
 }
@@ -91,13 +91,13 @@ static void send_to(struct node_trainer *c, Pr__V1__Msg *m)
 
 static void send_leave(struct node_trainer *c)
 {
-    if (c->rank < 0 || !pr_node_sched_up(c->node))
+    if (c->rank < 0 || !pr_node_sched_up(c->s))
         return;
     Pr__V1__WorkerLeave l = PR__V1__WORKER_LEAVE__INIT;
     l.rank = (uint32_t)c->rank;
     l.job = c->job_id;
     Pr__V1__Msg m = PR_MSG_OF(WORKER_LEAVE, worker_leave, &l);
-    pr_node_send(c->node, &m);
+    pr_node_send(c->s, &m);
 }
 
 /* Frees a trainer that is gone and whose reduce has ended. */
@@ -110,6 +110,7 @@ static void trainer_free(struct node_trainer *c)
     if (*pp)
         *pp = c->next;
     n->ntrainers--;
+    c->s->users--;
     pr_node_set_rstate(c, R_NONE);
     if (c->greeted)
         n->ngreeted--;
@@ -117,7 +118,7 @@ static void trainer_free(struct node_trainer *c)
     send_leave(c);
     pr_node_feedback_free(c);
     for (size_t i = 0; i < c->ntensors; i++)
-        pr_node_tensor_free(c->node, &c->tensors[i]);
+        pr_node_tensor_free(c, &c->tensors[i]);
     free(c->tensors);
     free(c->parts);
     for (size_t i = 0; i < c->nsettings; i++)
@@ -146,7 +147,7 @@ static void release_tensors(struct node_trainer *c)
     for (size_t i = 0; i < c->ntensors; i++) {
         struct node_tensor *t = &c->tensors[i];
         if (t->doomed)
-            pr_node_tensor_free(c->node, t);
+            pr_node_tensor_free(c, t);
         else
             c->tensors[w++] = *t;
     }
@@ -209,8 +210,7 @@ static int join_fail_status(int64_t status)
  */
 static void group_detach(struct node_trainer *c)
 {
-    struct pr_node *n = c->node;
-    int rc = pr_engine_detach(n->engine, c->group_id, c->group_rank);
+    int rc = pr_engine_detach(c->s->engine, c->group_id, c->group_rank);
     if (rc == 0)
         pr_info("group %llu: worker %u left: its tensors will not be written",
                 (unsigned long long)c->group_id, c->group_rank);
@@ -257,6 +257,34 @@ static int take_job(struct node_trainer *c, const Pr__V1__Hello *h)
     return 0;
 }
 
+/*
+ * The scheduler the trainer's hello names, if any: c follows it from now
+ * on (pr_node_sched_for). 0, or -1 with c's connection failed and told
+ * why.
+ */
+static int take_sched(struct node_trainer *c, const Pr__V1__Hello *h)
+{
+    char spec[PR_NODE_SCHED_SPEC_MAX + 1];
+    const char *why;
+    int rc = pr_node_hello_sched(h, spec, &why);
+    if (rc == 0)
+        return 0;
+    struct node_sched *s = NULL;
+    if (rc > 0)
+        rc = pr_node_sched_for(c->node, spec, &s, &why);
+    if (rc < 0) {
+        pr_warn("%s: scheduler '%s': %s: closing", c->conn->name,
+                rc == -EINVAL ? "(malformed)" : spec, why);
+        pr_conn_fail(c->conn, rc, why);
+        return -1;
+    }
+    c->s->users--;
+    c->s = s;
+    s->users++;
+    c->named_sched = 1;
+    return 0;
+}
+
 static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
 {
     struct pr_node *n = c->node;
@@ -281,14 +309,14 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
         pr_conn_fail(c->conn, -EUSERS, "too many trainers on this node");
         return 0;
     }
-    if (take_job(c, h) < 0)
+    if (take_job(c, h) < 0 || take_sched(c, h) < 0)
         return 0;
     pr_stranger_remove(&c->st);
     c->greeted = 1;
     n->ngreeted++;
     memcpy(c->name, h->name, len + 1);
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
-    if (!pr_node_sched_up(n)) {
+    if (!pr_node_sched_up(c->s)) {
         /*
          * A trainer may start with its daemon (at boot, in a test): it
          * waits until the scheduler link is up, at most connect_timeout_ms
@@ -317,11 +345,10 @@ static void join_msg(struct node_trainer *c, Pr__V1__WorkerJoin *j)
 /* Registers the trainer with the scheduler (WorkerJoin, C_JOINING). */
 static int send_join(struct node_trainer *c)
 {
-    struct pr_node *n = c->node;
     Pr__V1__WorkerJoin j;
     join_msg(c, &j);
     Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
-    int rc = pr_node_send(n, &m);
+    int rc = pr_node_send(c->s, &m);
     if (rc < 0) {
         pr_conn_fail(c->conn, rc, "the node has no link to its scheduler");
         return 0;
@@ -403,6 +430,7 @@ void pr_node_trainer_joined(struct node_trainer *c,
     w.grace_ms = PR_NODE_GRACE_MS;
     w.wire = (uint32_t)c->node->conf->xport_wire + 1;
     w.keyed = c->job_proof_len > 0 && j->keyed;
+    w.own_scheduler = c->named_sched;
     Pr__V1__Msg m = PR_MSG_OF(WELCOME, welcome, &w);
     send_to(c, &m);
     pr_info("trainer '%s' is worker %u of job '%s'", c->name, rank, c->job);
@@ -459,7 +487,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
      * queued: retry later. (-ENOTCONN would tell the trainer that its own
      * connection is gone.)
      */
-    if (!pr_node_sched_up(n) || c->rank < 0) {
+    if (!pr_node_sched_up(c->s) || c->rank < 0) {
         reduce_refuse(c, r->seq, -ECONNRESET,
                       "the node has no link to its scheduler");
         return 0;
@@ -500,7 +528,7 @@ static int on_reduce(struct node_trainer *c, const Pr__V1__Reduce *r)
     Pr__V1__Msg m = PR_MSG_OF(READY, ready, &rd);
     pr_node_set_rstate(c, R_QUEUED);
     pr_node_spin(n);
-    rc = pr_node_send(n, &m);
+    rc = pr_node_send(c->s, &m);
     if (rc < 0)
         pr_node_reduce_fail(c, rc);
     return 0;
@@ -562,7 +590,7 @@ static void send_cancel(struct node_trainer *c)
     k.seq = c->seq;
     Pr__V1__Msg m = PR_MSG_OF(CANCEL, cancel, &k);
     pr_node_set_rstate(c, R_CANCELLING);
-    if (pr_node_send(c->node, &m) < 0)
+    if (pr_node_send(c->s, &m) < 0)
         pr_node_reduce_fail(c, -ETIMEDOUT);
 }
 
@@ -688,6 +716,8 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     c->node = n;
+    c->s = n->sched[0];
+    c->s->users++;
     c->rank = -1;
     c->prev_rank = -1;
     /* Its hello may carry a job's key: a part of one too (conn.h). */
@@ -734,7 +764,7 @@ void pr_node_ipc_close(struct pr_node *n)
         pr_stranger_remove(&c->st);
         pr_node_feedback_free(c);
         for (size_t i = 0; i < c->ntensors; i++)
-            pr_node_tensor_free(c->node, &c->tensors[i]);
+            pr_node_tensor_free(c, &c->tensors[i]);
         free(c->tensors);
         free(c->parts);
         free(c);
@@ -774,11 +804,15 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
     }
 }
 
-void pr_node_ipc_sched_lost(struct pr_node *n)
+void pr_node_ipc_sched_lost(struct node_sched *s)
 {
-    struct node_trainer *c = n->trainers;
+    struct node_trainer *c = s->n->trainers;
     while (c) {
         struct node_trainer *next = c->next;
+        if (c->s != s) {
+            c = next;
+            continue;
+        }
         /*
          * Ranks belong to the scheduler session that gave them; the next
          * session is asked for the same one (pr_node_ipc_sched_up).
@@ -800,24 +834,25 @@ void pr_node_ipc_sched_lost(struct pr_node *n)
     }
 }
 
-void pr_node_ipc_sched_up(struct pr_node *n)
+void pr_node_ipc_sched_up(struct node_sched *s)
 {
+    struct pr_node *n = s->n;
     /*
      * The running trainers' re-joins go first, then those that waited:
      * a (new) scheduler's jobs start again from the workers they had, so
      * a newcomer does not start a job, and set its key, before them.
      */
     for (struct node_trainer *c = n->trainers; c; c = c->next) {
-        if (c->state != C_UP || !c->conn)
+        if (c->s != s || c->state != C_UP || !c->conn)
             continue;
         c->rank = -1;
         Pr__V1__WorkerJoin j;
         join_msg(c, &j);
         j.prev_rank_plus1 = c->prev_rank >= 0 ? (uint32_t)c->prev_rank + 1 : 0;
         Pr__V1__Msg m = PR_MSG_OF(WORKER_JOIN, worker_join, &j);
-        pr_node_send(n, &m);
+        pr_node_send(s, &m);
     }
     for (struct node_trainer *c = n->trainers; c; c = c->next)
-        if (c->state == C_WAIT && c->conn)
+        if (c->s == s && c->state == C_WAIT && c->conn)
             send_join(c);
 }

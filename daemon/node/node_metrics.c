@@ -63,7 +63,7 @@ static void render_info(struct pr_metrics_buf *b, const struct pr_node *n)
                       "node_id=\"%u\"} 1\n",
                       pr_metrics_escape(c->job, job, sizeof(job)),
                       pr_metrics_escape(c->node_name, name, sizeof(name)),
-                      n->self);
+                      n->sched[0] ? n->sched[0]->self : 0);
     pr_metrics_build_info(b);
 }
 
@@ -125,12 +125,25 @@ static void render_reduce_seconds(struct pr_metrics_buf *b,
                       (unsigned long long)n->reduce_us_count);
 }
 
-/* What the node itself counts: its scheduler link, trainers, reduces. */
+/* The schedulers followed now: node.scheduler's and the trainers'. */
+static uint64_t schedulers(const struct pr_node *n)
+{
+    uint64_t k = 0;
+    for (uint32_t i = 0; i < n->nsched; i++)
+        k += n->sched[i] != NULL;
+    return k;
+}
+
+/* What the node itself counts: its scheduler links, trainers, reduces. */
 static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
 {
     gauge(b, "preduce_node_scheduler_up",
-          "1 while the link to the scheduler is up.",
-          (uint64_t)pr_node_sched_up(n));
+          "1 while the link to the node's scheduler (node.scheduler) is up.",
+          (uint64_t)(n->sched[0] && pr_node_sched_up(n->sched[0])));
+    gauge(b, "preduce_node_schedulers",
+          "Schedulers this node follows: its own and those its trainers "
+          "named (PREDUCE_SCHEDULER).",
+          schedulers(n));
     /* Connections before their hello are no trainers yet (stranger.h). */
     gauge(b, "preduce_node_trainers", "Trainers connected to this node.",
           n->ngreeted);
@@ -153,12 +166,43 @@ static void render_node(struct pr_metrics_buf *b, const struct pr_node *n)
     render_reduce_seconds(b, n);
 }
 
-/* What the reduce engine counts (pr_engine_stats): groups and chunks. */
+/*
+ * What the engines count (pr_engine_stats), summed over the schedulers
+ * followed now and those closed before; *running: groups in them now.
+ */
+static void sum_engines(const struct pr_node *n, struct pr_engine_stats *t,
+                        uint64_t *running)
+{
+    *t = n->gone_engine;
+    *running = 0;
+    for (uint32_t i = 0; i < n->nsched; i++) {
+        const struct node_sched *s = n->sched[i];
+        if (!s || !s->engine)
+            continue;
+        struct pr_engine_stats es;
+        pr_engine_stats(s->engine, &es);
+        t->groups_ok += es.groups_ok;
+        t->groups_failed += es.groups_failed;
+        t->groups_in_place += es.groups_in_place;
+        t->groups_shadow += es.groups_shadow;
+        t->groups_restored += es.groups_restored;
+        t->chunks_stashed += es.chunks_stashed;
+        t->chunks_dropped += es.chunks_dropped;
+        t->bytes_reduced += es.bytes_reduced;
+        for (uint32_t w = 0; w < PR_WIRE_COUNT; w++) {
+            t->wire_groups[w] += es.wire_groups[w];
+            t->wire_bytes[w] += es.wire_bytes[w];
+        }
+        *running += pr_engine_running(s->engine);
+    }
+}
+
+/* What the reduce engines count: groups and chunks. */
 static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
 {
-    struct pr_engine_stats es = {0};
-    if (n->engine)
-        pr_engine_stats(n->engine, &es);
+    struct pr_engine_stats es;
+    uint64_t running;
+    sum_engines(n, &es, &running);
     counter2(b, "preduce_node_groups_total",
              "This node's parts of groups run by the reduce engine, by "
              "outcome.",
@@ -178,7 +222,7 @@ static void render_engine(struct pr_metrics_buf *b, const struct pr_node *n)
             "(failed, or the trainer left).",
             es.groups_restored);
     gauge(b, "preduce_node_groups_running", "Groups in the reduce engine now.",
-          n->engine ? pr_engine_running(n->engine) : 0);
+          running);
     counter2(b, "preduce_node_stash_chunks_total",
              "Chunks that arrived before their group: kept for it, or "
              "dropped (stale, or the stash full).",
@@ -225,31 +269,86 @@ void pr_node_render_wire(struct pr_metrics_buf *b, const struct pr_node *n,
           n->feedback_bytes);
 }
 
-/* The link rates this node reports to the scheduler (ring order). */
+/*
+ * The link rates this node reports to its schedulers (ring order), by
+ * peer: node ids are a scheduler's own, so those of a scheduler a
+ * trainer named carry its address too.
+ */
 static void render_rates(struct pr_metrics_buf *b, const struct pr_node *n)
 {
-    struct pr_link_rate lr[64];
-    size_t k =
-        n->xport ? pr_tcp_xport_rates(n->xport, uv_now(n->loop), lr, 64) : 0;
     pr_metrics_header(b, "preduce_node_link_rate_bytes_per_second", "gauge",
                       "How fast chunks of 64 KiB or more from each peer "
-                      "arrived (EWMA), by peer node id.");
-    for (size_t i = 0; i < k; i++)
-        pr_metrics_printf(b,
-                          "preduce_node_link_rate_bytes_per_second{peer=\"%u\"}"
-                          " %.0f\n",
-                          lr[i].node, lr[i].bytes_per_s);
+                      "arrived (EWMA), by peer node id (and scheduler, for "
+                      "one a trainer named).");
+    char sched[2 * PR_NODE_SCHED_SPEC_MAX + 1];
+    for (uint32_t j = 0; j < n->nsched; j++) {
+        const struct node_sched *s = n->sched[j];
+        if (!s || !s->xport)
+            continue;
+        struct pr_link_rate lr[64];
+        size_t k = pr_tcp_xport_rates(s->xport, uv_now(n->loop), lr, 64);
+        for (size_t i = 0; i < k; i++) {
+            if (j == 0)
+                pr_metrics_printf(b,
+                                  "preduce_node_link_rate_bytes_per_second{"
+                                  "peer=\"%u\"} %.0f\n",
+                                  lr[i].node, lr[i].bytes_per_s);
+            else
+                pr_metrics_printf(
+                    b,
+                    "preduce_node_link_rate_bytes_per_second{scheduler="
+                    "\"%s\",peer=\"%u\"} %.0f\n",
+                    pr_metrics_escape(s->spec, sched, sizeof(sched)),
+                    lr[i].node, lr[i].bytes_per_s);
+        }
+    }
+}
+
+/*
+ * What the transports count, summed over the schedulers followed and
+ * those closed before; *rdma: whether one has an RDMA device open.
+ */
+static void sum_xports(const struct pr_node *n, struct pr_tcp_xport_stats *ts,
+                       struct pr_rdma_stats *rs, uint64_t *sched_auth,
+                       int *rdma)
+{
+    *ts = n->gone_tcp;
+    *rs = n->gone_rdma;
+    *sched_auth = n->gone_auth_failures;
+    *rdma = 0;
+    for (uint32_t i = 0; i < n->nsched; i++) {
+        const struct node_sched *s = n->sched[i];
+        if (!s || !s->xport)
+            continue;
+        struct pr_tcp_xport_stats t;
+        pr_tcp_xport_stats(s->xport, &t);
+        ts->bytes_sent += t.bytes_sent;
+        ts->bytes_recv += t.bytes_recv;
+        ts->links_up += t.links_up;
+        ts->links_encrypted += t.links_encrypted;
+        ts->auth_failures += t.auth_failures;
+        *sched_auth += s->auth_failures;
+        if (s->rdma) {
+            struct pr_rdma_stats r;
+            pr_rdma_stats(s->rdma, &r);
+            rs->bytes_sent += r.bytes_sent;
+            rs->bytes_recv += r.bytes_recv;
+            rs->writes += r.writes;
+            rs->credit_msgs += r.credit_msgs;
+            rs->cq_events += r.cq_events;
+            *rdma = 1;
+        }
+    }
 }
 
 /* What the transports count: bytes by transport, links, RDMA's work. */
 static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
 {
-    struct pr_tcp_xport_stats ts = {0};
-    struct pr_rdma_stats rs = {0};
-    if (n->xport)
-        pr_tcp_xport_stats(n->xport, &ts);
-    if (n->rdma)
-        pr_rdma_stats(n->rdma, &rs);
+    struct pr_tcp_xport_stats ts;
+    struct pr_rdma_stats rs;
+    uint64_t sched_auth;
+    int rdma;
+    sum_xports(n, &ts, &rs, &sched_auth, &rdma);
     pr_metrics_header(b, "preduce_node_bytes_total", "counter",
                       "Data bytes to and from peer daemons, by transport.");
     bytes(b, "tcp", ts.bytes_sent, ts.bytes_recv);
@@ -263,11 +362,10 @@ static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
     counter2(b, "preduce_node_link_auth_failures_total",
              "Links ended by an encrypted frame that failed authentication "
              "(altered, replayed, reordered or lost on the way).",
-             "link", "peer", ts.auth_failures, "scheduler",
-             n->sched_auth_failures);
+             "link", "peer", ts.auth_failures, "scheduler", sched_auth);
     render_rates(b, n);
     gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
-          n->rdma != NULL);
+          (uint64_t)rdma);
     counter2(b, "preduce_node_rdma_writes_total",
              "RDMA writes posted to peer daemons: data (returned credits "
              "ride along) and credit-only messages.",
@@ -284,11 +382,21 @@ static void render_workers(struct pr_metrics_buf *b, const struct pr_node *n)
     pr_metrics_header(b, "preduce_worker_version", "gauge",
                       "Model version of each local trainer after its last "
                       "reduce (rank -1: not registered).");
-    /* Names are unique within a job: the job label keeps series apart. */
+    /*
+     * Names are unique within a job of one scheduler: the job label, and
+     * for a scheduler a trainer named its address, keep series apart.
+     */
+    char sched[2 * PR_NODE_SCHED_SPEC_MAX + 1];
     for (const struct node_trainer *w = n->trainers; w; w = w->next) {
         if (!w->conn || !w->name[0])
             continue;
-        pr_metrics_printf(b, "preduce_worker_version{job=\"%s\",",
+        if (w->s && w->s->idx)
+            pr_metrics_printf(
+                b, "preduce_worker_version{scheduler=\"%s\",",
+                pr_metrics_escape(w->s->spec, sched, sizeof(sched)));
+        else
+            pr_metrics_printf(b, "preduce_worker_version{");
+        pr_metrics_printf(b, "job=\"%s\",",
                           pr_metrics_escape(w->job, job, sizeof(job)));
         pr_metrics_printf(b, "worker=\"%s\",rank=\"%lld\"} %llu\n",
                           pr_metrics_escape(w->name, name, sizeof(name)),

@@ -70,11 +70,17 @@ static int spare_cpu(void)
 /* Changes whenever a peer link reads anything. */
 static uint64_t rx_progress(const struct pr_node *n)
 {
-    uint64_t sum = pr_tcp_xport_bytes_in(n->xport);
-    if (n->rdma) {
-        struct pr_rdma_stats rs;
-        pr_rdma_stats(n->rdma, &rs);
-        sum += rs.bytes_recv + rs.cq_events;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n->nsched; i++) {
+        const struct node_sched *s = n->sched[i];
+        if (!s || !s->xport)
+            continue;
+        sum += pr_tcp_xport_bytes_in(s->xport);
+        if (s->rdma) {
+            struct pr_rdma_stats rs;
+            pr_rdma_stats(s->rdma, &rs);
+            sum += rs.bytes_recv + rs.cq_events;
+        }
     }
     return sum;
 }
@@ -152,30 +158,30 @@ void pr_node_set_rstate(struct node_trainer *c, enum reduce_state s)
 static void spin_on_chunk(void *ctx, uint32_t node,
                           const struct pr_chunk_hdr *h, const void *data)
 {
-    struct pr_node *n = ctx;
-    pr_node_spin(n);
-    n->engine_sink.on_chunk(n->engine_sink.ctx, node, h, data);
+    struct node_sched *s = ctx;
+    pr_node_spin(s->n);
+    s->engine_sink.on_chunk(s->engine_sink.ctx, node, h, data);
 }
 
 static int spin_reserve(void *ctx, uint32_t node, const struct pr_chunk_hdr *h,
                         struct pr_landing *out)
 {
-    struct pr_node *n = ctx;
-    pr_node_spin(n);
-    return n->engine_sink.reserve(n->engine_sink.ctx, node, h, out);
+    struct node_sched *s = ctx;
+    pr_node_spin(s->n);
+    return s->engine_sink.reserve(s->engine_sink.ctx, node, h, out);
 }
 
 static void spin_link_down(void *ctx, uint32_t node, int status)
 {
-    struct pr_node *n = ctx;
-    n->engine_sink.on_link_down(n->engine_sink.ctx, node, status);
+    struct node_sched *s = ctx;
+    s->engine_sink.on_link_down(s->engine_sink.ctx, node, status);
 }
 
-struct pr_link_sink pr_node_spin_sink(struct pr_node *n)
+struct pr_link_sink pr_node_spin_sink(struct node_sched *s)
 {
-    n->engine_sink = pr_engine_sink(n->engine);
+    s->engine_sink = pr_engine_sink(s->engine);
     return (struct pr_link_sink){.on_chunk = spin_on_chunk,
                                  .on_link_down = spin_link_down,
                                  .reserve = spin_reserve,
-                                 .ctx = n};
+                                 .ctx = s};
 }

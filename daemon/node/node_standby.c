@@ -29,50 +29,49 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
-int pr_node_scheds_init(struct pr_node *n)
+int pr_node_scheds_init(struct node_sched *s)
 {
-    struct node_scheds *s = &n->scheds;
-    int k =
-        pr_conf_addr_list(n->conf->node_scheduler, s->addr, PR_SCHED_LIST_MAX);
-    if (k < 0)
-        return k; /* pr_conf_validate() refused it already */
-    s->n = (uint32_t)k;
-    s->switch_to = -1;
-    s->backoff_ms = BACKOFF_MIN_MS;
-    uv_timer_init(n->loop, &s->probe_timer);
-    s->probe_timer.data = n;
+    struct node_scheds *l = &s->list;
+    int k = pr_conf_addr_list(s->spec, l->addr, PR_SCHED_LIST_MAX);
+    if (k <= 0) /* refused before: pr_conf_validate(), or at the hello */
+        return k < 0 ? k : -EINVAL;
+    l->n = (uint32_t)k;
+    l->switch_to = -1;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_init(s->n->loop, &l->probe_timer);
+    l->probe_timer.data = s;
     return 0;
 }
 
-const char *pr_node_sched_addr(const struct pr_node *n)
+const char *pr_node_sched_addr(const struct node_sched *s)
 {
-    return n->scheds.n ? n->scheds.addr[n->scheds.cur] : "";
+    return s->list.n ? s->list.addr[s->list.cur] : "";
 }
 
-uint32_t pr_node_scheds_next(struct pr_node *n, int was_up)
+uint32_t pr_node_scheds_next(struct node_sched *s, int was_up)
 {
-    struct node_scheds *s = &n->scheds;
-    pr_node_scheds_stop(n);
-    if (s->switch_to >= 0) {
-        s->cur = (uint32_t)s->switch_to;
-        s->switch_to = -1;
-        s->tries = 0;
+    struct node_scheds *l = &s->list;
+    pr_node_scheds_stop(s);
+    if (l->switch_to >= 0) {
+        l->cur = (uint32_t)l->switch_to;
+        l->switch_to = -1;
+        l->tries = 0;
         return 0;
     }
     if (was_up)
-        s->tries = 0;
-    if (s->n > 1) {
-        s->cur = (s->cur + 1) % s->n;
-        if (++s->tries < s->n) {
+        l->tries = 0;
+    if (l->n > 1) {
+        l->cur = (l->cur + 1) % l->n;
+        if (++l->tries < l->n) {
             if (was_up)
-                pr_info("following scheduler %s next", s->addr[s->cur]);
+                pr_info("following scheduler %s next", l->addr[l->cur]);
             return 0;
         }
-        s->tries = 0;
+        l->tries = 0;
     }
-    uint32_t wait = s->backoff_ms;
-    s->backoff_ms =
-        s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
+    uint32_t wait = l->backoff_ms;
+    l->backoff_ms =
+        l->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : l->backoff_ms * 2;
     return wait;
 }
 
@@ -86,9 +85,9 @@ static int probe_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
 static void probe_on_close(struct pr_conn *c, int status)
 {
     (void)status;
-    struct pr_node *n = c->owner;
-    if (n->scheds.probe == c)
-        n->scheds.probe = NULL;
+    struct node_sched *s = c->owner;
+    if (s->list.probe == c)
+        s->list.probe = NULL;
 }
 
 static const struct pr_conn_ops probe_ops = {
@@ -98,102 +97,102 @@ static const struct pr_conn_ops probe_ops = {
 };
 
 /* Leaves the scheduler followed for an earlier one that stayed up. */
-static void maybe_switch(struct pr_node *n, uint64_t now)
+static void maybe_switch(struct node_sched *s, uint64_t now)
 {
-    struct node_scheds *s = &n->scheds;
-    for (uint32_t i = 0; i < s->cur; i++) {
-        if (!s->ok_since_ms[i] ||
-            now - s->ok_since_ms[i] < n->conf->node_sched_settle_ms)
+    struct node_scheds *l = &s->list;
+    for (uint32_t i = 0; i < l->cur; i++) {
+        if (!l->ok_since_ms[i] ||
+            now - l->ok_since_ms[i] < s->n->conf->node_sched_settle_ms)
             continue;
         pr_info("scheduler %s has answered for %llu ms: following it again, "
                 "leaving %s",
-                s->addr[i], (unsigned long long)(now - s->ok_since_ms[i]),
-                s->addr[s->cur]);
-        s->switch_to = (int)i;
-        pr_node_scheds_stop(n);
-        if (n->sched)
-            pr_conn_close(n->sched, 0);
+                l->addr[i], (unsigned long long)(now - l->ok_since_ms[i]),
+                l->addr[l->cur]);
+        l->switch_to = (int)i;
+        pr_node_scheds_stop(s);
+        if (s->conn)
+            pr_conn_close(s->conn, 0);
         return;
     }
 }
 
 static void probe_connected(struct pr_conn *c, int status)
 {
-    struct pr_node *n = c->owner;
-    struct node_scheds *s = &n->scheds;
-    if (s->probe != c)
+    struct node_sched *s = c->owner;
+    struct node_scheds *l = &s->list;
+    if (l->probe != c)
         return;
-    uint64_t now = uv_now(n->loop);
+    uint64_t now = uv_now(s->n->loop);
     if (status < 0) {
-        s->ok_since_ms[s->probe_idx] = 0;
-    } else if (!s->ok_since_ms[s->probe_idx]) {
-        s->ok_since_ms[s->probe_idx] = now;
+        l->ok_since_ms[l->probe_idx] = 0;
+    } else if (!l->ok_since_ms[l->probe_idx]) {
+        l->ok_since_ms[l->probe_idx] = now;
     }
-    s->probe = NULL;
+    l->probe = NULL;
     pr_conn_close(c, 0);
-    s->probe_idx = s->cur ? (s->probe_idx + 1) % s->cur : 0;
+    l->probe_idx = l->cur ? (l->probe_idx + 1) % l->cur : 0;
     if (status == 0)
-        maybe_switch(n, now);
+        maybe_switch(s, now);
 }
 
 /* One probe a heartbeat: the earlier schedulers in turn. */
 static void probe_cb(uv_timer_t *t)
 {
-    struct pr_node *n = t->data;
-    struct node_scheds *s = &n->scheds;
-    uint64_t now = uv_now(n->loop);
-    if (s->probe) {
-        if (now - s->probe_start_ms < n->conf->node_connect_timeout_ms)
+    struct node_sched *s = t->data;
+    struct node_scheds *l = &s->list;
+    uint64_t now = uv_now(s->n->loop);
+    if (l->probe) {
+        if (now - l->probe_start_ms < s->n->conf->node_connect_timeout_ms)
             return;
         /* No answer in time: as unreachable as a refusal. */
-        s->ok_since_ms[s->probe_idx] = 0;
-        struct pr_conn *c = s->probe;
-        s->probe = NULL;
+        l->ok_since_ms[l->probe_idx] = 0;
+        struct pr_conn *c = l->probe;
+        l->probe = NULL;
         pr_conn_close(c, -ETIMEDOUT);
-        s->probe_idx = s->cur ? (s->probe_idx + 1) % s->cur : 0;
+        l->probe_idx = l->cur ? (l->probe_idx + 1) % l->cur : 0;
     }
-    if (s->cur == 0 || n->sstate != S_UP)
+    if (l->cur == 0 || s->state != S_UP)
         return;
     char host[96];
     uint16_t port;
-    if (pr_conf_parse_hostport(s->addr[s->probe_idx], host, sizeof(host),
+    if (pr_conf_parse_hostport(l->addr[l->probe_idx], host, sizeof(host),
                                &port) < 0)
         return;
     struct pr_conn *c =
-        pr_conn_create_tcp(n->loop, PR_CTRL_MAX_FRAME, &probe_ops, n);
+        pr_conn_create_tcp(s->n->loop, PR_CTRL_MAX_FRAME, &probe_ops, s);
     if (!c)
         return;
-    s->probe = c;
-    s->probe_start_ms = now;
+    l->probe = c;
+    l->probe_start_ms = now;
     if (pr_conn_connect(c, host, port, probe_connected) < 0) {
-        s->probe = NULL;
-        s->ok_since_ms[s->probe_idx] = 0;
+        l->probe = NULL;
+        l->ok_since_ms[l->probe_idx] = 0;
         pr_conn_close(c, -EINVAL);
     }
 }
 
-void pr_node_scheds_up(struct pr_node *n)
+void pr_node_scheds_up(struct node_sched *s)
 {
-    struct node_scheds *s = &n->scheds;
-    s->tries = 0;
-    s->backoff_ms = BACKOFF_MIN_MS;
-    if (s->cur == 0 || n->stopping)
+    struct node_scheds *l = &s->list;
+    l->tries = 0;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    if (l->cur == 0 || s->n->stopping)
         return;
-    memset(s->ok_since_ms, 0, sizeof(s->ok_since_ms));
-    s->probe_idx = 0;
-    uint32_t period = n->conf->sched_heartbeat_ms;
-    uv_timer_start(&s->probe_timer, probe_cb, period, period);
+    memset(l->ok_since_ms, 0, sizeof(l->ok_since_ms));
+    l->probe_idx = 0;
+    uint32_t period = s->n->conf->sched_heartbeat_ms;
+    uv_timer_start(&l->probe_timer, probe_cb, period, period);
 }
 
-void pr_node_scheds_stop(struct pr_node *n)
+void pr_node_scheds_stop(struct node_sched *s)
 {
-    struct node_scheds *s = &n->scheds;
-    if (!s->n)
+    struct node_scheds *l = &s->list;
+    if (!l->n)
         return; /* init failed: no timer */
-    uv_timer_stop(&s->probe_timer);
-    if (s->probe) {
-        struct pr_conn *c = s->probe;
-        s->probe = NULL;
+    uv_timer_stop(&l->probe_timer);
+    if (l->probe) {
+        struct pr_conn *c = l->probe;
+        l->probe = NULL;
         pr_conn_detach_close(c);
     }
 }

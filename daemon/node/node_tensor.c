@@ -33,13 +33,13 @@ static void reply_error(struct node_trainer *c, int code, const char *reason)
                 strerror(-rc));
 }
 
-void pr_node_tensor_free(struct pr_node *n, struct node_tensor *t)
+void pr_node_tensor_free(struct node_trainer *c, struct node_tensor *t)
 {
     if (t->data) {
-        if (n->rdma)
-            pr_rdma_unreg(n->rdma, t->data);
+        if (c->s && c->s->rdma)
+            pr_rdma_unreg(c->s->rdma, t->data);
         munmap(t->data, t->n * sizeof(float));
-        n->ntensors--;
+        c->node->ntensors--;
     }
     t->data = NULL;
 }
@@ -290,7 +290,7 @@ int pr_node_tensor_create(struct node_trainer *c, const Pr__V1__TensorCreate *t)
      * With RDMA the tensor is registered once, here, so a group can post it
      * to the wire as it is (engine.c direct sends).
      */
-    if (n->rdma && (rc = pr_rdma_reg(n->rdma, p, bytes)) < 0) {
+    if (c->s->rdma && (rc = pr_rdma_reg(c->s->rdma, p, bytes)) < 0) {
         munmap(p, bytes);
         close(fd);
         reply_error(c, rc, "cannot register the tensor for RDMA");
@@ -309,7 +309,7 @@ int pr_node_tensor_create(struct node_trainer *c, const Pr__V1__TensorCreate *t)
     if (rc < 0) {
         pr_warn("%s: passing the tensor's memfd: %s", c->conn->name,
                 strerror(-rc));
-        pr_node_tensor_free(n, nt);
+        pr_node_tensor_free(c, nt);
         return rc;
     }
     c->ntensors++;
@@ -334,7 +334,7 @@ void pr_node_tensor_destroy(struct node_trainer *c, uint32_t id)
         return;
     }
     pr_node_feedback_forget(c, t);
-    pr_node_tensor_free(c->node, t);
+    pr_node_tensor_free(c, t);
     *t = c->tensors[--c->ntensors];
 }
 

@@ -101,6 +101,8 @@ static int add_trainer(struct pr_node *n, uv_loop_t *loop, int i,
     if (!c)
         return -1;
     c->node = n;
+    c->s = n->sched[0];
+    c->s->users++;
     c->rank = i;
     c->prev_rank = -1;
     c->job_id = JOB;
@@ -193,14 +195,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         links[i].q = NULL;
     }
     struct pr_node n;
+    struct node_sched ns;
     memset(&n, 0, sizeof(n));
+    memset(&ns, 0, sizeof(ns));
     n.loop = &loop;
     n.conf = &conf;
-    n.self = SELF;
-    n.engine = pr_engine_create(&loop, 4, 64 * 1024, resolve, NULL);
-    if (!n.engine)
+    ns.n = &n;
+    ns.self = SELF;
+    ns.engine = pr_engine_create(&loop, 4, 64 * 1024, resolve, NULL);
+    if (!ns.engine)
         abort();
-    pr_engine_set_direct(n.engine, 1);
+    n.sched[0] = &ns;
+    n.nsched = 1;
+    pr_engine_set_direct(ns.engine, 1);
     struct node_trainer *t[NTRAINER];
     memset(heard, 0, sizeof(heard));
     memset(lib, 0, sizeof(lib));
@@ -230,8 +237,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     holds &= nlocal > 0;
 
-    pr_node_on_group(&n, gm);
-    int accepted = n.groups != NULL;
+    pr_node_on_group(&ns, gm);
+    int accepted = ns.groups != NULL;
     if (accepted && !holds)
         abort(); /* a group that does not hold together started */
     for (int i = 0; i < NTRAINER; i++) {
@@ -257,14 +264,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (holds && s == -EINVAL))
             abort(); /* a refusal's codes: trainers see these three */
     }
-    if (gm->id > n.max_group_id)
+    if (gm->id > ns.max_group_id)
         abort();
-    pr_node_groups_fail(&n, -ECANCELED);
+    pr_node_groups_fail(&ns, -ECANCELED);
     for (int r = 0; r < 2; r++) {
         fuzz_links_complete(links, NPEER, -ECANCELED);
         uv_run(&loop, UV_RUN_NOWAIT);
     }
-    if (n.groups)
+    if (ns.groups)
         abort(); /* every group answered */
     /* A group on this node alone sends nothing: its results are exact. */
     uint32_t went = gm->n_ring > 1 ? gm->wire : PR_WIRE_FP32;
@@ -272,7 +279,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (lib[i] && heard[i].n == 1 &&
             heard[i].wire != (heard[i].status == 0 ? went + 1 : 0))
             abort(); /* a result says its encoding, a failure none */
-    pr_engine_destroy(n.engine);
+    pr_engine_destroy(ns.engine);
     fuzz_links_complete(links, NPEER, -ECANCELED);
     int left[NTRAINER]; /* the node freed those that had hung up */
     for (int i = 0; i < NTRAINER; i++)

@@ -171,6 +171,30 @@ static int node_hello(const Pr__V1__Hello *h)
         given(jwhy);
         return 0;
     }
+    /*
+     * The scheduler it names: none (the node's), or a canonical list
+     * that is canonical again and names only ports the node can dial.
+     */
+    char spec[PR_NODE_SCHED_SPEC_MAX + 1], again[PR_NODE_SCHED_SPEC_MAX + 1];
+    memset(spec, 0x55, sizeof(spec));
+    rc = pr_node_hello_sched(h, spec, &jwhy);
+    int named = h->scheduler && h->scheduler[0];
+    if (rc != 0 && rc != 1 && rc != -EINVAL)
+        abort();
+    if ((rc == 0) == named)
+        abort();
+    if (rc < 0) {
+        given(jwhy);
+        return 0;
+    }
+    if (rc == 1) {
+        char addr[PR_SCHED_LIST_MAX][PR_CONF_ADDR_MAX];
+        int k = pr_conf_addr_list(spec, addr, PR_SCHED_LIST_MAX);
+        if (strlen(spec) > PR_NODE_SCHED_SPEC_MAX || strchr(spec, ' ') ||
+            k < 1 || pr_node_sched_canon(spec, again, sizeof(again)) < 0 ||
+            strcmp(spec, again))
+            abort();
+    }
     /* What send_join() sends, as the scheduler unpacks it. */
     Pr__V1__WorkerJoin j = PR__V1__WORKER_JOIN__INIT;
     j.cookie = 1;

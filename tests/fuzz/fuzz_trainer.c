@@ -403,21 +403,21 @@ static void group(uint32_t mask, uint64_t id)
     g.nfloats += mask & 8 ? 1 : 0;
     g.personal = (mask & 32) != 0;
     g.timeout_ms = 60000;
-    pr_node_on_group(node, &g);
+    pr_node_on_group(node->sched[0], &g);
 }
 
 /* The scheduler link is lost (up = 0) or back, its joins answered. */
 static void sched_link(uv_loop_t *loop, int up, uint32_t v, struct expect *e)
 {
-    node->sstate = up ? S_UP : S_DOWN;
+    node->sched[0]->state = up ? S_UP : S_DOWN;
     sched_up = up;
     if (!up) {
-        pr_node_ipc_sched_lost(node);
+        pr_node_ipc_sched_lost(node->sched[0]);
         for (int i = 0; i < NSLOT; i++)
             slots[i].joined = 0;
         return;
     }
-    pr_node_ipc_sched_up(node);
+    pr_node_ipc_sched_up(node->sched[0]);
     fuzz_settle(loop);
     for (int i = 0; i < NSLOT; i++) {
         if (slots[i].sock.fd < 0)
@@ -477,7 +477,7 @@ static struct slot *step(uv_loop_t *loop, struct fuzz_cursor *c,
         break;
     case 25:
         v = fuzz_take(c, 1);
-        pr_node_groups_fail(node, v & 1 ? -ECONNRESET : -ETIMEDOUT);
+        pr_node_groups_fail(node->sched[0], v & 1 ? -ECONNRESET : -ETIMEDOUT);
         fuzz_settle(loop);
         fuzz_links_complete(links, 1, -ECANCELED);
         break;
@@ -525,7 +525,7 @@ static void finish(uv_loop_t *loop, struct pr_conn *sched)
 {
     struct expect e[NSLOT] = {0};
     char line[512];
-    pr_node_groups_fail(node, -ECANCELED);
+    pr_node_groups_fail(node->sched[0], -ECANCELED);
     fuzz_settle(loop);
     fuzz_links_complete(links, 1, -ECANCELED);
     fuzz_settle(loop);
@@ -542,16 +542,17 @@ static void finish(uv_loop_t *loop, struct pr_conn *sched)
     }
     fuzz_settle(loop);
     if (node->trainers || node->ntrainers || node->ntensors ||
-        node->nreducing || node->ngreeted || node->groups)
+        node->nreducing || node->ngreeted || node->sched[0]->groups)
         abort(); /* trainers gone, and something of theirs kept */
     pr_node_ipc_close(node);
-    pr_conn_close(node->sched, 0);
+    pr_conn_close(node->sched[0]->conn, 0);
     pr_conn_close(sched, 0);
-    pr_engine_destroy(node->engine);
+    pr_engine_destroy(node->sched[0]->engine);
     fuzz_links_complete(links, 1, -ECANCELED);
     uv_run(loop, UV_RUN_DEFAULT);
     if (uv_loop_close(loop) != 0 || node->handles != 1)
         abort();
+    free(node->sched[0]);
     free(node);
     FILE *f = fopen("/proc/self/maps", "r");
     while (f && fgets(line, sizeof(line), f))
@@ -579,23 +580,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     node = calloc(1, sizeof(*node));
     if (!node)
         abort();
+    /* Its own scheduler, the one its trainers follow: a link, an engine. */
+    struct node_sched *ns = calloc(1, sizeof(*ns));
+    if (!ns)
+        abort();
     node->loop = &loop;
     node->conf = &conf;
-    node->self = SELF;
+    node->sched[0] = ns;
+    node->nsched = 1;
+    ns->n = node;
+    ns->self = SELF;
     node->handles = 1; /* ours: the socket's close callback counts down */
-    node->engine = pr_engine_create(&loop, 4096, 1 << 20, resolve, NULL);
-    if (!node->engine || pr_node_ipc_listen(node) < 0 ||
+    ns->engine = pr_engine_create(&loop, 4096, 1 << 20, resolve, NULL);
+    if (!ns->engine || pr_node_ipc_listen(node) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
-    pr_engine_set_direct(node->engine, 1);
-    node->sched =
-        pr_conn_create_pipe(&loop, PR_CTRL_MAX_FRAME, &node_end, node);
+    pr_engine_set_direct(ns->engine, 1);
+    ns->conn = pr_conn_create_pipe(&loop, PR_CTRL_MAX_FRAME, &node_end, ns);
     struct pr_conn *sched =
         pr_conn_create_pipe(&loop, PR_CTRL_MAX_FRAME, &sched_end, NULL);
-    if (!node->sched || !sched || uv_pipe_open(&node->sched->h.pipe, sv[0]) ||
+    if (!ns->conn || !sched || uv_pipe_open(&ns->conn->h.pipe, sv[0]) ||
         uv_pipe_open(&sched->h.pipe, sv[1]) || pr_conn_start(sched) < 0)
         abort();
-    node->sstate = S_UP;
+    ns->state = S_UP;
     sched_up = 1;
     memset(&heard, 0, sizeof(heard));
     memset(slots, 0, sizeof(slots));

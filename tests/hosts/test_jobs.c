@@ -8,7 +8,10 @@
  * and one that mixed the jobs would fail. Then one job's trainers are
  * SIGKILLed while the other job's go on: not one of the other job's
  * reduces may fail. In the first test each job has its own key, and a
- * trainer that names one job with the other's key is refused.
+ * trainer that names one job with the other's key is refused. In the
+ * last, the second job runs on a scheduler of its own on host 1
+ * (PREDUCE_SCHEDULER), which is SIGKILLed: again none of the first job's
+ * reduces may fail.
  */
 #include <check.h>
 #include <signal.h>
@@ -60,8 +63,12 @@ static void write_keys(void)
     }
 }
 
-/* Trainer i: job i / NHOSTS, on host i % NHOSTS. */
-static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
+/*
+ * Trainer i: job i / NHOSTS, on host i % NHOSTS; on scheduler `sched`
+ * (NULL: its node's), with failed reduces allowed if `tolerate`.
+ */
+static pid_t spawn_on(int i, char *name, size_t len, double run_s, int trace,
+                      const char *sched, int tolerate)
 {
     snprintf(name, len, "%c%d", 'a' + i / NHOSTS, i % NHOSTS);
     struct h_trainer_opts o = {.name = name,
@@ -74,10 +81,18 @@ static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
                                .strict = 1,
                                .job = jobs[i / NHOSTS],
                                .job_key = keys[i / NHOSTS][0] ? keys[i / NHOSTS]
-                                                              : NULL};
+                                                              : NULL,
+                               .scheduler = sched,
+                               .tolerate_errors = tolerate,
+                               .retry_ms = tolerate ? 20 : 0};
     pid_t pid = h_trainer_spawn(&h.c, &o);
     ck_assert_int_gt(pid, 0);
     return pid;
+}
+
+static pid_t spawn(int i, char *name, size_t len, double run_s, int trace)
+{
+    return spawn_on(i, name, len, run_s, trace, NULL, 0);
 }
 
 /* Trainer `name`'s checked results and largest group; none failed. */
@@ -141,6 +156,22 @@ START_TEST(test_hosts_two_jobs_never_mix)
 }
 END_TEST
 
+/* Trainer `name`'s traced reduces: all ok, and how many began after t. */
+static long ok_after(const char *name, double t)
+{
+    struct h_trace *tr;
+    int n = h_trace_read(&h.c, name, &tr);
+    ck_assert_int_gt(n, 0);
+    long mine = 0;
+    for (int j = 0; j < n; j++) {
+        ck_assert_msg(tr[j].rc == 0, "%s: reduce %d failed: %d", name, j,
+                      tr[j].rc);
+        mine += tr[j].t0 > t;
+    }
+    free(tr);
+    return mine;
+}
+
 START_TEST(test_hosts_job_killed_other_unharmed)
 {
     pid_t pids[NTRAIN];
@@ -162,16 +193,7 @@ START_TEST(test_hosts_job_killed_other_unharmed)
         long k;
         total += results(names[i], &k);
         ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
-        struct h_trace *t;
-        int n = h_trace_read(&h.c, names[i], &t);
-        ck_assert_int_gt(n, 0);
-        long mine = 0;
-        for (int j = 0; j < n; j++) {
-            ck_assert_msg(t[j].rc == 0, "%s: reduce %d failed: %d", names[i], j,
-                          t[j].rc);
-            mine += t[j].t0 > killed;
-        }
-        free(t);
+        long mine = ok_after(names[i], killed);
         /* Reducing on, in groups, after the other job's trainers died. */
         ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
                       mine);
@@ -183,6 +205,61 @@ START_TEST(test_hosts_job_killed_other_unharmed)
 }
 END_TEST
 
+START_TEST(test_hosts_job_scheduler_killed_other_unharmed)
+{
+    struct h_cluster jb;
+    struct h_place at = {{0}, {0}};
+    snprintf(at.netns, sizeof(at.netns), "%s-h1", h.prefix);
+    hh_addr(1, at.addr, sizeof(at.addr));
+    const char *const sets[] = {"scheduler.policy=dynamic",
+                                "scheduler.window_ms=5", NULL};
+    ck_assert_int_eq(h_cluster_start_at(&jb, 0, &at, NULL, sets, NULL), 0);
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%s:%u", at.addr, jb.sched_port);
+    pid_t pids[NTRAIN];
+    char names[NTRAIN][16];
+    /* Job a on the nodes' scheduler, traced; job b on its own. */
+    for (int i = 0; i < NTRAIN; i++)
+        pids[i] = spawn_on(i, names[i], sizeof(names[i]), 6.0, i < NHOSTS,
+                           i < NHOSTS ? NULL : spec, i >= NHOSTS);
+    usleep(2500 * 1000);
+    char started[64];
+    snprintf(started, sizeof(started), "job '%s' started", jobs[1]);
+    ck_assert(h_log_contains(&jb, "sched", started));
+    double killed = h_now();
+    ck_assert_int_eq(kill(jb.sched_pid, SIGKILL), 0);
+    h_wait(jb.sched_pid, 5000);
+    jb.sched_pid = 0;
+    ck_assert_int_eq(h_wait_trainers(pids, names, NTRAIN, 60000), 0);
+    long total = 0, after = 0;
+    for (int i = 0; i < NHOSTS; i++) {
+        long k;
+        total += results(names[i], &k);
+        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
+        long mine = ok_after(names[i], killed);
+        ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
+                      mine);
+        after += mine;
+    }
+    /* Job b reduced on its own scheduler, and never on the nodes'. */
+    long b_done = 0;
+    for (int i = NHOSTS; i < NTRAIN; i++) {
+        long steps, errors;
+        double secs;
+        ck_assert_int_eq(
+            h_trainer_figures(&h.c, names[i], &steps, &secs, &errors), 0);
+        b_done += steps;
+    }
+    ck_assert_int_gt(b_done, 3 * NHOSTS);
+    snprintf(started, sizeof(started), "job '%s'", jobs[1]);
+    ck_assert(!h_log_contains(&h.c, "sched", started));
+    printf("job scheduler killed: %s's own scheduler SIGKILLed; %s: %ld "
+           "checked results, %ld after the kill, none failed\n",
+           jobs[1], jobs[0], total, after);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("hosts_jobs");
@@ -191,6 +268,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_hosts_two_jobs_never_mix);
     tcase_add_test(tc, test_hosts_job_killed_other_unharmed);
+    tcase_add_test(tc, test_hosts_job_scheduler_killed_other_unharmed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -789,6 +789,8 @@ static int trainer_open(struct trainer *tr)
         setenv("PREDUCE_WIRE", o->wire, 1);
     if (o->job_key)
         setenv("PREDUCE_JOB_KEY", o->job_key, 1);
+    if (o->scheduler)
+        setenv("PREDUCE_SCHEDULER", o->scheduler, 1);
     if (o->job) {
         preduce_options_t *opts;
         if ((rc = preduce_options_create(&opts)) == 0) {

@@ -153,6 +153,8 @@ struct h_trainer_opts {
      */
     const char *job;
     const char *job_key; /* its key file (PREDUCE_JOB_KEY); NULL: none */
+    /* Its job's scheduler (PREDUCE_SCHEDULER); NULL: its node's. */
+    const char *scheduler;
 };
 pid_t h_trainer_spawn(const struct h_cluster *c,
                       const struct h_trainer_opts *o);

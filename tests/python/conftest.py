@@ -15,12 +15,15 @@ os.environ.setdefault("PREDUCE_LIB",
 
 @pytest.fixture
 def cluster(tmp_path):
-    """cluster(nodes, sched_sets=(...), node_sets=(...)) -> Cluster."""
+    """cluster(nodes, sched_sets=(...), node_sets=(...), name="") ->
+    Cluster; a name gives it a directory of its own (a second one)."""
     made = []
 
     def make(nodes=2, sched_sets=("scheduler.policy=allreduce",),
-             node_sets=()):
-        c = Cluster(tmp_path, nodes, sched_sets, node_sets)
+             node_sets=(), name=""):
+        where = tmp_path / name if name else tmp_path
+        where.mkdir(exist_ok=True)
+        c = Cluster(where, nodes, sched_sets, node_sets)
         made.append(c)
         return c
 

@@ -18,12 +18,13 @@ N = 1000
 STEPS = 40
 
 
-def _run_job(sock, job, values, results, errors):
-    """One worker per node socket of `job`; each puts values[rank] in its
-    tensor, reduces, and records what it got and the group's ranks."""
+def _run_job(sock, job, values, results, errors, scheduler=None):
+    """One worker per node socket of `job` (on `scheduler`, None: the
+    node's); each puts values[rank] in its tensor, reduces, and records
+    what it got and the group's ranks."""
     def worker(i, path):
         try:
-            c = preduce.Client(path, f"w{i}", job=job)
+            c = preduce.Client(path, f"w{i}", job=job, scheduler=scheduler)
             t = c.tensor(N)
             for _ in range(STEPS):
                 t[:] = values[c.rank]
@@ -69,6 +70,37 @@ def test_two_jobs_of_one_size_never_mix(cluster):
     assert "job 'a' started" in log and "job 'b' started" in log
     # The workers' leaves reach the scheduler after their close returns.
     wait_for_log(c, "job 'a' ended: its last worker left", 10)
+
+
+def test_job_on_its_own_scheduler(cluster):
+    """Job b names a scheduler of its own (scheduler=...), job a uses the
+    nodes': both run at once on the same nodes with one model size, each
+    result is its own job's values, and b's workers are b's scheduler's
+    alone. A scheduler that is no host:port is refused before the
+    connect."""
+    c = cluster(2, ("scheduler.policy=dynamic", "scheduler.window_ms=5",
+                    "scheduler.weighting=uniform"))
+    b = cluster(0, ("scheduler.policy=dynamic", "scheduler.window_ms=5",
+                    "scheduler.weighting=uniform"), name="b")
+    spec = f"127.0.0.1:{b.sched_port}"
+    values = {"a": [1.0, 3.0], "b": [1000.0, 3000.0]}
+    results, errors = [], []
+    threads = (_run_job(c.sock, "a", values["a"], results, errors) +
+               _run_job(c.sock, "b", values["b"], results, errors, spec))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 4 * STEPS
+    for job, rank, got, spread, members in results:
+        want = sum(w * values[job][m] for m, w in members)
+        assert got == pytest.approx(want), (job, rank, got, members)
+    assert "job 'b' started" in b.log("sched")
+    assert "job 'b'" not in c.log("sched")
+    assert "job 'a'" not in b.log("sched")
+    with pytest.raises(ValueError):
+        preduce.Client(c.sock[0], "w9", scheduler="no-port")
 
 
 def test_job_settings_first_worker_decides(cluster):

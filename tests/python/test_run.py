@@ -107,6 +107,25 @@ def test_job_key_on_a_running_node(tmp_path, cluster):
     assert out == ""
 
 
+def test_scheduler_on_a_running_node(tmp_path, cluster):
+    """On the service, --scheduler hands the trainers PREDUCE_SCHEDULER:
+    the job runs on that scheduler, not on the node's, and its trainers
+    average there."""
+    c = cluster(1, sched_sets=("scheduler.policy=allreduce",
+                               "scheduler.min_workers=2"))
+    own = cluster(0, sched_sets=("scheduler.policy=allreduce",
+                                 "scheduler.min_workers=2"), name="own")
+    p = launcher("--socket", c.sock[0], "--nproc-per-node", "2", "--job",
+                 "own", "--scheduler", f"127.0.0.1:{own.sched_port}",
+                 script(tmp_path, TRAINER))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert sorted(out.splitlines()) == [
+        f"rank {r} of 2: 0.500 over 2 args []" for r in range(2)]
+    assert "job 'own' started" in own.log("sched")
+    assert "job 'own'" not in c.log("sched")
+
+
 def test_a_failing_trainer_stops_the_others(tmp_path):
     """Rank 1 exits 3: the others (asleep) are stopped, the status is
     passed on and the daemons' logs are kept."""

@@ -617,6 +617,93 @@ START_TEST(test_client_options_job_key)
 }
 END_TEST
 
+/*
+ * Where Hello.scheduler comes from: the "scheduler" option, else
+ * PREDUCE_SCHEDULER, else none (the daemon's own); and a daemon that
+ * does not say it took one (older than job schedulers) is refused.
+ */
+static const struct {
+    const char *option, *env, *sent; /* sent: "" for none */
+    bool old;                        /* the Welcome lacks own_scheduler */
+    int rc;
+} sched_cases[] = {
+    {"a:1", NULL, "a:1", false, 0},      {NULL, "b:2,c:3", "b:2,c:3", false, 0},
+    {"a:1", "b:2", "a:1", false, 0},     {NULL, NULL, "", false, 0},
+    {"a:1", NULL, "a:1", true, -EPROTO}, {NULL, NULL, "", true, 0},
+};
+
+static void script_scheduler(struct srv *s, int fd)
+{
+    Pr__V1__Msg *m = cf_srv_expect(s, fd, PR__V1__MSG__BODY_HELLO);
+    if (!m)
+        return;
+    const char *got = m->hello->scheduler ? m->hello->scheduler : "";
+    bool ok = EXPECT(s, !strcmp(got, sched_cases[s->variant].sent));
+    bool named = got[0] != '\0';
+    pr_msg_free(m);
+    if (ok) {
+        Pr__V1__Welcome w = PR__V1__WELCOME__INIT;
+        w.version = PR_PROTO_VERSION;
+        w.id = 3;
+        w.grace_ms = 250;
+        w.own_scheduler = named && !sched_cases[s->variant].old;
+        Pr__V1__Msg out = PR_MSG_OF(WELCOME, welcome, &w);
+        cf_srv_send(fd, &out, -1);
+    }
+    cf_wait_eof(fd);
+}
+
+START_TEST(test_client_scheduler_sent)
+{
+    struct srv s;
+    preduce_options_t *o;
+    preduce_client_t *c = NULL;
+    unsetenv("PREDUCE_SCHEDULER");
+    if (sched_cases[_i].env)
+        setenv("PREDUCE_SCHEDULER", sched_cases[_i].env, 1);
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    if (sched_cases[_i].option)
+        ck_assert_int_eq(
+            preduce_options_set(o, "scheduler", sched_cases[_i].option), 0);
+    cf_srv_start(&s, script_scheduler, _i);
+    int rc = preduce_connect_with(s.path, "w0", o, 3000, &c);
+    preduce_options_destroy(o);
+    unsetenv("PREDUCE_SCHEDULER");
+    ck_assert_msg(rc == sched_cases[_i].rc, "connect: %s (server: %s)",
+                  preduce_strerror(rc), s.fail);
+    if (rc < 0)
+        ck_assert_msg(
+            strstr(preduce_last_error(NULL), "older than job schedulers"), "%s",
+            preduce_last_error(NULL));
+    preduce_close(c);
+    cf_srv_stop(&s);
+}
+END_TEST
+
+START_TEST(test_client_options_scheduler)
+{
+    preduce_options_t *o;
+    char longer[1100];
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[5] = ':';
+    longer[sizeof(longer) - 1] = '\0';
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", ""), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", "host"), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", "a:1\n"), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", longer), -EINVAL);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", "h:7070, s:7070"), 0);
+    preduce_options_destroy(o);
+    /* A bad PREDUCE_SCHEDULER fails the connect before the socket. */
+    setenv("PREDUCE_SCHEDULER", "nocolon", 1);
+    preduce_client_t *c = NULL;
+    ck_assert_int_eq(preduce_connect("/nonexistent", "w0", 100, &c), -EINVAL);
+    ck_assert_msg(strstr(preduce_last_error(NULL), "PREDUCE_SCHEDULER"), "%s",
+                  preduce_last_error(NULL));
+    unsetenv("PREDUCE_SCHEDULER");
+}
+END_TEST
+
 /* ---- error texts and the exported symbols ----------------------------- */
 
 START_TEST(test_client_strerror)
@@ -717,6 +804,9 @@ static Suite *client_suite(void)
     tcase_add_loop_test(tc, test_client_job_key_file_bad, 0,
                         sizeof(bad_keys) / sizeof(bad_keys[0]));
     tcase_add_test(tc, test_client_options_job_key);
+    tcase_add_loop_test(tc, test_client_scheduler_sent, 0,
+                        (int)(sizeof(sched_cases) / sizeof(sched_cases[0])));
+    tcase_add_test(tc, test_client_options_scheduler);
     tcase_add_test(tc, test_client_job_key_needs_a_keyed_welcome);
     suite_add_tcase(s, tc);
     return s;

@@ -19,6 +19,7 @@
 
 struct fix {
     struct pr_node n;
+    struct node_sched s; /* the scheduler it follows: down */
     struct node_trainer *c;
 };
 
@@ -28,6 +29,11 @@ static void fix_init(struct fix *f)
     f->c = calloc(1, sizeof(*f->c));
     ck_assert_ptr_nonnull(f->c);
     f->c->node = &f->n;
+    f->s.n = &f->n;
+    f->s.users = 1;
+    f->n.sched[0] = &f->s;
+    f->n.nsched = 1;
+    f->c->s = &f->s;
     f->c->rank = -1;
     f->c->prev_rank = -1;
     f->c->state = C_UP;

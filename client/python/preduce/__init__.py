@@ -224,12 +224,12 @@ def _check_wire(wire):
                          "transport.wire)")
 
 
-def _options(job, settings, wire=None, job_key=None):
-    """libpreduce's connect options for job, settings, wire and job_key
-    (None: none, so the environment's apply); raises ValueError naming a
-    bad one."""
+def _options(job, settings, wire=None, job_key=None, scheduler=None):
+    """libpreduce's connect options for job, settings, wire, job_key and
+    scheduler (None: none, so the environment's apply); raises ValueError
+    naming a bad one."""
     if job is None and settings is None and wire is None and \
-            job_key is None:
+            job_key is None and scheduler is None:
         return None
     opts = ctypes.c_void_p()
     if _l().preduce_options_create(ctypes.byref(opts)) < 0:
@@ -240,6 +240,7 @@ def _options(job, settings, wire=None, job_key=None):
     pairs += [("setting", str(s)) for s in settings or ()]
     pairs += [] if wire is None else [("wire", wire)]
     pairs += [] if job_key is None else [("job_key", os.fsdecode(job_key))]
+    pairs += [] if scheduler is None else [("scheduler", str(scheduler))]
     why = {"job": "a job name has 1..63 printable characters, no spaces "
                   "or quotes",
            "setting": "a setting is key=value, at most 127 bytes, at "
@@ -248,7 +249,10 @@ def _options(job, settings, wire=None, job_key=None):
            "wire": "this libpreduce does not know the wire option; "
                    "update it (or leave wire=None)",
            "job_key": "a key file's path of 1..1023 bytes (or this "
-                      "libpreduce is older than job keys)"}
+                      "libpreduce is older than job keys)",
+           "scheduler": "a scheduler is host:port or a list of them, "
+                        "1..1023 printable bytes (or this libpreduce is "
+                        "older than job schedulers)"}
     for key, value in pairs:
         rc = _l().preduce_options_set(opts, key.encode(), value.encode())
         if rc < 0:
@@ -333,7 +337,8 @@ class Client:
     """A connection to the node daemon as one worker."""
 
     def __init__(self, socket_path=None, name=None, timeout_ms=5000, *,
-                 job=None, settings=None, wire=None, job_key=None):
+                 job=None, settings=None, wire=None, job_key=None,
+                 scheduler=None):
         """Connects to the node daemon at socket_path as worker `name`.
 
         Either may be None: socket_path is then $PREDUCE_SOCKET or the
@@ -353,8 +358,12 @@ class Client:
         `job_key` is the path of the job's key file ($PREDUCE_JOB_KEY):
         a job started with a key admits only workers with the same key
         (docs/operations.md, "Job keys"); the file must be 16 to 4096 bytes
-        that only its owner may read (mode 600).
-        Raises ValueError for a bad job, setting, wire or key path before
+        that only its owner may read (mode 600). `scheduler` is the job's
+        own scheduler, "host:port" or standbys "a,b" ($PREDUCE_SCHEDULER,
+        else the daemon's node.scheduler): the daemon follows it beside
+        its own, so that this job's groups and failures stay its own.
+        Raises ValueError for a bad job, setting, wire, key path or
+        scheduler before
         connecting; PreduceError naming the socket when the daemon cannot
         be reached, with the reason when the key file cannot be used, and
         with the scheduler's reason when it refuses the job, its settings
@@ -369,7 +378,7 @@ class Client:
         self._inflight = None
         self._on_close = []  # weak callbacks run before the memory goes
         self.socket_path, self.name = str(socket_path), str(name)
-        opts = _options(job, settings, wire, job_key)
+        opts = _options(job, settings, wire, job_key, scheduler)
         try:
             rc = _l().preduce_connect_with(self.socket_path.encode(),
                                            self.name.encode(), opts,

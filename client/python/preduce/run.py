@@ -19,7 +19,9 @@ Where the workers' node daemon comes from:
   and node daemon for this run, stopped after it (torchrun --standalone);
 - on several machines (--nnodes K --node-rank R --scheduler HOST:PORT)
   without a service: every machine starts a private node daemon that
-  follows the scheduler at HOST:PORT, which node rank 0 starts.
+  follows the scheduler at HOST:PORT, which node rank 0 starts. On a
+  machine's service --scheduler names the job's own scheduler, started
+  beforehand (PREDUCE_SCHEDULER: the service follows it for this job).
 
 The trainers' output is theirs (inherited). When one exits with a failure
 the others are stopped and preduce-run exits with its status; Ctrl-C (or
@@ -56,7 +58,9 @@ def parse_args(argv):
                    metavar="R", help="this machine's index, 0..K-1")
     p.add_argument("--scheduler", metavar="HOST:PORT",
                    help="the run's scheduler when no service runs: node "
-                   "rank 0 starts it there, the others follow it")
+                   "rank 0 starts it there, the others follow it; on the "
+                   "service, the job's own scheduler, running already "
+                   "(PREDUCE_SCHEDULER)")
     p.add_argument("--socket", metavar="PATH",
                    help="the node daemon to use (default $PREDUCE_SOCKET, "
                    "else " + SERVICE_SOCKET + ")")
@@ -319,6 +323,8 @@ def run(a):
         extra["PREDUCE_JOB"] = job
     if a.policy and not private:
         extra["PREDUCE_POLICY"] = a.policy
+    if a.scheduler and not private:
+        extra["PREDUCE_SCHEDULER"] = a.scheduler
     if key:
         # The trainers may start elsewhere (cwd): hand them the full path.
         if not os.path.isfile(key):
@@ -364,6 +370,8 @@ def run(a):
                        PREDUCE_LOCAL_WORLD_SIZE=str(a.nproc_per_node),
                        **extra)
             env.pop("PREDUCE_NAME", None)  # one name would be every rank's
+            if private:  # the private scheduler, not one from outside
+                env.pop("PREDUCE_SCHEDULER", None)
             trainers[rank] = subprocess.Popen(cmd, env=env)
         status = supervise(dict(trainers))
         return status

@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A job on its own scheduler (PREDUCE_SCHEDULER): two node daemons follow
+ * their own scheduler (node.scheduler), where job "a" runs, and, for the
+ * trainers that name it, a second one, where job "b" runs with the same
+ * model size. Every trainer checks every result against its own job's
+ * members (a job's inputs differ from the other's, so a mixed result
+ * fails). Killing b's scheduler fails no reduce of a's; a scheduler no
+ * trainer names any more is left; a malformed one, or one past
+ * node.max_schedulers, is refused at connect with the reason.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "preduce.h"
+#include "tests/check_run.h"
+#include "tests/integration/harness.h"
+
+#define PER_JOB 2
+
+static const char *const sched_sets[] = {
+    "scheduler.policy=allreduce", "scheduler.heartbeat_ms=200",
+    "scheduler.node_timeout_ms=1000", NULL};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls who's log in cluster c for up to 10 s. */
+static int says(const struct h_cluster *c, const char *who, const char *s)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (h_log_contains(c, who, s))
+            return 1;
+        sleep_ms(10);
+    }
+    h_log_dump(c, who);
+    return 0;
+}
+
+/*
+ * The node's scheduler (cluster c, two nodes) and job b's (jb, no node
+ * of its own); *spec gets b's address for PREDUCE_SCHEDULER.
+ */
+static void start(struct h_cluster *c, struct h_cluster *jb, char *spec,
+                  size_t len, const char *extra)
+{
+    ck_assert_int_eq(h_cluster_start(jb, 0, sched_sets, NULL), 0);
+    const char *const node_sets[] = {"scheduler.heartbeat_ms=200",
+                                     "scheduler.node_timeout_ms=1000", extra,
+                                     NULL};
+    ck_assert_int_eq(h_cluster_start(c, 2, sched_sets, node_sets), 0);
+    snprintf(spec, len, "127.0.0.1:%u", jb->sched_port);
+}
+
+/* Spawns job `job`'s PER_JOB trainers, one a node, into pids/names. */
+static void spawn_job(const struct h_cluster *c, const char *job,
+                      const char *sched, double run_s, int tolerate,
+                      pid_t *pids, char (*names)[16])
+{
+    for (int i = 0; i < PER_JOB; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s%d", job, i);
+        struct h_trainer_opts o = {.name = names[i],
+                                   .node = i % 2,
+                                   .n = 4096,
+                                   .nparts = 2,
+                                   .uniform = 1,
+                                   .run_s = run_s,
+                                   .join_k = PER_JOB,
+                                   .tolerate_errors = tolerate,
+                                   .retry_ms = 5,
+                                   .trace = 1,
+                                   .strict = 1,
+                                   .job = job,
+                                   .scheduler = sched};
+        pids[i] = h_trainer_spawn(c, &o);
+        ck_assert_int_gt(pids[i], 0);
+    }
+}
+
+/* Results a trainer's trace holds in groups of PER_JOB, after `from`. */
+static int full_groups_after(const struct h_cluster *c, const char *name,
+                             double from)
+{
+    struct h_trace *t;
+    int n = h_trace_read(c, name, &t);
+    ck_assert_int_gt(n, 0);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += t[i].rc == 0 && t[i].k == PER_JOB && t[i].t0 >= from;
+    free(t);
+    return k;
+}
+
+START_TEST(test_two_schedulers_keep_jobs_apart)
+{
+    struct h_cluster c, jb;
+    char spec[64];
+    start(&c, &jb, spec, sizeof(spec), NULL);
+    pid_t pids[2 * PER_JOB];
+    char names[2 * PER_JOB][16];
+    spawn_job(&c, "a", NULL, 3.0, 0, pids, names);
+    spawn_job(&c, "b", spec, 3.0, 0, pids + PER_JOB, names + PER_JOB);
+    /* Every reduce of both jobs succeeds, each checked against its job. */
+    ck_assert_int_eq(h_wait_trainers(pids, names, 2 * PER_JOB, 30000), 0);
+    for (int i = 0; i < 2 * PER_JOB; i++)
+        ck_assert_int_gt(full_groups_after(&c, names[i], 0), 10);
+    /* b's groups came from b's scheduler, a's from the nodes'. */
+    ck_assert(says(&jb, "sched", "(node0) joined"));
+    ck_assert(says(&jb, "sched", "(node1) joined"));
+    ck_assert(says(&jb, "sched", "(b0) joined"));
+    ck_assert(!h_log_contains(&jb, "sched", "(a0)"));
+    ck_assert(says(&c, "sched", "(a0) joined"));
+    ck_assert(!h_log_contains(&c, "sched", "(b0)"));
+    /* Its last trainer gone, the nodes leave b's scheduler. */
+    for (int i = 0; i < 2; i++) {
+        char who[16];
+        snprintf(who, sizeof(who), "node%d", i);
+        ck_assert(says(&c, who, "no trainer follows it: leaving it"));
+    }
+    ck_assert(says(&jb, "sched", "(node0) lost"));
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
+START_TEST(test_job_scheduler_killed_spares_the_other_job)
+{
+    struct h_cluster c, jb;
+    char spec[64];
+    start(&c, &jb, spec, sizeof(spec), NULL);
+    pid_t pids[2 * PER_JOB];
+    char names[2 * PER_JOB][16];
+    /* a's trainers tolerate no failed reduce; b's have to. */
+    spawn_job(&c, "a", NULL, 4.0, 0, pids, names);
+    spawn_job(&c, "b", spec, 4.0, 1, pids + PER_JOB, names + PER_JOB);
+    sleep_ms(1500);
+    double killed = h_now();
+    ck_assert_int_eq(kill(jb.sched_pid, SIGKILL), 0);
+    h_wait(jb.sched_pid, 5000);
+    jb.sched_pid = 0;
+    ck_assert_int_eq(h_wait_trainers(pids, names, 2 * PER_JOB, 30000), 0);
+    long errors_a = 0, errors_b = 0;
+    for (int i = 0; i < 2 * PER_JOB; i++) {
+        long steps, errors;
+        double secs;
+        ck_assert_int_eq(
+            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
+        *(i < PER_JOB ? &errors_a : &errors_b) += errors;
+    }
+    /* a went on in full groups after the kill; b could not. */
+    for (int i = 0; i < PER_JOB; i++)
+        ck_assert_int_gt(full_groups_after(&c, names[i], killed + 0.5), 10);
+    ck_assert_int_eq(errors_a, 0);
+    ck_assert_int_gt(errors_b, 0);
+    printf("jobsched: b's scheduler killed: a's reduces failed %ld, b's "
+           "%ld\n",
+           errors_a, errors_b);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
+/* Connects as `name` naming scheduler `sched`: the code, *why the reason. */
+static int connect_naming(const struct h_cluster *c, const char *name,
+                          const char *sched, char *why, size_t len)
+{
+    preduce_options_t *o;
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", sched), 0);
+    preduce_client_t *cl = NULL;
+    int rc = preduce_connect_with(c->sock[0], name, o, 5000, &cl);
+    snprintf(why, len, "%s", rc < 0 ? preduce_last_error(NULL) : "");
+    preduce_options_destroy(o);
+    if (cl)
+        preduce_close(cl);
+    return rc;
+}
+
+START_TEST(test_bad_or_one_too_many_scheduler_refused)
+{
+    struct h_cluster c, jb;
+    char spec[64], why[256];
+    start(&c, &jb, spec, sizeof(spec), "node.max_schedulers=1");
+    /* The library takes it (it has a ':'); the daemon checks the port. */
+    ck_assert_int_eq(connect_naming(&c, "w0", "127.0.0.1:0", why, sizeof(why)),
+                     -EINVAL);
+    ck_assert_msg(strstr(why, "scheduler is host:port"), "%s", why);
+    /* With node.max_schedulers = 1 only the node's own may be named. */
+    ck_assert_int_eq(connect_naming(&c, "w1", spec, why, sizeof(why)), -EUSERS);
+    ck_assert_msg(strstr(why, "node.max_schedulers"), "%s", why);
+    char own[64];
+    snprintf(own, sizeof(own), " 127.0.0.1:%u ", c.sched_port);
+    ck_assert_int_eq(connect_naming(&c, "w2", own, why, sizeof(why)), 0);
+    /* Nothing opened for the others. */
+    char opened[96];
+    snprintf(opened, sizeof(opened), "scheduler %s: peers", spec);
+    ck_assert(!h_log_contains(&c, "node0", opened));
+    ck_assert(!h_log_contains(&c, "node0", "scheduler 127.0.0.1:0: peers"));
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_jobsched");
+    TCase *tc = tcase_create("jobsched");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_two_schedulers_keep_jobs_apart);
+    tcase_add_test(tc, test_job_scheduler_killed_spares_the_other_job);
+    tcase_add_test(tc, test_bad_or_one_too_many_scheduler_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return check_run(suite());
+}
