@@ -7,7 +7,8 @@
  * members (a job's inputs differ from the other's, so a mixed result
  * fails). Killing b's scheduler fails no reduce of a's; a scheduler no
  * trainer names any more is left; a malformed one, or one past
- * node.max_schedulers, is refused at connect with the reason.
+ * node.max_schedulers, is refused at connect with the reason. The node's
+ * metrics count over both schedulers, and keep a left one's counts.
  */
 #include <check.h>
 #include <errno.h>
@@ -209,6 +210,71 @@ START_TEST(test_bad_or_one_too_many_scheduler_refused)
 }
 END_TEST
 
+/* A counter of node metrics `text`; it must be there. */
+static double metric(const char *text, const char *prefix)
+{
+    double v = h_metric(text, prefix);
+    ck_assert_msg(v == v, "%s: not in the metrics", prefix);
+    return v;
+}
+
+static const char groups_ok[] = "preduce_node_groups_total{status=\"ok\"} ";
+static const char tcp_sent[] = "preduce_node_bytes_total{transport=\"tcp\","
+                               "direction=\"sent\"} ";
+
+START_TEST(test_metrics_over_schedulers)
+{
+    struct h_cluster c, jb;
+    ck_assert_int_eq(h_cluster_start(&jb, 0, sched_sets, NULL), 0);
+    ck_assert_int_eq(h_cluster_start(&c, 0, sched_sets, NULL), 0);
+    uint16_t mport = h_free_port();
+    char listen[64];
+    snprintf(listen, sizeof(listen), "metrics.listen=127.0.0.1:%u", mport);
+    const char *const with[] = {listen, NULL};
+    c.nnodes = 2;
+    ck_assert_int_eq(h_node_start(&c, 0, with), 0);
+    ck_assert_int_eq(h_node_start(&c, 1, NULL), 0);
+    char spec[64];
+    snprintf(spec, sizeof(spec), "127.0.0.1:%u", jb.sched_port);
+    pid_t pids[2 * PER_JOB];
+    char names[2 * PER_JOB][16];
+    spawn_job(&c, "a", NULL, 3.0, 0, pids, names);
+    spawn_job(&c, "b", spec, 3.0, 0, pids + PER_JOB, names + PER_JOB);
+    ck_assert_int_eq(h_trainer_warm(&c, "b0", 10000), 0);
+    ck_assert_int_eq(h_trainer_warm(&c, "a0", 10000), 0);
+    char *during = h_metrics_fetch(mport);
+    ck_assert_ptr_nonnull(during);
+    ck_assert_int_eq(metric(during, "preduce_node_schedulers "), 2);
+    /* b's workers carry their scheduler: names are a job's own there. */
+    char b0[128];
+    snprintf(b0, sizeof(b0),
+             "preduce_worker_version{scheduler=\"%s\",job=\"b\","
+             "worker=\"b0\"",
+             spec);
+    ck_assert_msg(strstr(during, b0), "no %s", b0);
+    ck_assert(strstr(during, "preduce_worker_version{job=\"a\",worker=\"a0\""));
+    free(during);
+    ck_assert_int_eq(h_wait_trainers(pids, names, 2 * PER_JOB, 30000), 0);
+    /* Every trainer gone; b's scheduler is still followed for 2 s. */
+    char *gone = h_metrics_fetch(mport);
+    ck_assert_ptr_nonnull(gone);
+    ck_assert_int_eq(metric(gone, "preduce_node_schedulers "), 2);
+    double ok0 = metric(gone, groups_ok), sent0 = metric(gone, tcp_sent);
+    free(gone);
+    ck_assert(says(&c, "node0", "no trainer follows it: leaving it"));
+    char *after = h_metrics_fetch(mport);
+    ck_assert_ptr_nonnull(after);
+    ck_assert_int_eq(metric(after, "preduce_node_schedulers "), 1);
+    /* b's groups and bytes stay counted once its scheduler is left. */
+    ck_assert(metric(after, groups_ok) >= ok0);
+    ck_assert(metric(after, tcp_sent) >= sent0);
+    ck_assert(!strstr(after, "scheduler=\""));
+    free(after);
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_jobsched");
@@ -217,6 +283,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_two_schedulers_keep_jobs_apart);
     tcase_add_test(tc, test_job_scheduler_killed_spares_the_other_job);
     tcase_add_test(tc, test_bad_or_one_too_many_scheduler_refused);
+    tcase_add_test(tc, test_metrics_over_schedulers);
     suite_add_tcase(s, tc);
     return s;
 }
