@@ -620,6 +620,23 @@ void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st)
     *st = e->st;
 }
 
+void pr_engine_stats_add(struct pr_engine_stats *sum,
+                         const struct pr_engine_stats *x)
+{
+    sum->groups_ok += x->groups_ok;
+    sum->groups_failed += x->groups_failed;
+    sum->groups_in_place += x->groups_in_place;
+    sum->groups_shadow += x->groups_shadow;
+    sum->groups_restored += x->groups_restored;
+    sum->chunks_stashed += x->chunks_stashed;
+    sum->chunks_dropped += x->chunks_dropped;
+    sum->bytes_reduced += x->bytes_reduced;
+    for (uint32_t w = 0; w < PR_WIRE_COUNT; w++) {
+        sum->wire_groups[w] += x->wire_groups[w];
+        sum->wire_bytes[w] += x->wire_bytes[w];
+    }
+}
+
 size_t pr_engine_running(const struct pr_engine *e)
 {
     size_t n = 0;

@@ -216,6 +216,9 @@ int pr_engine_abort(struct pr_engine *e, uint64_t id, int status);
  */
 int pr_engine_detach(struct pr_engine *e, uint64_t id, uint32_t rank);
 void pr_engine_stats(const struct pr_engine *e, struct pr_engine_stats *st);
+/* Adds every counter of x to sum's (a node's engines, one per scheduler). */
+void pr_engine_stats_add(struct pr_engine_stats *sum,
+                         const struct pr_engine_stats *x);
 size_t pr_engine_running(const struct pr_engine *e);
 
 #endif

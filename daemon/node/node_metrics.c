@@ -181,18 +181,7 @@ static void sum_engines(const struct pr_node *n, struct pr_engine_stats *t,
             continue;
         struct pr_engine_stats es;
         pr_engine_stats(s->engine, &es);
-        t->groups_ok += es.groups_ok;
-        t->groups_failed += es.groups_failed;
-        t->groups_in_place += es.groups_in_place;
-        t->groups_shadow += es.groups_shadow;
-        t->groups_restored += es.groups_restored;
-        t->chunks_stashed += es.chunks_stashed;
-        t->chunks_dropped += es.chunks_dropped;
-        t->bytes_reduced += es.bytes_reduced;
-        for (uint32_t w = 0; w < PR_WIRE_COUNT; w++) {
-            t->wire_groups[w] += es.wire_groups[w];
-            t->wire_bytes[w] += es.wire_bytes[w];
-        }
+        pr_engine_stats_add(t, &es);
         *running += pr_engine_running(s->engine);
     }
 }
@@ -329,13 +318,7 @@ static void sum_xports(const struct pr_node *n, struct pr_tcp_xport_stats *ts,
         ts->auth_failures += t.auth_failures;
         *sched_auth += s->auth_failures;
         if (s->rdma) {
-            struct pr_rdma_stats r;
-            pr_rdma_stats(s->rdma, &r);
-            rs->bytes_sent += r.bytes_sent;
-            rs->bytes_recv += r.bytes_recv;
-            rs->writes += r.writes;
-            rs->credit_msgs += r.credit_msgs;
-            rs->cq_events += r.cq_events;
+            pr_rdma_stats_add(rs, s->rdma);
             *rdma = 1;
         }
     }

@@ -615,35 +615,16 @@ void pr_node_sched_reload(struct node_sched *s)
 static void count_gone(struct node_sched *s)
 {
     struct pr_node *n = s->n;
-    struct pr_engine_stats es = {0};
+    struct pr_engine_stats es;
     pr_engine_stats(s->engine, &es);
-    struct pr_engine_stats *g = &n->gone_engine;
-    g->groups_ok += es.groups_ok;
-    g->groups_failed += es.groups_failed;
-    g->groups_in_place += es.groups_in_place;
-    g->groups_shadow += es.groups_shadow;
-    g->groups_restored += es.groups_restored;
-    g->chunks_stashed += es.chunks_stashed;
-    g->chunks_dropped += es.chunks_dropped;
-    g->bytes_reduced += es.bytes_reduced;
-    for (uint32_t w = 0; w < PR_WIRE_COUNT; w++) {
-        g->wire_groups[w] += es.wire_groups[w];
-        g->wire_bytes[w] += es.wire_bytes[w];
-    }
+    pr_engine_stats_add(&n->gone_engine, &es);
     struct pr_tcp_xport_stats ts = {0};
     pr_tcp_xport_stats(s->xport, &ts);
     n->gone_tcp.bytes_sent += ts.bytes_sent;
     n->gone_tcp.bytes_recv += ts.bytes_recv;
     n->gone_tcp.auth_failures += ts.auth_failures;
-    if (s->rdma) {
-        struct pr_rdma_stats rs;
-        pr_rdma_stats(s->rdma, &rs);
-        n->gone_rdma.bytes_sent += rs.bytes_sent;
-        n->gone_rdma.bytes_recv += rs.bytes_recv;
-        n->gone_rdma.writes += rs.writes;
-        n->gone_rdma.credit_msgs += rs.credit_msgs;
-        n->gone_rdma.cq_events += rs.cq_events;
-    }
+    if (s->rdma)
+        pr_rdma_stats_add(&n->gone_rdma, s->rdma);
     n->gone_auth_failures += s->auth_failures;
 }
 

@@ -172,6 +172,28 @@ static long ok_after(const char *name, double t)
     return mine;
 }
 
+/*
+ * The NHOSTS trainers names[] of the job that went on while the other
+ * job's trainers or scheduler were killed at `killed`: every result
+ * checked, none failed, no group beyond the job's, and each reduced in
+ * groups after the kill. Their results after it; *total all of them.
+ */
+static long went_on(char (*names)[16], double killed, long *total)
+{
+    long after = 0;
+    *total = 0;
+    for (int i = 0; i < NHOSTS; i++) {
+        long k;
+        *total += results(names[i], &k);
+        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
+        long mine = ok_after(names[i], killed);
+        ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
+                      mine);
+        after += mine;
+    }
+    return after;
+}
+
 START_TEST(test_hosts_job_killed_other_unharmed)
 {
     pid_t pids[NTRAIN];
@@ -188,17 +210,7 @@ START_TEST(test_hosts_job_killed_other_unharmed)
     }
     ck_assert_int_eq(
         h_wait_trainers(pids + NHOSTS, names + NHOSTS, NHOSTS, 60000), 0);
-    long total = 0, after = 0;
-    for (int i = NHOSTS; i < NTRAIN; i++) {
-        long k;
-        total += results(names[i], &k);
-        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
-        long mine = ok_after(names[i], killed);
-        /* Reducing on, in groups, after the other job's trainers died. */
-        ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
-                      mine);
-        after += mine;
-    }
+    long total, after = went_on(names + NHOSTS, killed, &total);
     printf("job killed: %s's 4 trainers SIGKILLed; %s: %ld checked results, "
            "%ld after the kill, none failed\n",
            jobs[0], jobs[1], total, after);
@@ -231,16 +243,7 @@ START_TEST(test_hosts_job_scheduler_killed_other_unharmed)
     h_wait(jb.sched_pid, 5000);
     jb.sched_pid = 0;
     ck_assert_int_eq(h_wait_trainers(pids, names, NTRAIN, 60000), 0);
-    long total = 0, after = 0;
-    for (int i = 0; i < NHOSTS; i++) {
-        long k;
-        total += results(names[i], &k);
-        ck_assert_msg(k <= NHOSTS, "%s: a group of %ld", names[i], k);
-        long mine = ok_after(names[i], killed);
-        ck_assert_msg(mine > 3, "%s: %ld results after the kill", names[i],
-                      mine);
-        after += mine;
-    }
+    long total, after = went_on(names, killed, &total);
     /* Job b reduced on its own scheduler, and never on the nodes'. */
     long b_done = 0;
     for (int i = NHOSTS; i < NTRAIN; i++) {

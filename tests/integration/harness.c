@@ -454,6 +454,21 @@ int h_log_contains(const struct h_cluster *c, const char *who, const char *s)
     return found;
 }
 
+int h_log_wait(const struct h_cluster *c, const char *who, const char *s,
+               int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1000.0;
+    for (;;) {
+        if (h_log_contains(c, who, s))
+            return 1;
+        if (now_s() >= end)
+            break;
+        usleep(10 * 1000);
+    }
+    h_log_dump(c, who);
+    return 0;
+}
+
 void h_log_dump(const struct h_cluster *c, const char *who)
 {
     char path[400];

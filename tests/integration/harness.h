@@ -86,6 +86,12 @@ int h_cluster_stop(struct h_cluster *c);
 int h_node_start(struct h_cluster *c, int i, const char *const *node_sets);
 /* Returns 1 if the log of process `who` ("sched", "node0", ...) has `s`. */
 int h_log_contains(const struct h_cluster *c, const char *who, const char *s);
+/*
+ * Polls the log of process `who` for `s` up to timeout_ms: 1 once it is
+ * there, else 0 after printing the log (for a failing test).
+ */
+int h_log_wait(const struct h_cluster *c, const char *who, const char *s,
+               int timeout_ms);
 /* Prints a process's log to stderr (for a failing test). */
 void h_log_dump(const struct h_cluster *c, const char *who);
 

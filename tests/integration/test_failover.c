@@ -35,13 +35,7 @@ static void sleep_ms(int ms)
 /* Polls who's log in cluster c for up to 10 s. */
 static int says(const struct h_cluster *c, const char *who, const char *s)
 {
-    for (int i = 0; i < 1000; i++) {
-        if (h_log_contains(c, who, s))
-            return 1;
-        sleep_ms(10);
-    }
-    h_log_dump(c, who);
-    return 0;
+    return h_log_wait(c, who, s, 10000);
 }
 
 /*

@@ -250,3 +250,12 @@ void pr_rdma_stats(const struct pr_rdma *r, struct pr_rdma_stats *st)
 {
     *st = r->st;
 }
+
+void pr_rdma_stats_add(struct pr_rdma_stats *sum, const struct pr_rdma *r)
+{
+    sum->bytes_sent += r->st.bytes_sent;
+    sum->bytes_recv += r->st.bytes_recv;
+    sum->writes += r->st.writes;
+    sum->credit_msgs += r->st.credit_msgs;
+    sum->cq_events += r->st.cq_events;
+}
