@@ -782,9 +782,13 @@ void pr_node_ipc_tick(struct pr_node *n, uint64_t now_ms)
         struct node_trainer *next = c->next;
         if (c->state == C_WAIT && now_ms >= c->deadline_ms) {
             c->state = C_HELLO;
+            /* A scheduler the trainer named: say which did not answer. */
+            char why[PR_NODE_SCHED_SPEC_MAX + 64];
+            snprintf(why, sizeof(why), "the node has no link to %s%s",
+                     c->named_sched ? "scheduler " : "its scheduler",
+                     c->named_sched ? c->s->spec : "");
             if (c->conn)
-                pr_conn_fail(c->conn, -ENOTCONN,
-                             "the node has no link to its scheduler");
+                pr_conn_fail(c->conn, -ENOTCONN, why);
         } else if (c->rstate == R_QUEUED && now_ns >= c->reduce_deadline_ns) {
             send_cancel(c);
         } else if (c->rstate == R_CANCELLING &&

@@ -163,13 +163,17 @@ START_TEST(test_job_scheduler_killed_spares_the_other_job)
 }
 END_TEST
 
-/* Connects as `name` naming scheduler `sched`: the code, *why the reason. */
+/*
+ * Connects as `name` naming scheduler `sched` ("": none) and closes: the
+ * code, *why the reason.
+ */
 static int connect_naming(const struct h_cluster *c, const char *name,
                           const char *sched, char *why, size_t len)
 {
     preduce_options_t *o;
     ck_assert_int_eq(preduce_options_create(&o), 0);
-    ck_assert_int_eq(preduce_options_set(o, "scheduler", sched), 0);
+    if (sched[0])
+        ck_assert_int_eq(preduce_options_set(o, "scheduler", sched), 0);
     preduce_client_t *cl = NULL;
     int rc = preduce_connect_with(c->sock[0], name, o, 5000, &cl);
     snprintf(why, len, "%s", rc < 0 ? preduce_last_error(NULL) : "");
@@ -199,6 +203,29 @@ START_TEST(test_bad_or_one_too_many_scheduler_refused)
     snprintf(opened, sizeof(opened), "scheduler %s: peers", spec);
     ck_assert(!h_log_contains(&c, "node0", opened));
     ck_assert(!h_log_contains(&c, "node0", "scheduler 127.0.0.1:0: peers"));
+    ck_assert_int_eq(h_cluster_stop(&c), 0);
+    ck_assert_int_eq(h_cluster_stop(&jb), 0);
+}
+END_TEST
+
+/*
+ * A named scheduler that does not answer: the trainer's connect fails
+ * after node.connect_timeout_ms, naming it, and the node leaves it.
+ */
+START_TEST(test_unreachable_scheduler_named)
+{
+    struct h_cluster c, jb;
+    char spec[64], why[256];
+    start(&c, &jb, spec, sizeof(spec), "node.connect_timeout_ms=500");
+    snprintf(spec, sizeof(spec), "127.0.0.1:%u", h_free_port());
+    ck_assert_int_eq(connect_naming(&c, "w0", spec, why, sizeof(why)),
+                     -ENOTCONN);
+    char says_why[128];
+    snprintf(says_why, sizeof(says_why), "no link to scheduler %s", spec);
+    ck_assert_msg(strstr(why, says_why), "%s", why);
+    ck_assert(says(&c, "node0", "no trainer follows it: leaving it"));
+    /* The node's own scheduler serves on. */
+    ck_assert_int_eq(connect_naming(&c, "w1", "", why, sizeof(why)), 0);
     ck_assert_int_eq(h_cluster_stop(&c), 0);
     ck_assert_int_eq(h_cluster_stop(&jb), 0);
 }
@@ -278,6 +305,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_job_scheduler_killed_spares_the_other_job);
     tcase_add_test(tc, test_bad_or_one_too_many_scheduler_refused);
     tcase_add_test(tc, test_metrics_over_schedulers);
+    tcase_add_test(tc, test_unreachable_scheduler_named);
     suite_add_tcase(s, tc);
     return s;
 }
