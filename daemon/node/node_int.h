@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * State shared by the node role's files, each calling only those below it:
+ * State shared by the node role's files, each calling only those below it
+ * but for one call up (node_ipc.c asks node_sched.c for the scheduler a
+ * trainer's hello names, pr_node_sched_for):
  * node.c (the node) on top; node_sched.c (a scheduler it follows, and the
  * data plane of that scheduler's groups), node_standby.c (its address
  * list); node_group.c (the groups a scheduler sends); node_ipc.c (the
@@ -336,8 +338,6 @@ void pr_node_scheds_reap(struct pr_node *n);
 void pr_node_sched_tick(struct node_sched *s, uint64_t now_ms);
 /* Applies the node's reloaded settings to s's engine. */
 void pr_node_sched_reload(struct node_sched *s);
-/* node_sched.c: the chunk size in floats that transport.chunk_kb says. */
-size_t pr_node_chunk_floats(const struct pr_conf *c);
 
 /* node_group.c */
 /*
@@ -463,7 +463,5 @@ const char *pr_node_sched_addr(const struct node_sched *s);
 uint32_t pr_node_scheds_next(struct node_sched *s, int was_up);
 void pr_node_scheds_up(struct node_sched *s);
 void pr_node_scheds_stop(struct node_sched *s);
-/* The probe timer's close callback: s->handles and the node's. */
-void pr_node_sched_handle_closed(uv_handle_t *h);
 
 #endif

@@ -318,12 +318,16 @@ static int on_hello(struct node_trainer *c, const Pr__V1__Hello *h)
     snprintf(c->conn->name, sizeof(c->conn->name), "trainer '%s'", c->name);
     if (!pr_node_sched_up(c->s)) {
         /*
-         * A trainer may start with its daemon (at boot, in a test): it
-         * waits until the scheduler link is up, at most connect_timeout_ms
+         * A trainer may start with its daemon (at boot, in a test), or
+         * name a scheduler the node has just begun to dial: it waits
+         * until the link is up, at most connect_timeout_ms for each of
+         * the scheduler's addresses, which are dialled in turn
          * (pr_node_ipc_tick), within its own connect timeout.
          */
         c->state = C_WAIT;
-        c->deadline_ms = uv_now(n->loop) + n->conf->node_connect_timeout_ms;
+        c->deadline_ms =
+            uv_now(n->loop) + (uint64_t)n->conf->node_connect_timeout_ms *
+                                  (c->s->list.n ? c->s->list.n : 1);
         return 0;
     }
     return send_join(c);

@@ -311,14 +311,12 @@ static void sum_xports(const struct pr_node *n, struct pr_tcp_xport_stats *ts,
             continue;
         struct pr_tcp_xport_stats t;
         pr_tcp_xport_stats(s->xport, &t);
-        ts->bytes_sent += t.bytes_sent;
-        ts->bytes_recv += t.bytes_recv;
-        ts->links_up += t.links_up;
-        ts->links_encrypted += t.links_encrypted;
-        ts->auth_failures += t.auth_failures;
+        pr_tcp_xport_stats_add(ts, &t);
         *sched_auth += s->auth_failures;
         if (s->rdma) {
-            pr_rdma_stats_add(rs, s->rdma);
+            struct pr_rdma_stats r;
+            pr_rdma_stats(s->rdma, &r);
+            pr_rdma_stats_add(rs, &r);
             *rdma = 1;
         }
     }

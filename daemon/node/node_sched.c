@@ -388,7 +388,8 @@ static int set_reduce_threads(struct node_sched *s)
     return rc;
 }
 
-size_t pr_node_chunk_floats(const struct pr_conf *c)
+/* The chunk size in floats that transport.chunk_kb says. */
+static size_t chunk_floats(const struct pr_conf *c)
 {
     return (size_t)c->xport_chunk_kb * 1024 / sizeof(float);
 }
@@ -417,7 +418,7 @@ static int open_rdma(struct node_sched *s)
         .gid_index = (int)c->xport_gid_index,
         .timeout = (uint8_t)c->xport_rdma_timeout,
         .slots = c->xport_inflight,
-        .slot_payload = pr_node_chunk_floats(c) * sizeof(float),
+        .slot_payload = chunk_floats(c) * sizeof(float),
     };
     int rc = pr_rdma_open(s->n->loop, &rc_conf, pr_tcp_xport_rdma_ops(),
                           s->xport, &s->rdma);
@@ -486,8 +487,8 @@ static int sched_plane(struct node_sched *s)
      */
     s->xport = pr_tcp_xport_create(n->loop, 0, MAX_CHUNK_BYTES,
                                    conf->node_connect_timeout_ms);
-    s->engine = pr_engine_create(n->loop, pr_node_chunk_floats(conf),
-                                 STASH_MAX_BYTES, resolve, s);
+    s->engine = pr_engine_create(n->loop, chunk_floats(conf), STASH_MAX_BYTES,
+                                 resolve, s);
     s->batch = pr_conn_batch_create(n->loop);
     if (!s->xport || !s->engine || !s->batch)
         return -ENOMEM;
@@ -508,7 +509,8 @@ static int sched_plane(struct node_sched *s)
     return rc;
 }
 
-void pr_node_sched_handle_closed(uv_handle_t *h)
+/* A timer of s closed: s->handles and the node's count down. */
+static void handle_closed(uv_handle_t *h)
 {
     struct node_sched *s = h->data;
     struct pr_node *n = s->n;
@@ -607,7 +609,7 @@ void pr_node_scheds_reap(struct pr_node *n)
 
 void pr_node_sched_reload(struct node_sched *s)
 {
-    pr_engine_set_chunk(s->engine, pr_node_chunk_floats(s->n->conf));
+    pr_engine_set_chunk(s->engine, chunk_floats(s->n->conf));
     pr_engine_set_stash_ms(s->engine, s->n->conf->node_reduce_timeout_ms);
 }
 
@@ -618,13 +620,15 @@ static void count_gone(struct node_sched *s)
     struct pr_engine_stats es;
     pr_engine_stats(s->engine, &es);
     pr_engine_stats_add(&n->gone_engine, &es);
-    struct pr_tcp_xport_stats ts = {0};
+    struct pr_tcp_xport_stats ts;
     pr_tcp_xport_stats(s->xport, &ts);
-    n->gone_tcp.bytes_sent += ts.bytes_sent;
-    n->gone_tcp.bytes_recv += ts.bytes_recv;
-    n->gone_tcp.auth_failures += ts.auth_failures;
-    if (s->rdma)
-        pr_rdma_stats_add(&n->gone_rdma, s->rdma);
+    ts.links_up = ts.links_encrypted = 0; /* gauges: gone with it */
+    pr_tcp_xport_stats_add(&n->gone_tcp, &ts);
+    if (s->rdma) {
+        struct pr_rdma_stats rs;
+        pr_rdma_stats(s->rdma, &rs);
+        pr_rdma_stats_add(&n->gone_rdma, &rs);
+    }
     n->gone_auth_failures += s->auth_failures;
 }
 
@@ -689,7 +693,6 @@ void pr_node_sched_close(struct node_sched *s)
     s->batch = NULL;
     pr_node_scheds_stop(s);
     if (s->list.n)
-        uv_close((uv_handle_t *)&s->list.probe_timer,
-                 pr_node_sched_handle_closed);
-    uv_close((uv_handle_t *)&s->retry, pr_node_sched_handle_closed);
+        uv_close((uv_handle_t *)&s->list.probe_timer, handle_closed);
+    uv_close((uv_handle_t *)&s->retry, handle_closed);
 }

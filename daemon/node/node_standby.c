@@ -129,7 +129,7 @@ static void probe_connected(struct pr_conn *c, int status)
         l->ok_since_ms[l->probe_idx] = now;
     }
     l->probe = NULL;
-    pr_conn_close(c, 0);
+    pr_conn_detach_close(c);
     l->probe_idx = l->cur ? (l->probe_idx + 1) % l->cur : 0;
     if (status == 0)
         maybe_switch(s, now);
@@ -148,7 +148,7 @@ static void probe_cb(uv_timer_t *t)
         l->ok_since_ms[l->probe_idx] = 0;
         struct pr_conn *c = l->probe;
         l->probe = NULL;
-        pr_conn_close(c, -ETIMEDOUT);
+        pr_conn_detach_close(c);
         l->probe_idx = l->cur ? (l->probe_idx + 1) % l->cur : 0;
     }
     if (l->cur == 0 || s->state != S_UP)
@@ -167,7 +167,7 @@ static void probe_cb(uv_timer_t *t)
     if (pr_conn_connect(c, host, port, probe_connected) < 0) {
         l->probe = NULL;
         l->ok_since_ms[l->probe_idx] = 0;
-        pr_conn_close(c, -EINVAL);
+        pr_conn_detach_close(c);
     }
 }
 

@@ -79,8 +79,9 @@ static int check_job(const struct node_trainer *c, uint64_t nfloats, char *why,
 {
     const struct pr_conf *conf = c->node->conf;
     uint64_t count = 0, bytes = nfloats * sizeof(float);
+    /* A job is a name on one scheduler: another's of that name is not it. */
     for (const struct node_trainer *t = c->node->trainers; t; t = t->next)
-        if (!strcmp(t->job, c->job)) {
+        if (t->s == c->s && !strcmp(t->job, c->job)) {
             count += t->ntensors;
             bytes += trainer_bytes(t);
         }

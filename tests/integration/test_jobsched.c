@@ -5,7 +5,8 @@
  * trainers that name it, a second one, where job "b" runs with the same
  * model size. Every trainer checks every result against its own job's
  * members (a job's inputs differ from the other's, so a mixed result
- * fails). Killing b's scheduler fails no reduce of a's; a scheduler no
+ * fails). Killing b's scheduler fails no reduce of a's, and killing the
+ * nodes' scheduler none of b's; a scheduler no
  * trainer names any more is left; a malformed one, or one past
  * node.max_schedulers, is refused at connect with the reason. The node's
  * metrics count over both schedulers, and keep a left one's counts.
@@ -126,6 +127,10 @@ START_TEST(test_two_schedulers_keep_jobs_apart)
 }
 END_TEST
 
+/*
+ * _i 0: b's own scheduler is killed, and a (on the nodes') must go on;
+ * _i 1: the nodes' scheduler is killed, and b (on its own) must go on.
+ */
 START_TEST(test_job_scheduler_killed_spares_the_other_job)
 {
     struct h_cluster c, jb;
@@ -133,31 +138,32 @@ START_TEST(test_job_scheduler_killed_spares_the_other_job)
     start(&c, &jb, spec, sizeof(spec), NULL);
     pid_t pids[2 * PER_JOB];
     char names[2 * PER_JOB][16];
-    /* a's trainers tolerate no failed reduce; b's have to. */
-    spawn_job(&c, "a", NULL, 4.0, 0, pids, names);
-    spawn_job(&c, "b", spec, 4.0, 1, pids + PER_JOB, names + PER_JOB);
+    /* The job that goes on tolerates no failed reduce; the other must. */
+    int spared = _i == 0 ? 0 : PER_JOB, hit = PER_JOB - spared;
+    spawn_job(&c, "a", NULL, 4.0, _i == 1, pids, names);
+    spawn_job(&c, "b", spec, 4.0, _i == 0, pids + PER_JOB, names + PER_JOB);
     sleep_ms(1500);
     double killed = h_now();
-    ck_assert_int_eq(kill(jb.sched_pid, SIGKILL), 0);
-    h_wait(jb.sched_pid, 5000);
-    jb.sched_pid = 0;
+    struct h_cluster *victim = _i == 0 ? &jb : &c;
+    ck_assert_int_eq(kill(victim->sched_pid, SIGKILL), 0);
+    h_wait(victim->sched_pid, 5000);
+    victim->sched_pid = 0;
     ck_assert_int_eq(h_wait_trainers(pids, names, 2 * PER_JOB, 30000), 0);
-    long errors_a = 0, errors_b = 0;
+    long errors[2] = {0, 0};
     for (int i = 0; i < 2 * PER_JOB; i++) {
-        long steps, errors;
+        long steps, e;
         double secs;
-        ck_assert_int_eq(
-            h_trainer_figures(&c, names[i], &steps, &secs, &errors), 0);
-        *(i < PER_JOB ? &errors_a : &errors_b) += errors;
+        ck_assert_int_eq(h_trainer_figures(&c, names[i], &steps, &secs, &e), 0);
+        errors[i >= PER_JOB] += e;
     }
-    /* a went on in full groups after the kill; b could not. */
-    for (int i = 0; i < PER_JOB; i++)
+    /* The spared job went on in full groups after the kill; not the other. */
+    for (int i = spared; i < spared + PER_JOB; i++)
         ck_assert_int_gt(full_groups_after(&c, names[i], killed + 0.5), 10);
-    ck_assert_int_eq(errors_a, 0);
-    ck_assert_int_gt(errors_b, 0);
-    printf("jobsched: b's scheduler killed: a's reduces failed %ld, b's "
+    ck_assert_int_eq(errors[spared / PER_JOB], 0);
+    ck_assert_int_gt(errors[hit / PER_JOB], 0);
+    printf("jobsched: %s scheduler killed: a's reduces failed %ld, b's "
            "%ld\n",
-           errors_a, errors_b);
+           _i == 0 ? "b's own" : "the nodes'", errors[0], errors[1]);
     ck_assert_int_eq(h_cluster_stop(&c), 0);
     ck_assert_int_eq(h_cluster_stop(&jb), 0);
 }
@@ -302,7 +308,8 @@ static Suite *suite(void)
     TCase *tc = tcase_create("jobsched");
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_two_schedulers_keep_jobs_apart);
-    tcase_add_test(tc, test_job_scheduler_killed_spares_the_other_job);
+    tcase_add_loop_test(tc, test_job_scheduler_killed_spares_the_other_job, 0,
+                        2);
     tcase_add_test(tc, test_bad_or_one_too_many_scheduler_refused);
     tcase_add_test(tc, test_metrics_over_schedulers);
     tcase_add_test(tc, test_unreachable_scheduler_named);

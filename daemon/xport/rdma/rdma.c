@@ -251,11 +251,11 @@ void pr_rdma_stats(const struct pr_rdma *r, struct pr_rdma_stats *st)
     *st = r->st;
 }
 
-void pr_rdma_stats_add(struct pr_rdma_stats *sum, const struct pr_rdma *r)
+void pr_rdma_stats_add(struct pr_rdma_stats *sum, const struct pr_rdma_stats *x)
 {
-    sum->bytes_sent += r->st.bytes_sent;
-    sum->bytes_recv += r->st.bytes_recv;
-    sum->writes += r->st.writes;
-    sum->credit_msgs += r->st.credit_msgs;
-    sum->cq_events += r->st.cq_events;
+    sum->bytes_sent += x->bytes_sent;
+    sum->bytes_recv += x->bytes_recv;
+    sum->writes += x->writes;
+    sum->credit_msgs += x->credit_msgs;
+    sum->cq_events += x->cq_events;
 }

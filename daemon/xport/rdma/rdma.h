@@ -95,7 +95,8 @@ struct pr_rdma_stats {
     uint64_t cq_events;
 };
 void pr_rdma_stats(const struct pr_rdma *r, struct pr_rdma_stats *st);
-/* Adds r's counters to sum's (a node's devices, one per scheduler). */
-void pr_rdma_stats_add(struct pr_rdma_stats *sum, const struct pr_rdma *r);
+/* Adds x's counters to sum's (a node's devices, one per scheduler). */
+void pr_rdma_stats_add(struct pr_rdma_stats *sum,
+                       const struct pr_rdma_stats *x);
 
 #endif

@@ -244,6 +244,16 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
     }
 }
 
+void pr_tcp_xport_stats_add(struct pr_tcp_xport_stats *sum,
+                            const struct pr_tcp_xport_stats *x)
+{
+    sum->bytes_sent += x->bytes_sent;
+    sum->bytes_recv += x->bytes_recv;
+    sum->links_up += x->links_up;
+    sum->links_encrypted += x->links_encrypted;
+    sum->auth_failures += x->auth_failures;
+}
+
 uint64_t pr_tcp_xport_bytes_in(const struct pr_tcp_xport *x)
 {
     uint64_t sum = 0;

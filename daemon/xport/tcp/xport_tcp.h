@@ -102,6 +102,9 @@ struct pr_tcp_xport_stats {
 };
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
                         struct pr_tcp_xport_stats *st);
+/* Adds every field of x to sum's (a node's transports, one per scheduler). */
+void pr_tcp_xport_stats_add(struct pr_tcp_xport_stats *sum,
+                            const struct pr_tcp_xport_stats *x);
 /*
  * Bytes read so far on the peer links' connections open now, frames in
  * progress included: it changes with every read, so that a caller can
