@@ -40,6 +40,24 @@ def _run_job(sock, job, values, results, errors, scheduler=None):
             for i, p in enumerate(sock)]
 
 
+def _two_jobs(c, b_scheduler=None):
+    """Jobs a and b, one worker each on both of c's nodes, the same model
+    size, reducing at once (b on b_scheduler, None: the nodes'): their
+    values and results, after checking that no worker failed."""
+    values = {"a": [1.0, 3.0], "b": [1000.0, 3000.0]}
+    results, errors = [], []
+    threads = (_run_job(c.sock, "a", values["a"], results, errors) +
+               _run_job(c.sock, "b", values["b"], results, errors,
+                        b_scheduler))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 4 * STEPS
+    return values, results
+
+
 def test_two_jobs_of_one_size_never_mix(cluster):
     """Jobs a and b, one worker each on both nodes, the same model size,
     reducing at once: every result is its own job's values weighted by
@@ -47,16 +65,7 @@ def test_two_jobs_of_one_size_never_mix(cluster):
     and takes the others' model), never a value of the other job."""
     c = cluster(2, ("scheduler.policy=dynamic", "scheduler.window_ms=5",
                     "scheduler.weighting=uniform"))
-    values = {"a": [1.0, 3.0], "b": [1000.0, 3000.0]}
-    results, errors = [], []
-    threads = (_run_job(c.sock, "a", values["a"], results, errors) +
-               _run_job(c.sock, "b", values["b"], results, errors))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    assert len(results) == 4 * STEPS
+    values, results = _two_jobs(c)
     pairs = 0
     for job, rank, got, spread, members in results:
         ranks = {m for m, _ in members}
@@ -82,17 +91,7 @@ def test_job_on_its_own_scheduler(cluster):
                     "scheduler.weighting=uniform"))
     b = cluster(0, ("scheduler.policy=dynamic", "scheduler.window_ms=5",
                     "scheduler.weighting=uniform"), name="b")
-    spec = f"127.0.0.1:{b.sched_port}"
-    values = {"a": [1.0, 3.0], "b": [1000.0, 3000.0]}
-    results, errors = [], []
-    threads = (_run_job(c.sock, "a", values["a"], results, errors) +
-               _run_job(c.sock, "b", values["b"], results, errors, spec))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    assert len(results) == 4 * STEPS
+    values, results = _two_jobs(c, f"127.0.0.1:{b.sched_port}")
     for job, rank, got, spread, members in results:
         want = sum(w * values[job][m] for m, w in members)
         assert got == pytest.approx(want), (job, rank, got, members)
