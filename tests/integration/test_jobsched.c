@@ -263,6 +263,17 @@ START_TEST(test_metrics_over_schedulers)
     ck_assert_int_eq(h_node_start(&c, 1, NULL), 0);
     char spec[64];
     snprintf(spec, sizeof(spec), "127.0.0.1:%u", jb.sched_port);
+    /*
+     * A trainer of another job on b's scheduler, connected throughout:
+     * node 0 follows that scheduler until it leaves, whenever b's end.
+     */
+    preduce_options_t *o;
+    preduce_client_t *hold = NULL;
+    ck_assert_int_eq(preduce_options_create(&o), 0);
+    ck_assert_int_eq(preduce_options_set(o, "scheduler", spec), 0);
+    ck_assert_int_eq(preduce_options_set(o, "job", "hold"), 0);
+    ck_assert_int_eq(preduce_connect_with(c.sock[0], "h0", o, 5000, &hold), 0);
+    preduce_options_destroy(o);
     pid_t pids[2 * PER_JOB];
     char names[2 * PER_JOB][16];
     spawn_job(&c, "a", NULL, 3.0, 0, pids, names);
@@ -282,12 +293,13 @@ START_TEST(test_metrics_over_schedulers)
     ck_assert(strstr(during, "preduce_worker_version{job=\"a\",worker=\"a0\""));
     free(during);
     ck_assert_int_eq(h_wait_trainers(pids, names, 2 * PER_JOB, 30000), 0);
-    /* Every trainer gone; b's scheduler is still followed for 2 s. */
+    /* Every reducing trainer gone; b's scheduler is followed for h0. */
     char *gone = h_metrics_fetch(mport);
     ck_assert_ptr_nonnull(gone);
     ck_assert_int_eq(metric(gone, "preduce_node_schedulers "), 2);
     double ok0 = metric(gone, groups_ok), sent0 = metric(gone, tcp_sent);
     free(gone);
+    preduce_close(hold);
     ck_assert(says(&c, "node0", "no trainer follows it: leaving it"));
     char *after = h_metrics_fetch(mport);
     ck_assert_ptr_nonnull(after);
