@@ -39,6 +39,16 @@ enum pr_encrypt {
     PR_ENCRYPT_OFF = 2,
 };
 
+/*
+ * transport.io_thread: auto moves large chunks' bytes on the transport's
+ * I/O thread while the daemon serves trainers of more than one job.
+ */
+enum pr_io_thread {
+    PR_IO_THREAD_AUTO = 0,
+    PR_IO_THREAD_ON = 1,
+    PR_IO_THREAD_OFF = 2,
+};
+
 enum pr_reload_missing {
     PR_RELOAD_MISSING_REFUSE = 0,  /* a reload lacking keys set before fails */
     PR_RELOAD_MISSING_DEFAULT = 1, /* such keys return to their defaults */
@@ -117,6 +127,7 @@ struct pr_conf {
     uint32_t xport_chunk_kb;   /* ring chunk size, KiB */
     uint32_t xport_streams;    /* TCP connections per peer link, 1.. */
     uint32_t xport_express_kb; /* a link's express connection: up to; 0 off */
+    int xport_io_thread;       /* enum pr_io_thread */
     uint32_t xport_inflight;   /* RDMA receive slots per peer */
     char *xport_rdma_device;   /* "" = first device */
     uint32_t xport_rdma_port;

@@ -32,6 +32,11 @@ static const struct pr_name encrypts[] = {{"auto", PR_ENCRYPT_AUTO},
                                           {"off", PR_ENCRYPT_OFF},
                                           {NULL, 0}};
 
+static const struct pr_name io_threads[] = {{"auto", PR_IO_THREAD_AUTO},
+                                            {"on", PR_IO_THREAD_ON},
+                                            {"off", PR_IO_THREAD_OFF},
+                                            {NULL, 0}};
+
 static const struct pr_name missing[] = {{"refuse", PR_RELOAD_MISSING_REFUSE},
                                          {"default", PR_RELOAD_MISSING_DEFAULT},
                                          {NULL, 0}};
@@ -172,6 +177,10 @@ static const struct entry rows[] = {
      NULL, 0,
      "reduces up to this many KiB on the wire take a link's express "
      "connection; 0 = none"},
+    {"transport", "io_thread", T_ENUM, OFF(xport_io_thread), "auto", 0, 0,
+     io_threads, 0,
+     "large chunks' bytes over TCP on a thread of their own: auto (while "
+     "trainers of 2 or more jobs are here), on or off"},
     {"transport", "inflight", T_U32, OFF(xport_inflight), "8", 1, 1024, NULL, 0,
      "RDMA receive slots per peer (no effect on TCP)"},
     {"transport", "rdma_device", T_STR, OFF(xport_rdma_device), "", 0, 0, NULL,

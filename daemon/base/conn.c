@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/base/conn_int.h"
+#include "daemon/base/conn_io.h"
 #include "daemon/base/log.h"
 #include "daemon/base/seal.h"
 
@@ -73,6 +74,7 @@ struct pr_conn *pr_conn_create_pipe(uv_loop_t *loop, size_t max_frame,
 static void close_cb(uv_handle_t *h)
 {
     struct pr_conn *c = h->data;
+    pr_conn_io_left_report(c);
     if (c->ops->on_close)
         c->ops->on_close(c, c->status);
     if (c->wipe_rx && c->rd.buf)
@@ -98,6 +100,8 @@ void pr_conn_close(struct pr_conn *c, int status)
     c->batch = NULL;
     c->closing = 1;
     c->status = status;
+    /* The thread lets go of the socket and the landing's memory first. */
+    pr_conn_io_release(c);
     land_abort(c, status);
     uv_close(&c->h.handle, close_cb);
 }
@@ -228,7 +232,7 @@ static int seal_failed(struct pr_conn *c, int rc, const char *what)
  * its number is spent, and the peer would take the next one for
  * tampering. Logged; the connection is closed.
  */
-static int seal_lost(struct pr_conn *c, int rc, const char *what)
+int pr_conn_seal_lost(struct pr_conn *c, int rc, const char *what)
 {
     pr_err("%s: cannot send %s sealed: %s: closing", c->name, what,
            strerror(-rc));
@@ -320,6 +324,12 @@ static void landed_bytes(struct pr_conn *c, size_t n, uint64_t now_ns)
     if (c->land.got < c->land.len ||
         (c->seal && c->land.tag_got < PR_SEAL_TAG_LEN))
         return;
+    pr_conn_land_done(c, now_ns);
+}
+
+/* All of the landing's bytes are in: opened if sealed, the owner told. */
+void pr_conn_land_done(struct pr_conn *c, uint64_t now_ns)
+{
     c->land.active = 0;
     int status = 0;
     /*
@@ -426,6 +436,26 @@ static void land_abort(struct pr_conn *c, int status)
     c->ops->on_data_end(c, c->land.token, status < 0 ? status : -ECONNRESET);
 }
 
+/* The peer closed, or a read failed (UV_EOF or a negative errno). */
+void pr_conn_read_ended(struct pr_conn *c, int err)
+{
+    size_t pending =
+        pr_frame_reader_pending(&c->rd) + (c->land.active ? c->land.got : 0);
+    /*
+     * However it ended (a peer that leaves unread data behind resets
+     * rather than closes), a partial frame is reported as truncated.
+     */
+    if (pending > 0)
+        pr_warn("%s: connection closed inside a frame (%zu bytes of "
+                "a truncated frame dropped)%s%s",
+                c->name, pending, err == UV_EOF ? "" : ": ",
+                err == UV_EOF ? "" : uv_strerror(err));
+    else if (err != UV_EOF)
+        pr_info("%s: read: %s", c->name, uv_strerror(err));
+    /* An orderly EOF is a close by the peer, not an error. */
+    pr_conn_close(c, err == UV_EOF ? 0 : err);
+}
+
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct pr_conn *c = s->data;
@@ -440,21 +470,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread < 0) {
-        size_t pending = pr_frame_reader_pending(&c->rd) +
-                         (c->land.active ? c->land.got : 0);
-        /*
-         * However it ended (a peer that leaves unread data behind resets
-         * rather than closes), a partial frame is reported as truncated.
-         */
-        if (pending > 0)
-            pr_warn("%s: connection closed inside a frame (%zu bytes of "
-                    "a truncated frame dropped)%s%s",
-                    c->name, pending, nread == UV_EOF ? "" : ": ",
-                    nread == UV_EOF ? "" : uv_strerror((int)nread));
-        else if (nread != UV_EOF)
-            pr_info("%s: read: %s", c->name, uv_strerror((int)nread));
-        /* An orderly EOF is a close by the peer, not an error. */
-        pr_conn_close(c, nread == UV_EOF ? 0 : (int)nread);
+        pr_conn_read_ended(c, (int)nread);
         return;
     }
     /*
@@ -472,6 +488,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     c->bytes_in += (size_t)nread;
     if (c->land.active) {
         landed_bytes(c, (size_t)nread, now_ns);
+        pr_conn_io_take_rx(c);
         return;
     }
     /* No piece of a frame was waiting: this read begins the next one. */
@@ -486,6 +503,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             rc = maybe_land(c);
             if (rc < 0)
                 pr_conn_close(c, rc);
+            else
+                pr_conn_io_take_rx(c);
             return;
         }
         if (rc < 0) {
@@ -534,6 +553,11 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 void pr_conn_wipe_msg(struct pr_conn *c)
 {
     c->wipe_msg = 1;
+}
+
+int pr_conn_read_resume(struct pr_conn *c)
+{
+    return uv_read_start(&c->h.stream, alloc_cb, read_cb);
 }
 
 int pr_conn_start(struct pr_conn *c)
@@ -600,7 +624,7 @@ int pr_conn_seal_msg_at(struct pr_conn *c, uint8_t *f, size_t n)
     pr_frame_hdr_encode(f, (uint32_t)(n + PR_SEAL_TAG_LEN), PR_FRAME_MSG, 0);
     int rc = pr_seal_encrypt(c->seal, f, f + PR_FRAME_HDR_LEN,
                              f + PR_FRAME_HDR_LEN, n, f + PR_FRAME_HDR_LEN + n);
-    return rc < 0 ? seal_lost(c, rc, "a message") : 0;
+    return rc < 0 ? pr_conn_seal_lost(c, rc, "a message") : 0;
 }
 
 /* A message frame (*frame, *len) becomes its sealed record. */
@@ -621,9 +645,9 @@ static int seal_msg(struct pr_conn *c, uint8_t **frame, size_t *len)
  * header, whose flags say where the prefix record ends, then the prefix
  * record and its tag, then the payload record and its tag.
  */
-static int seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
-                     const void *data, size_t len, uint8_t **out,
-                     size_t *out_len)
+int pr_conn_seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
+                      const void *data, size_t len, uint8_t **out,
+                      size_t *out_len)
 {
     const size_t T = PR_SEAL_TAG_LEN;
     size_t total = hdr_len + T + len + T;
@@ -641,7 +665,7 @@ static int seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     if (rc < 0) {
         free(f);
         /* The header's record may have gone, the payload's not. */
-        return seal_lost(c, rc, "a chunk");
+        return pr_conn_seal_lost(c, rc, "a chunk");
     }
     *out = f;
     *out_len = PR_FRAME_HDR_LEN + total;
@@ -651,6 +675,12 @@ static int seal_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
 int pr_conn_write_owned(struct pr_conn *c, uint8_t *owned, size_t off,
                         size_t len)
 {
+    if (c->io_left) { /* as in pr_conn_send */
+        free(owned);
+        return -ENOTCONN;
+    }
+    if (pr_conn_io_wants(c, 0))
+        return pr_conn_io_write_owned(c, owned, off, len, NULL, NULL);
     struct wreq *w = calloc(1, sizeof(*w));
     if (!w) {
         free(owned);
@@ -669,7 +699,11 @@ int pr_conn_write_owned(struct pr_conn *c, uint8_t *owned, size_t off,
 
 int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
 {
-    if (c->closing)
+    /*
+     * io_left: a detached close took writes back from the I/O thread,
+     * one maybe cut short; nothing may follow it (pr_conn_io_release).
+     */
+    if (c->closing || c->io_left)
         return -ENOTCONN;
     /* A peer that stops reading must not make this side queue forever. */
     if (pr_conn_write_queue(c) > PR_CONN_MAX_QUEUED) {
@@ -693,6 +727,16 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
         free(w->owned);
         free(w);
         return rc;
+    }
+    if (pr_conn_io_wants(c, 0)) {
+        uint8_t *owned = w->owned;
+        free(w);
+        rc = pr_conn_io_write_owned(c, owned, 0, len, NULL, NULL);
+        /* A sealed record's number is spent: the next would not open. */
+        if (rc < 0)
+            return c->seal ? pr_conn_seal_lost(c, rc, "a message") : rc;
+        c->bytes_out += len;
+        return 0;
     }
     w->c = c;
     uv_buf_t b = uv_buf_init((char *)w->owned, (unsigned)len);
@@ -719,7 +763,7 @@ int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m)
     if (rc < 0) {
         free(w->owned);
         free(w);
-        return c->seal ? seal_lost(c, rc, "a message") : rc;
+        return c->seal ? pr_conn_seal_lost(c, rc, "a message") : rc;
     }
     c->bytes_out += len;
     return 0;
@@ -729,7 +773,7 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
                       const void *data, size_t len, pr_conn_write_cb cb,
                       void *arg)
 {
-    if (c->closing)
+    if (c->closing || c->io_left) /* as in pr_conn_send */
         return -ENOTCONN;
     if (hdr_len > 64 || hdr_len + len > c->rd.max_len ||
         hdr_len + len > UINT32_MAX)
@@ -737,6 +781,8 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     pr_conn_flush(c); /* the messages before it go first */
     if (c->closing)
         return -ENOTCONN;
+    if (pr_conn_io_wants(c, PR_FRAME_HDR_LEN + hdr_len + len))
+        return pr_conn_io_send_data(c, hdr, hdr_len, data, len, cb, arg);
     struct wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
@@ -745,7 +791,7 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
     w->arg = arg;
     if (c->seal) {
         size_t n;
-        int rc = seal_data(c, hdr, hdr_len, data, len, &w->owned, &n);
+        int rc = pr_conn_seal_data(c, hdr, hdr_len, data, len, &w->owned, &n);
         if (rc < 0) {
             free(w);
             return rc;
@@ -755,7 +801,7 @@ int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,
         if (rc < 0) {
             free(w->owned);
             free(w);
-            return seal_lost(c, rc, "a chunk");
+            return pr_conn_seal_lost(c, rc, "a chunk");
         }
         c->bytes_out += n;
         return 0;
@@ -814,7 +860,11 @@ static const struct pr_conn_ops detached_ops = {
 
 void pr_conn_detach_close(struct pr_conn *c)
 {
-    /* The owner is still there to take its landing back. */
+    /*
+     * The owner is still there to take its landing back, once no thread
+     * writes into it.
+     */
+    pr_conn_io_release(c);
     land_abort(c, -ECANCELED);
     c->ops = &detached_ops;
     c->owner = NULL;
@@ -865,5 +915,6 @@ int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
 
 size_t pr_conn_write_queue(const struct pr_conn *c)
 {
-    return uv_stream_get_write_queue_size(&c->h.stream) + c->out_len;
+    return uv_stream_get_write_queue_size(&c->h.stream) + c->out_len +
+           c->io_tx_bytes;
 }

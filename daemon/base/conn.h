@@ -153,6 +153,20 @@ struct pr_conn {
     struct pr_conn *batch_next, **batch_pprev;
     uint8_t *out;
     size_t out_len, out_cap;
+    /*
+     * The I/O thread that moves this connection's bulk bytes
+     * (pr_conn_set_io, conn_io.h) and its slot there; what the thread
+     * holds of it: writes (how many, their bytes) and a read (a landing
+     * payload's rest, with libuv's reading stopped); and the writes that
+     * the close took back, reported before on_close as libuv's are.
+     */
+    struct pr_conn_io *io;
+    struct pr_io_slot *io_slot;
+    uint32_t io_tx_n;
+    size_t io_tx_bytes;
+    int io_rx;
+    struct pr_io_op *io_left;
+    uint64_t io_ops; /* operations the thread did for it */
 };
 
 /* Allocates an unconnected TCP conn (uv_tcp_init done). NULL: no memory. */
@@ -205,7 +219,17 @@ int pr_conn_transcript_start(struct pr_conn *c);
 int pr_conn_seal(struct pr_conn *c, uint32_t cipher,
                  const struct pr_auth_key *key, char role,
                  const uint8_t *s_nonce, const uint8_t *c_nonce);
-/* Bytes queued to be written: libuv's queue, and a batch's buffer. */
+/*
+ * From now on c's large payloads are read, and its large data frames
+ * written, by io's thread (conn_io.h), what is written after such a frame
+ * too while it waits; c is a TCP connection on io's loop. 0, -EALREADY,
+ * or a negative errno (c then works on the loop alone, as before).
+ */
+int pr_conn_set_io(struct pr_conn *c, struct pr_conn_io *io);
+/*
+ * Bytes queued to be written: libuv's queue, a batch's buffer, and what
+ * the I/O thread holds.
+ */
 size_t pr_conn_write_queue(const struct pr_conn *c);
 
 /* A batch on loop (its handles unreferenced), or NULL: no memory. */

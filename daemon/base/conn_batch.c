@@ -172,7 +172,8 @@ int pr_conn_flush_out(struct pr_conn *c)
      * Nothing queued before it: one write() mostly takes it all, and the
      * buffer stays for the next turn's frames (unless a burst grew it).
      */
-    if (uv_stream_get_write_queue_size(&c->h.stream) == 0) {
+    if (uv_stream_get_write_queue_size(&c->h.stream) == 0 && c->io_tx_n == 0) {
+        /* (Not while the I/O thread holds writes: it goes behind them.) */
         uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)len);
         int n = uv_try_write(&c->h.stream, &b, 1);
         if (n == (int)len) {

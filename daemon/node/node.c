@@ -33,6 +33,7 @@ static void tick_cb(uv_timer_t *t)
     uint64_t now = uv_now(n->loop);
     pr_node_ipc_tick(n, now);
     pr_node_scheds_reap(n);
+    pr_node_scheds_jobs(n);
     for (uint32_t i = 0; i < n->nsched; i++)
         if (n->sched[i])
             pr_node_sched_tick(n->sched[i], now);

@@ -237,6 +237,8 @@ struct pr_node {
      * phase later, so a flood would have counted against real trainers.
      */
     uint32_t ngreeted;
+    /* Trainers of two or more jobs are here (pr_node_scheds_jobs). */
+    int io_shared;
     uint32_t next_cookie;
     uv_timer_t tick;
     int stopping;
@@ -334,6 +336,12 @@ int pr_node_sched_for(struct pr_node *n, const char *spec,
  * called by the node's tick, never from a callback of theirs.
  */
 void pr_node_scheds_reap(struct pr_node *n);
+/*
+ * Tells the transports whether the trainers here are of more than one
+ * job (a job is a name on one scheduler): transport.io_thread = auto
+ * moves large chunks' bytes off the loop then. Called by the tick.
+ */
+void pr_node_scheds_jobs(struct pr_node *n);
 /* Heartbeats and the scheduler's silence; called by the node's tick. */
 void pr_node_sched_tick(struct node_sched *s, uint64_t now_ms);
 /* Applies the node's reloaded settings to s's engine. */

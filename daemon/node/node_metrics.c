@@ -344,6 +344,16 @@ static void render_xport(struct pr_metrics_buf *b, const struct pr_node *n)
              "Links ended by an encrypted frame that failed authentication "
              "(altered, replayed, reordered or lost on the way).",
              "link", "peer", ts.auth_failures, "scheduler", sched_auth);
+    pr_metrics_header(b, "preduce_node_io_thread_bytes_total", "counter",
+                      "Of the TCP bytes, those the I/O thread read or wrote "
+                      "(transport.io_thread), frame headers included.");
+    pr_metrics_printf(b,
+                      "preduce_node_io_thread_bytes_total{direction=\"sent\"} "
+                      "%llu\n"
+                      "preduce_node_io_thread_bytes_total{direction="
+                      "\"received\"} %llu\n",
+                      (unsigned long long)ts.io_bytes_sent,
+                      (unsigned long long)ts.io_bytes_recv);
     render_rates(b, n);
     gauge(b, "preduce_node_rdma", "1 when an RDMA device is open.",
           (uint64_t)rdma);

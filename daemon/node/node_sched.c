@@ -499,6 +499,8 @@ static int sched_plane(struct node_sched *s)
     pr_tcp_xport_set_key(s->xport, n->key);
     pr_tcp_xport_set_streams(s->xport, conf->xport_streams);
     pr_tcp_xport_set_express(s->xport, (size_t)conf->xport_express_kb << 10);
+    pr_tcp_xport_set_io_thread(s->xport, conf->xport_io_thread);
+    pr_tcp_xport_set_io_shared(s->xport, n->io_shared);
     /* TCP reads any memory; with RDMA every tensor is registered. */
     pr_engine_set_direct(s->engine, 1);
     int rc = set_reduce_threads(s);
@@ -605,6 +607,32 @@ void pr_node_scheds_reap(struct pr_node *n)
             pr_node_sched_close(s);
         }
     }
+}
+
+void pr_node_scheds_jobs(struct pr_node *n)
+{
+    const struct node_trainer *first = NULL;
+    int shared = 0;
+    for (const struct node_trainer *t = n->trainers; t && !shared;
+         t = t->next) {
+        if (!t->greeted || !t->conn)
+            continue;
+        if (!first)
+            first = t;
+        else if (t->s != first->s || strcmp(t->job, first->job) != 0)
+            shared = 1;
+    }
+    if (shared == n->io_shared)
+        return;
+    n->io_shared = shared;
+    if (n->conf->xport_io_thread == PR_IO_THREAD_AUTO)
+        pr_info("%s: large chunks' bytes now move on %s",
+                shared ? "trainers of several jobs here"
+                       : "trainers of one job here, or none",
+                shared ? "the I/O thread" : "the loop");
+    for (uint32_t i = 0; i < n->nsched; i++)
+        if (n->sched[i])
+            pr_tcp_xport_set_io_shared(n->sched[i]->xport, shared);
 }
 
 void pr_node_sched_reload(struct node_sched *s)

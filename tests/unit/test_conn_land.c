@@ -14,6 +14,12 @@
  * a local close ends once with an error; a socket that holds more than
  * the read budget is read over several loop turns. Each test runs a
  * private loop, closes every handle and checks uv_loop_close() == 0.
+ *
+ * With an I/O thread (conn_io.h; the tests whose loop index says so) the
+ * same must hold, the thread reading the large payloads; and a writer
+ * conn with one writes frames whole and in order, what it was handed
+ * after a large frame (a message) behind it, each callback once, and a
+ * close reports the writes the thread still held before on_close.
  */
 #include <check.h>
 #include <errno.h>
@@ -23,10 +29,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "daemon/base/conn.h"
+#include "daemon/base/conn_io.h"
 #include "daemon/base/log.h"
 #include "proto/frame.h"
 #include "tests/check_run.h"
@@ -68,9 +77,16 @@ struct t {
     size_t nev;
     int begins, ends, closes;
     int close_status;
-    int refuse_k;  /* on_data_begin says 0 for frame refuse_k (-1: none) */
-    uint64_t wipe; /* on_msg zeroes the ping of this nonce (0: none) */
-    int begin_rc;  /* < 0: on_data_begin answers this */
+    struct pr_conn_io *io; /* t_io: the I/O thread of c (or of wc) */
+    struct pr_conn *wc;    /* t_init_writer: a conn writes fds[1] */
+    int wc_closes;
+    int cb_order[MAXEV]; /* wc's write callbacks: their numbers, in turn */
+    int cb_status[MAXEV];
+    size_t ncb;
+    size_t cb_at_close; /* ncb when wc's on_close ran */
+    int refuse_k;       /* on_data_begin says 0 for frame refuse_k (-1: none) */
+    uint64_t wipe;      /* on_msg zeroes the ping of this nonce (0: none) */
+    int begin_rc;       /* < 0: on_data_begin answers this */
 };
 
 /* Byte i of data frame k's payload: not periodic in 256 or 4096. */
@@ -198,6 +214,14 @@ static void limit_cb(uv_timer_t *h)
     uv_stop(&t->loop);
 }
 
+/* Gives `c` an I/O thread of its own (t->io). */
+static void t_io(struct t *t, struct pr_conn *c)
+{
+    ck_assert_int_eq(pr_conn_io_create(&t->loop, &t->io), 0);
+    ck_assert_int_eq(pr_conn_set_io(c, t->io), 0);
+    ck_assert_int_eq(pr_conn_set_io(c, t->io), -EALREADY);
+}
+
 static void t_init(struct t *t)
 {
     memset(t, 0, sizeof(*t));
@@ -248,6 +272,10 @@ static void t_fini(struct t *t, int closes)
 {
     if (t->c)
         pr_conn_close(t->c, 0);
+    if (t->wc)
+        pr_conn_close(t->wc, 0);
+    /* After its conns, which let go of it as they closed. */
+    pr_conn_io_destroy(t->io, NULL, NULL);
     w_close(t);
     uv_close((uv_handle_t *)&t->limit, NULL);
     ck_assert_int_eq(uv_run(&t->loop, UV_RUN_DEFAULT), 0);
@@ -551,6 +579,10 @@ END_TEST
  * comes once, in order, with its bytes; frames too large for any one
  * read land, and frames_landed counts every landing.
  */
+/*
+ * _i: 0 the loop reads all; 1 an I/O thread reads the large payloads; 2
+ * the thread is there, switched off: the loop reads all again.
+ */
 START_TEST(test_conn_land_mixed)
 {
     static const struct {
@@ -565,6 +597,10 @@ START_TEST(test_conn_land_mixed)
     const size_t nseq = sizeof(seq) / sizeof(seq[0]);
     struct t t;
     t_init(&t);
+    if (_i > 0)
+        t_io(&t, t.c);
+    if (_i == 2)
+        pr_conn_io_set_on(t.io, 0);
     size_t cap = 0;
     for (size_t i = 0; i < nseq; i++)
         cap += PR_FRAME_HDR_LEN + PREFIX + seq[i].len + 64;
@@ -600,6 +636,19 @@ START_TEST(test_conn_land_mixed)
     }
     ck_assert_uint_eq(t.c->frames_landed, landed);
     ck_assert_uint_eq(t.c->bytes_in, off);
+    /*
+     * The thread read the rest of every payload of 64 KiB or more left
+     * when its landing began (3 MiB, 1 MiB, 70000 and 65536 bytes: at
+     * least the whole of the two largest), and nothing when off.
+     */
+    if (_i == 1) {
+        ck_assert_uint_ge(t.c->io_ops, 2);
+        ck_assert_uint_ge(pr_conn_io_read(t.io),
+                          (3u << 20) + (1u << 20) - 2 * FIRST_READ);
+    } else {
+        ck_assert_uint_eq(t.c->io_ops, 0);
+        ck_assert_uint_eq(t.io ? pr_conn_io_read(t.io) : 0, 0);
+    }
     free(all);
     t_fini(&t, 1);
 }
@@ -616,6 +665,8 @@ START_TEST(test_conn_land_refused_comes_whole)
 {
     struct t t;
     t_init(&t);
+    if (_i)
+        t_io(&t, t.c); /* the refused frame is the loop's all the same */
     t.refuse_k = 0;
     size_t n0, n1;
     uint8_t *f0 = data_frame(0, 3 << 20, &n0);
@@ -660,6 +711,26 @@ static int began(struct t *t)
     return t->begins > 0;
 }
 
+/* The I/O thread holds the landing's read. */
+static int io_reading(struct t *t)
+{
+    return t->c && t->c->io_rx;
+}
+
+/*
+ * Until half the frame is in: the conn's count, or, with an I/O thread,
+ * the thread holding the read of the rest (its bytes are counted when
+ * it is done).
+ */
+static void run_half(struct t *t, size_t half)
+{
+    run_until(t, began);
+    if (t->io)
+        run_until(t, io_reading);
+    else
+        run_bytes(t, half);
+}
+
 /* The peer closes inside the payload: the landing ends once, < 0. */
 START_TEST(test_conn_land_peer_closes_mid_payload)
 {
@@ -667,9 +738,10 @@ START_TEST(test_conn_land_peer_closes_mid_payload)
     t_init(&t);
     size_t n;
     uint8_t *f = data_frame(3, 1 << 20, &n);
+    if (_i)
+        t_io(&t, t.c);
     put(&t, f, n / 2);
-    run_until(&t, began);
-    run_bytes(&t, n / 2);
+    run_half(&t, n / 2);
     w_close(&t);
     run_until(&t, closed);
     ck_assert_int_eq(t.ends, 1);
@@ -684,20 +756,23 @@ END_TEST
 
 /*
  * This side closes inside the payload (pr_conn_close, or detached from
- * its owner): the landing ends with an error before the call returns,
- * and no byte lands after.
+ * its owner: _i odd): the landing ends with an error before the call
+ * returns, and no byte lands after, also when an I/O thread held the
+ * read (_i >= 2; under ASan a byte written to the freed landing fails).
  */
 START_TEST(test_conn_land_local_close_mid_payload)
 {
     struct t t;
     t_init(&t);
+    if (_i >= 2)
+        t_io(&t, t.c);
     size_t n;
     uint8_t *f = data_frame(4, 1 << 20, &n);
     put(&t, f, n / 2);
-    run_until(&t, began);
-    run_bytes(&t, n / 2);
+    run_half(&t, n / 2);
     struct pr_conn *c = t.c;
-    if (_i) {
+    int detach = _i % 2;
+    if (detach) {
         pr_conn_detach_close(c);
         t.c = NULL;
     } else {
@@ -705,15 +780,270 @@ START_TEST(test_conn_land_local_close_mid_payload)
     }
     ck_assert_int_eq(t.ends, 1);
     ck_assert_int_eq(t.ev[0].kind, 'X');
-    ck_assert_int_eq(t.ev[0].status, _i ? -ECANCELED : -ETIMEDOUT);
+    ck_assert_int_eq(t.ev[0].status, detach ? -ECANCELED : -ETIMEDOUT);
     /* The rest of the frame, written now, goes nowhere (or fails). */
     put(&t, f + n / 2, n - n / 2);
     uv_run(&t.loop, UV_RUN_NOWAIT);
     free(f);
-    t_fini(&t, _i ? 0 : 1);
+    t_fini(&t, detach ? 0 : 1);
     ck_assert_int_eq(t.ends, 1);
-    if (!_i)
+    if (!detach)
         ck_assert_int_eq(t.close_status, -ETIMEDOUT);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Written by the I/O thread                                            */
+
+static int wc_on_msg(struct pr_conn *c, const Pr__V1__Msg *m)
+{
+    (void)c;
+    (void)m;
+    return 0;
+}
+
+static void wc_on_close(struct pr_conn *c, int status)
+{
+    struct t *t = c->owner;
+    (void)status;
+    t->wc_closes++;
+    t->cb_at_close = t->ncb;
+    t->wc = NULL;
+}
+
+static const struct pr_conn_ops writer_ops = {.on_msg = wc_on_msg,
+                                              .on_close = wc_on_close};
+
+/* The writer's end is a conn (t->wc) with an I/O thread, not t->w. */
+static void t_init_writer(struct t *t)
+{
+    t_init(t);
+    /*
+     * Small socket buffers, whatever the host's defaults: a 1 MiB frame
+     * then never fits in them whole (test_conn_land_io_close_reports_
+     * writes relies on it).
+     */
+    int small = 64 << 10;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(
+            setsockopt(t->fds[i], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)),
+            0);
+        ck_assert_int_eq(
+            setsockopt(t->fds[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)),
+            0);
+    }
+    /* t->w keeps fds[1] open: the conn writes a duplicate of it. */
+    int fd = dup(t->fds[1]);
+    ck_assert_int_ge(fd, 0);
+    t->wc = pr_conn_create_pipe(&t->loop, MAX_FRAME, &writer_ops, t);
+    ck_assert_ptr_nonnull(t->wc);
+    ck_assert_int_eq(uv_pipe_open(&t->wc->h.pipe, fd), 0);
+    snprintf(t->wc->name, sizeof(t->wc->name), "test writer");
+    ck_assert_int_eq(pr_conn_start(t->wc), 0);
+    t_io(t, t->wc);
+}
+
+struct wcb {
+    struct t *t;
+    int k;
+};
+
+static void wc_write_cb(void *arg, int status)
+{
+    struct wcb *w = arg;
+    struct t *t = w->t;
+    ck_assert_uint_lt(t->ncb, MAXEV);
+    t->cb_order[t->ncb] = w->k;
+    t->cb_status[t->ncb++] = status;
+    free(w);
+}
+
+/* Data frame k (len payload bytes after the prefix) through t->wc. */
+static void wc_send(struct t *t, uint32_t k, size_t len, uint8_t **keep)
+{
+    size_t n;
+    uint8_t *f = data_frame(k, len, &n);
+    struct wcb *w = malloc(sizeof(*w));
+    ck_assert_ptr_nonnull(w);
+    *w = (struct wcb){.t = t, .k = (int)k};
+    ck_assert_int_eq(pr_conn_send_data(t->wc, f + PR_FRAME_HDR_LEN, PREFIX,
+                                       f + PR_FRAME_HDR_LEN + PREFIX, len,
+                                       wc_write_cb, w),
+                     0);
+    *keep = f; /* the payload lives until its callback */
+}
+
+static void wc_ping(struct t *t, uint64_t nonce)
+{
+    Pr__V1__Ping ping = PR__V1__PING__INIT;
+    ping.nonce = nonce;
+    Pr__V1__Msg m = PR_MSG_OF(PING, ping, &ping);
+    ck_assert_int_eq(pr_conn_send(t->wc, &m), 0);
+}
+
+static int wc_idle(struct t *t)
+{
+    return t->wc && t->wc->io_tx_n == 0;
+}
+
+/*
+ * A large frame goes to the thread, and what follows it while the thread
+ * holds any write goes there too, a message included, so that the peer
+ * reads all in the order given; once the thread is idle a message goes
+ * by the loop again. Every byte the thread wrote is counted.
+ */
+START_TEST(test_conn_land_io_writes_in_order)
+{
+    struct t t;
+    t_init_writer(&t);
+    uint8_t *keep[3];
+    wc_send(&t, 0, 1u << 20, &keep[0]);
+    ck_assert_uint_eq(t.wc->io_tx_n, 1);
+    wc_ping(&t, 100); /* behind frame 0, on the thread */
+    wc_send(&t, 1, 100, &keep[1]);
+    wc_send(&t, 2, 300u << 10, &keep[2]);
+    ck_assert_uint_eq(t.wc->io_tx_n, 4);
+    size_t thread_bytes = pr_conn_write_queue(t.wc);
+    run_events(&t, 4);
+    run_until(&t, wc_idle);
+    wc_ping(&t, 101); /* the thread idle: by the loop */
+    ck_assert_uint_eq(t.wc->io_tx_n, 0);
+    run_events(&t, 5);
+    check_event(&t, 0, 'L', 0, 1u << 20);
+    check_event(&t, 1, 'M', 100, 0);
+    check_event(&t, 2, 'D', 1, 100);
+    check_event(&t, 3, 'L', 2, 300u << 10);
+    check_event(&t, 4, 'M', 101, 0);
+    ck_assert_uint_eq(t.ncb, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(t.cb_order[i], i);
+        ck_assert_int_eq(t.cb_status[i], 0);
+    }
+    ck_assert_uint_eq(t.wc->io_ops, 4);
+    ck_assert_uint_eq(pr_conn_io_written(t.io), thread_bytes);
+    ck_assert_uint_eq(pr_conn_io_read(t.io), 0);
+    for (int i = 0; i < 3; i++)
+        free(keep[i]);
+    t_fini(&t, 1);
+    ck_assert_int_eq(t.wc_closes, 1);
+}
+END_TEST
+
+static int wc_closed(struct t *t)
+{
+    return t->wc_closes > 0;
+}
+
+static int wc_stuck(struct t *t)
+{
+    return t->wc && t->wc->io_tx_n == 4 && t->c->bytes_in == 0 &&
+           t->wc->io_slot != NULL;
+}
+
+/*
+ * The peer reads nothing: the thread holds the writes it cannot finish,
+ * and a close takes them back; each callback runs once, with an error,
+ * in the order given and before on_close, as libuv reports the writes a
+ * close cut short.
+ */
+START_TEST(test_conn_land_io_close_reports_writes)
+{
+    struct t t;
+    t_init_writer(&t);
+    uv_read_stop(&t.c->h.stream); /* the peer stops reading */
+    uint8_t *keep[4];
+    for (uint32_t k = 0; k < 4; k++)
+        wc_send(&t, k, 1u << 20, &keep[k]);
+    /* A socket pair holds far less than 4 MiB: the thread is stuck. */
+    run_until(&t, wc_stuck);
+    for (int i = 0; i < 20; i++)
+        uv_run(&t.loop, UV_RUN_NOWAIT);
+    ck_assert_uint_eq(t.ncb, 0);
+    pr_conn_close(t.wc, 0);
+    ck_assert_uint_eq(t.ncb, 0); /* reported by the close, later */
+    run_until(&t, wc_closed);
+    ck_assert_uint_eq(t.ncb, 4);
+    ck_assert_uint_eq(t.cb_at_close, 4);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(t.cb_order[i], i);
+        ck_assert_int_eq(t.cb_status[i], -ECANCELED);
+    }
+    for (int i = 0; i < 4; i++)
+        free(keep[i]);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/* The peer's end holds n bytes, unread. */
+static void wait_unread(struct t *t, size_t n)
+{
+    for (int i = 0; i < 2000; i++) {
+        int q = 0;
+        ck_assert_int_eq(ioctl(t->fds[0], FIONREAD, &q), 0);
+        if ((size_t)q >= n)
+            return;
+        usleep(1000);
+    }
+    ck_abort_msg("the peer's end never held %zu bytes", n);
+}
+
+/*
+ * A write the thread finished and the loop has not heard of yet, when
+ * the conn closes: the close takes it from the thread's list of ended
+ * writes and reports it as it ended (0), before on_close. The loop does
+ * not run between the write and the close.
+ */
+START_TEST(test_conn_land_io_close_reports_done_write)
+{
+    struct t t;
+    t_init_writer(&t);
+    uv_read_stop(&t.c->h.stream); /* the peer's end keeps what comes */
+    uint8_t *keep;
+    size_t len = 80u << 10;
+    wc_send(&t, 0, len, &keep);
+    ck_assert_uint_eq(t.wc->io_tx_n, 1);
+    wait_unread(&t, PR_FRAME_HDR_LEN + PREFIX + len);
+    usleep(20000); /* from its last byte to its end on the thread's list */
+    pr_conn_close(t.wc, 0);
+    run_until(&t, wc_closed);
+    ck_assert_uint_eq(t.ncb, 1);
+    ck_assert_uint_eq(t.cb_at_close, 1);
+    ck_assert_int_eq(t.cb_status[0], 0);
+    free(keep);
+    t_fini(&t, 1);
+}
+END_TEST
+
+/*
+ * A write fails (the peer's end is gone): it ends with that error, and
+ * every write behind it too, or is taken back by the close that the
+ * error causes (whichever comes first); each callback once, in order.
+ */
+START_TEST(test_conn_land_io_write_error_fails_the_rest)
+{
+    struct t t;
+    t_init_writer(&t);
+    /* The write's failure, not a read's EOF, is what closes the writer. */
+    uv_read_stop(&t.wc->h.stream);
+    /* Both of the peer's descriptors: the pair is broken. */
+    pr_conn_close(t.c, 0);
+    w_close(&t);
+    run_until(&t, closed);
+    uint8_t *keep[3];
+    for (uint32_t k = 0; k < 3; k++)
+        wc_send(&t, k, 256u << 10, &keep[k]);
+    run_until(&t, wc_closed);
+    ck_assert_uint_eq(t.ncb, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(t.cb_order[i], i);
+        if (i == 0)
+            ck_assert_int_eq(t.cb_status[i], -EPIPE);
+        else
+            ck_assert(t.cb_status[i] == -EPIPE || t.cb_status[i] == -ECANCELED);
+    }
+    for (int i = 0; i < 3; i++)
+        free(keep[i]);
+    t_fini(&t, 1);
 }
 END_TEST
 
@@ -725,17 +1055,25 @@ static Suite *conn_land_suite(void)
     tcase_add_loop_test(tc, test_conn_land_split_header, 0, NSPLITS);
     tcase_add_test(tc, test_conn_land_first_read);
     tcase_add_loop_test(tc, test_conn_land_split_control, 0, 2);
-    tcase_add_test(tc, test_conn_land_mixed);
+    tcase_add_loop_test(tc, test_conn_land_mixed, 0, 3);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("owner");
     tcase_set_timeout(tc, 20);
-    tcase_add_test(tc, test_conn_land_refused_comes_whole);
+    tcase_add_loop_test(tc, test_conn_land_refused_comes_whole, 0, 2);
     tcase_add_test(tc, test_conn_land_read_budget_yields);
     tcase_add_test(tc, test_conn_land_wipe_msg);
     tcase_add_test(tc, test_conn_land_begin_error_closes);
-    tcase_add_test(tc, test_conn_land_peer_closes_mid_payload);
-    tcase_add_loop_test(tc, test_conn_land_local_close_mid_payload, 0, 2);
+    tcase_add_loop_test(tc, test_conn_land_peer_closes_mid_payload, 0, 2);
+    tcase_add_loop_test(tc, test_conn_land_local_close_mid_payload, 0, 4);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("written by the I/O thread");
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_conn_land_io_writes_in_order);
+    tcase_add_test(tc, test_conn_land_io_close_reports_writes);
+    tcase_add_test(tc, test_conn_land_io_close_reports_done_write);
+    tcase_add_test(tc, test_conn_land_io_write_error_fails_the_rest);
     suite_add_tcase(s, tc);
     return s;
 }

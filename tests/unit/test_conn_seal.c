@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "daemon/base/conn.h"
+#include "daemon/base/conn_io.h"
 #include "daemon/base/seal.h"
 #include "proto/frame.h"
 #include "tests/unit/seal_fixture.h"
@@ -73,19 +74,29 @@ static const size_t data_sizes[] = {0, 1, 4095, 65536 + 7, 1 << 20};
  * the others come whole (their prefix opened already); S takes them
  * whole (mode 0) or lands them. The landed bytes are the ones sent,
  * frames too large for one read land, and the payloads are not on the
- * wire.
+ * wire. In the second half of the range each conn has an I/O thread
+ * (conn_io.h), which writes the sealed records of large frames and reads
+ * large landings' records and tags: all the same holds.
  */
 START_TEST(test_conn_seal_data)
 {
-    uint32_t cipher = sp_cipher_of(_i / 4);
+    int io = _i >= 4 * SP_NCIPHERS, j = _i % (4 * SP_NCIPHERS);
+    uint32_t cipher = sp_cipher_of(j / 4);
     if (!cipher)
         return;
-    int land = _i % 4 > 0, refuse = _i % 4 == 2;
+    int land = j % 4 > 0, refuse = j % 4 == 2;
     struct sp t;
     sp_init(&t, cipher, land ? &sp_land_ops : &sp_whole_ops, &sp_land_ops, 0);
     t.c.refuse_odd = refuse;
-    t.c.in_place = t.s.in_place = _i % 4 == 3;
+    t.c.in_place = t.s.in_place = j % 4 == 3;
     sp_run_until(&t, sp_both_up);
+    struct pr_conn_io *ios[2] = {NULL, NULL};
+    if (io) {
+        for (int i = 0; i < 2; i++) {
+            ck_assert_int_eq(pr_conn_io_create(&t.loop, &ios[i]), 0);
+            ck_assert_int_eq(pr_conn_set_io(i ? t.c.c : t.s.c, ios[i]), 0);
+        }
+    }
     for (uint32_t k = 0; k < NDATA; k++) {
         sp_send_data(&t.s, k, data_sizes[k]);
         sp_send_ping(&t.s, 1000 + k);
@@ -126,6 +137,25 @@ START_TEST(test_conn_seal_data)
     ck_assert_uint_eq(t.c.c->frames_landed, landed);
     ck_assert_uint_eq(t.s.c->frames_landed, slanded);
     ck_assert_uint_ge(slanded, land ? 3 : 0);
+    if (io) {
+        /*
+         * C read S's 1 MiB record on its thread, but for what one read
+         * of the loop's (at most 64 KiB) brought before its landing
+         * began; both wrote theirs.
+         */
+        ck_assert_uint_ge(pr_conn_io_read(ios[1]), (1u << 20) - (64u << 10));
+        ck_assert_uint_ge(pr_conn_io_written(ios[1]), 1u << 20);
+        ck_assert_uint_ge(pr_conn_io_written(ios[0]), 1u << 20);
+        /* S lands C's (modes 1-3): on its thread too. */
+        if (land)
+            ck_assert_uint_ge(pr_conn_io_read(ios[0]),
+                              (1u << 20) - (64u << 10));
+        /* The conns let go of the threads as they close, then they go. */
+        pr_conn_close(t.s.c, 0);
+        pr_conn_close(t.c.c, 0);
+        pr_conn_io_destroy(ios[0], NULL, NULL);
+        pr_conn_io_destroy(ios[1], NULL, NULL);
+    }
     sp_fini(&t);
 }
 END_TEST
@@ -222,7 +252,7 @@ static Suite *conn_seal_suite(void)
     TCase *tc = tcase_create("sealed");
     tcase_set_timeout(tc, 30);
     tcase_add_loop_test(tc, test_conn_seal_messages, 0, SP_NCIPHERS);
-    tcase_add_loop_test(tc, test_conn_seal_data, 0, 4 * SP_NCIPHERS);
+    tcase_add_loop_test(tc, test_conn_seal_data, 0, 8 * SP_NCIPHERS);
     tcase_add_loop_test(tc, test_conn_seal_rekey, 0, SP_NCIPHERS);
     tcase_add_test(tc, test_conn_seal_needs_transcript);
     suite_add_tcase(s, tc);

@@ -112,7 +112,7 @@ START_TEST(test_names_config_keys_use_tables)
                       "%s.%s: default '%s' not in its table", e->section,
                       e->name, e->def);
     }
-    ck_assert_int_eq(enums, 9);
+    ck_assert_int_eq(enums, 10);
     ck_assert_int_le((int)pr_conf_nkeys, PR_CONF_KEYS_MAX);
 }
 END_TEST

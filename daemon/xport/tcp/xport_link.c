@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/base/conn_io.h"
 #include "daemon/base/log.h"
 #include "daemon/base/seal.h"
 #include "daemon/engine/wire.h"
@@ -110,6 +111,33 @@ void pr_tcp_peer_drop_qp(struct tpeer *p)
     }
 }
 
+/*
+ * The connections that carry p's large chunks (not the express one,
+ * whose small chunks the loop reads at once) get the transport's I/O
+ * thread, started with the first link. Without it they work as before.
+ */
+static void io_thread_for(struct tpeer *p)
+{
+    struct pr_tcp_xport *x = p->x;
+    if (x->io_mode == PR_IO_THREAD_OFF)
+        return;
+    int rc = x->io ? 0 : pr_conn_io_create(x->loop, &x->io);
+    if (rc < 0) {
+        pr_warn("cannot start the I/O thread: %s; the loop moves the "
+                "chunks",
+                strerror(-rc));
+        x->io_mode = PR_IO_THREAD_OFF;
+        return;
+    }
+    pr_conn_io_set_on(x->io, pr_tcp_xport_io_wanted(x));
+    for (uint32_t i = 0; i < p->nstreams - (uint32_t)p->express; i++) {
+        struct pr_conn *c = i == 0 ? p->conn : p->more[i - 1].conn;
+        if (c && (i == 0 || p->more[i - 1].up) &&
+            (rc = pr_conn_set_io(c, x->io)) < 0 && rc != -EALREADY)
+            pr_warn("%s: not on the I/O thread: %s", c->name, strerror(-rc));
+    }
+}
+
 void pr_tcp_peer_up(struct tpeer *p)
 {
     p->state = P_UP;
@@ -136,6 +164,7 @@ void pr_tcp_peer_up(struct tpeer *p)
         for (uint32_t i = 0; i + 1 < p->nstreams; i++)
             if (p->more[i].up && p->more[i].conn)
                 pr_tcp_fair_lowat(p->more[i].conn);
+        io_thread_for(p);
     }
     flush_pending(p);
 }

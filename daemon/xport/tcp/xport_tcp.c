@@ -15,6 +15,7 @@
 
 #include "daemon/base/auth.h"
 #include "daemon/base/conn.h"
+#include "daemon/base/conn_io.h"
 #include "daemon/base/log.h"
 #include "daemon/xport/rdma/rdma.h"
 #include "daemon/xport/tcp/xport_tcp_int.h"
@@ -47,6 +48,30 @@ void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams)
     if (streams < 1)
         streams = 1;
     x->streams = streams > PR_TCP_STREAMS_MAX ? PR_TCP_STREAMS_MAX : streams;
+}
+
+int pr_tcp_xport_io_wanted(const struct pr_tcp_xport *x)
+{
+    return x->io_mode == PR_IO_THREAD_ON ||
+           (x->io_mode == PR_IO_THREAD_AUTO && x->io_shared);
+}
+
+static void io_apply(struct pr_tcp_xport *x)
+{
+    if (x->io)
+        pr_conn_io_set_on(x->io, pr_tcp_xport_io_wanted(x));
+}
+
+void pr_tcp_xport_set_io_thread(struct pr_tcp_xport *x, int mode)
+{
+    x->io_mode = mode;
+    io_apply(x);
+}
+
+void pr_tcp_xport_set_io_shared(struct pr_tcp_xport *x, int shared)
+{
+    x->io_shared = !!shared;
+    io_apply(x);
 }
 
 void pr_tcp_xport_set_express(struct pr_tcp_xport *x, size_t bytes)
@@ -211,6 +236,13 @@ static void listener_closed_cb(uv_handle_t *h)
     maybe_free_x(x);
 }
 
+static void io_closed_cb(void *arg)
+{
+    struct pr_tcp_xport *x = arg;
+    x->handles--;
+    maybe_free_x(x);
+}
+
 void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
 {
     if (!x)
@@ -228,6 +260,14 @@ void pr_tcp_xport_destroy(struct pr_tcp_xport *x)
     uv_close((uv_handle_t *)&x->listener, listener_closed_cb);
     uv_close((uv_handle_t *)&x->sweep, listener_closed_cb);
     uv_close((uv_handle_t *)&x->pump, listener_closed_cb);
+    /* After the links' connections, which let go of it as they closed. */
+    if (x->io) {
+        x->handles++;
+        x->io_recv_gone += pr_conn_io_read(x->io);
+        x->io_sent_gone += pr_conn_io_written(x->io);
+        pr_conn_io_destroy(x->io, io_closed_cb, x);
+        x->io = NULL;
+    }
 }
 
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
@@ -238,6 +278,9 @@ void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
     st->links_up = 0;
     st->links_encrypted = 0;
     st->auth_failures = x->auth_failures;
+    st->io_bytes_recv = x->io_recv_gone + (x->io ? pr_conn_io_read(x->io) : 0);
+    st->io_bytes_sent =
+        x->io_sent_gone + (x->io ? pr_conn_io_written(x->io) : 0);
     for (const struct tpeer *p = x->peers; p; p = p->next) {
         st->links_up += p->state == P_UP;
         st->links_encrypted += p->state == P_UP && p->conn && p->conn->seal;
@@ -252,6 +295,8 @@ void pr_tcp_xport_stats_add(struct pr_tcp_xport_stats *sum,
     sum->links_up += x->links_up;
     sum->links_encrypted += x->links_encrypted;
     sum->auth_failures += x->auth_failures;
+    sum->io_bytes_recv += x->io_bytes_recv;
+    sum->io_bytes_sent += x->io_bytes_sent;
 }
 
 uint64_t pr_tcp_xport_bytes_in(const struct pr_tcp_xport *x)

@@ -66,6 +66,16 @@ void pr_tcp_xport_set_streams(struct pr_tcp_xport *x, uint32_t streams);
  * when both ends want it and its data is not on RDMA.
  */
 void pr_tcp_xport_set_express(struct pr_tcp_xport *x, size_t bytes);
+/*
+ * transport.io_thread (enum pr_io_thread, conf.h): whether a thread of
+ * the transport's own reads the payloads of large chunks and writes them
+ * (conn_io.h), off the loop, or the loop does; auto: while `shared` (the
+ * node serves trainers of two or more jobs, pr_tcp_xport_set_io_shared),
+ * when the loop has other jobs' reduces to serve meanwhile. The thread
+ * starts with the first link up; either call may come any time.
+ */
+void pr_tcp_xport_set_io_thread(struct pr_tcp_xport *x, int mode);
+void pr_tcp_xport_set_io_shared(struct pr_tcp_xport *x, int shared);
 void pr_tcp_xport_set_key(struct pr_tcp_xport *x,
                           const struct pr_auth_key *key);
 /*
@@ -99,6 +109,8 @@ struct pr_tcp_xport_stats {
     uint32_t links_encrypted; /* of links_up: sealed (security.encrypt) */
     /* Links ended by a sealed frame that did not open (altered, ...). */
     uint64_t auth_failures;
+    /* Of the bytes, those the I/O thread read and wrote. */
+    uint64_t io_bytes_recv, io_bytes_sent;
 };
 void pr_tcp_xport_stats(const struct pr_tcp_xport *x,
                         struct pr_tcp_xport_stats *st);

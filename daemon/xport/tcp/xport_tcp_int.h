@@ -159,10 +159,14 @@ struct pr_tcp_xport {
     uint64_t auth_failures; /* links ended by a record that did not open */
     struct pr_rdma *rdma;   /* NULL: TCP only */
     int rdma_required;      /* transport = rdma: refuse peers without it */
-    struct pr_strangers strangers; /* of struct stranger */
-    const struct pr_auth_key *key; /* NULL: no cluster key */
-    uv_timer_t sweep;              /* hello and link-setup deadlines */
-    uv_check_t pump;               /* xport_fair.c: while chunks wait */
+    struct pr_strangers strangers;       /* of struct stranger */
+    const struct pr_auth_key *key;       /* NULL: no cluster key */
+    uv_timer_t sweep;                    /* hello and link-setup deadlines */
+    uv_check_t pump;                     /* xport_fair.c: while chunks wait */
+    int io_mode;                         /* transport.io_thread */
+    int io_shared;                       /* pr_tcp_xport_set_io_shared */
+    struct pr_conn_io *io;               /* started at the first link up */
+    uint64_t io_recv_gone, io_sent_gone; /* by a thread since stopped */
 };
 
 /*
@@ -202,6 +206,12 @@ int pr_tcp_fair_send(struct tpeer *p, const struct pr_chunk_hdr *h,
                      const void *data, pr_send_cb cb, void *arg);
 void pr_tcp_fair_fail(struct tpeer *p, int status);
 void pr_tcp_fair_lowat(struct pr_conn *c);
+
+/*
+ * xport_tcp.c: whether the I/O thread takes the bytes now
+ * (transport.io_thread, and the node's jobs).
+ */
+int pr_tcp_xport_io_wanted(const struct pr_tcp_xport *x);
 
 /* xport_streams.c */
 /* Closes every connection but the first (detached: no callbacks). */
