@@ -60,6 +60,8 @@ static const char io_written[] =
 static const char tcp_received[] = "preduce_node_bytes_total{transport=\"tcp\","
                                    "direction=\"received\"} ";
 static const char links_encrypted[] = "preduce_node_links_encrypted ";
+/* The harness's names of the two node daemons, for their logs. */
+static const char *const node_name[2] = {"node0", "node1"};
 /*
  * What a node in auto logs when it switches (xport_tcp.c); a line with
  * on_thread, however it begins, is a switch to the thread.
@@ -131,8 +133,7 @@ static void start(struct run *r, const char *const *sets, int keyed)
         ck_assert_msg(rc == 0, "node%d: %s", i, strerror(-rc));
     }
     for (int i = 0; i < 2; i++) {
-        char who[16];
-        snprintf(who, sizeof(who), "node%d", i);
+        const char *who = node_name[i];
         ck_assert_msg(h_log_wait(&r->c, who, "link up (tcp", 10000),
                       "%s: no link up", who);
     }
@@ -250,8 +251,7 @@ static void check_on_thread(const struct run *r, const char *label)
 static void check_on_loop(const struct run *r)
 {
     for (int i = 0; i < 2; i++) {
-        char who[16];
-        snprintf(who, sizeof(who), "node%d", i);
+        const char *who = node_name[i];
         ck_assert_double_eq(metric(r, i, io_read), 0);
         ck_assert_double_eq(metric(r, i, io_written), 0);
         ck_assert(metric(r, i, tcp_received) >= 4.0 * FLOATS * r->groups[i]);
@@ -294,8 +294,7 @@ START_TEST(test_iothread_on_sealed)
     trainers_run(&r, one_job, 1);
     check_on_thread(&r, "on, sealed");
     for (int i = 0; i < 2; i++) {
-        char who[16];
-        snprintf(who, sizeof(who), "node%d", i);
+        const char *who = node_name[i];
         ck_assert_double_eq(metric(&r, i, links_encrypted), 1);
         ck_assert(h_log_contains(&r.c, who, "link up (tcp, encrypted with"));
         ck_assert(!h_log_contains(&r.c, who, "failed authentication"));
@@ -316,8 +315,9 @@ START_TEST(test_iothread_on_streams)
     start(&r, sets, 0);
     trainers_run(&r, one_job, 1);
     check_on_thread(&r, "on, 2 streams");
-    ck_assert(h_log_contains(&r.c, "node0", "link up (tcp, 2 streams"));
-    ck_assert(h_log_contains(&r.c, "node1", "link up (tcp, 2 streams"));
+    for (int i = 0; i < 2; i++)
+        ck_assert(
+            h_log_contains(&r.c, node_name[i], "link up (tcp, 2 streams"));
     stop(&r);
 }
 END_TEST
@@ -346,8 +346,7 @@ START_TEST(test_iothread_auto_two_jobs)
     start(&r, NULL, 0);
     trainers_run(&r, two_jobs, 2);
     for (int i = 0; i < 2; i++) {
-        char who[16];
-        snprintf(who, sizeof(who), "node%d", i);
+        const char *who = node_name[i];
         ck_assert_msg(h_log_wait(&r.c, who, to_thread, 5000),
                       "%s did not switch to the I/O thread", who);
         double io = metric(&r, i, io_read) + metric(&r, i, io_written);
