@@ -182,8 +182,9 @@ static int step(struct pr_conn_io *io, struct pr_io_slot *s,
  * the loop, which serves every job's small reduces and the control
  * plane, then gets a core first when it wakes, and a large transfer
  * waits a little for it. On 2 cores, a small job's p99 next to a 256 MiB
- * one was 4-5 times its own with this thread at the process's niceness,
- * 1.7 times at +10 (make bench-jobs, docs/benchmarks.md).
+ * one was 4-5 times its own with this thread at the process's niceness
+ * (single runs), 2.5-2.6 times at +10 (3 runs; make bench-jobs,
+ * docs/benchmarks.md).
  */
 #define IO_NICE 10
 

@@ -21,7 +21,6 @@
  *     this condition has that load without sharing b's daemons and link,
  *     so the two ratios together say how much of b's slowdown the sharing
  *     adds beyond the CPU.
- * BENCH_JOBS_NODE_SET, one key=value, is set on every node daemon.
  * The trainers are the integration tests' (h_trainer_spawn), each job
  * named by PREDUCE_JOB; b's trace gives the start and end of every reduce
  * (CLOCK_MONOTONIC), and a reduce counts in a phase when it began and
@@ -324,15 +323,9 @@ static int start_cluster(struct run *u)
         char m[64];
         u->port[i] = h_free_port();
         snprintf(m, sizeof(m), "metrics.listen=127.0.0.1:%u", u->port[i]);
-        /*
-         * A paused trainer's peer waits with its READY queued. One more
-         * key=value from BENCH_JOBS_NODE_SET (transport.io_thread=off,
-         * for an A/B in one build).
-         */
-        const char *extra = getenv("BENCH_JOBS_NODE_SET");
+        /* A paused trainer's peer waits with its READY queued. */
         const char *const sets[] = {"log.level=info",
-                                    "node.reduce_timeout_ms=600000", m,
-                                    extra && *extra ? extra : NULL, NULL};
+                                    "node.reduce_timeout_ms=600000", m, NULL};
         u->c.nnodes = i + 1;
         if (h_node_start(&u->c, i, sets) < 0)
             return -1;
