@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,25 @@ static int try_bind(uint16_t port, uint16_t *got)
 }
 
 /*
+ * Whether `p` was handed out already by this process. A pick is only
+ * checked, and bound later by a daemon, so two picks made before either
+ * daemon binds would otherwise be free to coincide: one daemon then fails
+ * with "address already in use" (a test starts a scheduler, a relay and
+ * nodes with a data and a metrics port each, all picked ahead).
+ */
+static bool port_given(uint16_t p)
+{
+    static uint16_t given[1024];
+    static unsigned n;
+    unsigned have = n < 1024 ? n : 1024;
+    for (unsigned i = 0; i < have; i++)
+        if (given[i] == p)
+            return true;
+    given[n++ % 1024] = p;
+    return false;
+}
+
+/*
  * The port is only checked, and bound later by a daemon: one from the
  * kernel's ephemeral range could meanwhile become the local port of some
  * outgoing connection (the daemons make several). So a random port just
@@ -106,11 +126,14 @@ uint16_t h_free_port(void)
         unsigned span = lo - 2048 < 16384 ? lo - 2048 : 16384;
         for (int i = 0; i < 64; i++) {
             uint16_t p = (uint16_t)(lo - 1 - rand_r(&seed) % span);
-            if (try_bind(p, &got) == 0)
+            if (try_bind(p, &got) == 0 && !port_given(p))
                 return p;
         }
     }
-    return try_bind(0, &got) == 0 ? got : 0;
+    for (int i = 0; i < 8; i++)
+        if (try_bind(0, &got) == 0 && !port_given(got))
+            return got;
+    return 0;
 }
 
 static const char *preduced_path(void)
