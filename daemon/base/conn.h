@@ -190,6 +190,14 @@ void pr_conn_wipe_msg(struct pr_conn *c);
 int pr_conn_connect(struct pr_conn *c, const char *host, uint16_t port,
                     void (*cb)(struct pr_conn *c, int status));
 
+/*
+ * Marks a TCP conn's packets low-delay (IPTOS_LOWDELAY and the socket
+ * priority TC_PRIO_INTERACTIVE: a host's pfifo_fast and a network that
+ * honours the byte send them before bulk data); 0 or a negative errno.
+ * conn_tos.c says where it is used.
+ */
+int pr_conn_lowdelay(struct pr_conn *c);
+
 int pr_conn_send(struct pr_conn *c, const Pr__V1__Msg *m);
 /* A data frame: `hdr` is copied, `data` must live until cb. */
 int pr_conn_send_data(struct pr_conn *c, const void *hdr, size_t hdr_len,

@@ -312,6 +312,10 @@ static void connect_sched(struct node_sched *s)
         pr_conn_close(s->conn, rc);
         return;
     }
+    /* READY and GROUP must not wait behind the chunks in a link's queue. */
+    if ((rc = pr_conn_lowdelay(s->conn)) < 0)
+        pr_dbg("scheduler %s: not marked low-delay: %s", pr_node_sched_addr(s),
+               strerror(-rc));
     snprintf(s->conn->name, sizeof(s->conn->name), "scheduler %s",
              pr_node_sched_addr(s));
     uv_timer_start(&s->retry, retry_cb, s->n->conf->node_connect_timeout_ms, 0);

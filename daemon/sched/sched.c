@@ -433,6 +433,10 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&n->conn->h.tcp, 1);
+    /* GROUP and the rest must not wait behind chunks in a link's queue. */
+    int rc = pr_conn_lowdelay(n->conn);
+    if (rc < 0)
+        pr_dbg("%s: not marked low-delay: %s", n->conn->name, strerror(-rc));
     if (pr_hello_transcript(n->conn, s->key) < 0)
         return;
     Pr__V1__Challenge ch;

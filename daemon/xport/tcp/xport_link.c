@@ -165,6 +165,14 @@ void pr_tcp_peer_up(struct tpeer *p)
             if (p->more[i].up && p->more[i].conn)
                 pr_tcp_fair_lowat(p->more[i].conn);
         io_thread_for(p);
+        /*
+         * The express connection's small reduces pass a large one's chunks
+         * in the sockets; marked, they pass them in the link's queues too.
+         */
+        struct pr_conn *ex = p->express ? p->more[p->nstreams - 2].conn : NULL;
+        int rc = ex ? pr_conn_lowdelay(ex) : 0;
+        if (rc < 0)
+            pr_dbg("%s: not marked low-delay: %s", ex->name, strerror(-rc));
     }
     flush_pending(p);
 }
