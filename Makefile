@@ -501,6 +501,10 @@ BENCH_TORCH_WIRE_MBIT ?= 20
 BENCH_TORCH_WIRE_S ?= 240
 BENCH_TORCH_WIRE_CONFIGS ?= dynamic fp32,dynamic bf16,dynamic int8
 BENCH_TORCH_WIRE_ANCHOR ?= dynamic fp32
+# The capped links' queue: fifo (one queue, 200 ms) or prio (the daemons'
+# low-delay packets, scheduler and express connections, first, as a
+# host's pfifo_fast sends them).
+BENCH_TORCH_WIRE_QUEUE ?= fifo
 .PHONY: bench-torch-wire
 bench-torch-wire: $(BINS) $(LIB_SO)
 	@if [ "$$(id -u)" != 0 ]; then \
@@ -512,6 +516,7 @@ bench-torch-wire: $(BINS) $(LIB_SO)
 		--configs "$(BENCH_TORCH_WIRE_CONFIGS)" \
 		--anchor "$(BENCH_TORCH_WIRE_ANCHOR)" \
 		--cap-mbit $(BENCH_TORCH_WIRE_MBIT) --profiles homogeneous \
+		--link-queue $(BENCH_TORCH_WIRE_QUEUE) \
 		--seconds $(BENCH_TORCH_WIRE_S) --repeats 3 \
 		--out $(BUILD)/bench-torch-wire
 

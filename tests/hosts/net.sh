@@ -8,11 +8,18 @@
 #   net.sh up P H             namespaces P-sw (bridge br0) and P-h0..P-h<H-1>,
 #                             host i at 10.77.0.<i+1>/24 on its eth0, whose
 #                             other end is port h<i> of the bridge
-#   net.sh cap P I RATE [BURST]
+#   net.sh cap P I RATE [BURST [QUEUE]]
 #                             host i's link capped at RATE (tc units, e.g.
 #                             100mbit) each way: tbf on its eth0 (sending)
 #                             and on the bridge's port h<i> (receiving);
-#                             BURST (64kb) is what may pass at once
+#                             BURST (64kb) is what may pass at once. QUEUE
+#                             fifo (the default): one queue of 200 ms;
+#                             prio: packets marked low-delay (TOS 0x10)
+#                             go before the others (htb, two classes of
+#                             200 ms each), as pfifo_fast sends them, and
+#                             as fq_codel sends a sparse flow's (the
+#                             scheduler's); RATE then an integer of kbit,
+#                             mbit or gbit
 #   net.sh racks P IN CROSS R0 R1 ...
 #                             host i in rack R<i>; each way of its link
 #                             carries IN to hosts of its rack and CROSS to
@@ -46,6 +53,44 @@ tbf() {
     local ns=$1 dev=$2 rate=$3 burst=$4
     in_ns "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" \
         burst "$burst" latency 200ms
+}
+
+# tbf's cap with a queue that sends low-delay packets (TOS 0x10, which
+# the daemon sets on its scheduler and express connections) first: htb
+# at rate, class 1:10 for those (prio 0, a twentieth guaranteed, all of
+# the rate when the other is idle), 1:20 for the rest, each with 200 ms
+# of queue (bfifo), as tbf's latency gives the fifo. The filter is IPv4's
+# (the hosts' addresses) and leaves the ECN bits out.
+tbf_prio() {
+    local ns=$1 dev=$2 rate=$3 burst=$4 n kbit
+    n=${rate%[kmg]bit}
+    if ! [[ $n =~ ^[0-9]+$ && $rate =~ ^[0-9]+[kmg]bit$ ]]; then
+        echo "net.sh: cap with prio: rate $rate is not <integer>kbit|mbit|gbit" >&2
+        exit 2
+    fi
+    case $rate in
+    *kbit) kbit=$n ;;
+    *mbit) kbit=$((n * 1000)) ;;
+    *gbit) kbit=$((n * 1000000)) ;;
+    esac
+    local low=$((kbit / 20 > 8 ? kbit / 20 : 8)) queue=$((kbit * 25))
+    if ((kbit <= low)); then
+        echo "net.sh: cap with prio: rate $rate is below 9kbit" >&2
+        exit 2
+    fi
+    # replace would keep an earlier htb's classes (racks, a cap before).
+    in_ns "$ns" tc qdisc del dev "$dev" root 2>/dev/null || true
+    in_ns "$ns" tc qdisc add dev "$dev" root handle 1: htb default 20
+    in_ns "$ns" tc class add dev "$dev" parent 1: classid 1:1 htb \
+        rate "${kbit}kbit" burst "$burst" quantum 60000
+    in_ns "$ns" tc class add dev "$dev" parent 1:1 classid 1:10 htb \
+        rate "${low}kbit" ceil "${kbit}kbit" burst "$burst" prio 0 quantum 60000
+    in_ns "$ns" tc class add dev "$dev" parent 1:1 classid 1:20 htb \
+        rate "$((kbit - low))kbit" ceil "${kbit}kbit" burst "$burst" prio 1 quantum 60000
+    in_ns "$ns" tc qdisc add dev "$dev" parent 1:10 bfifo limit "$queue"
+    in_ns "$ns" tc qdisc add dev "$dev" parent 1:20 bfifo limit "$queue"
+    in_ns "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 \
+        u32 match ip tos 0x10 0xfc flowid 1:10
 }
 
 # htb on dev in ns: class 1:10 (IN) by default, 1:20 (CROSS) for packets
@@ -83,9 +128,21 @@ up)
     done
     ;;
 cap)
-    i=${1:?host} rate=${2:?rate} burst=${3:-64kb}
-    tbf "$p-h$i" eth0 "$rate" "$burst"
-    tbf "$p-sw" "h$i" "$rate" "$burst"
+    i=${1:?host} rate=${2:?rate} burst=${3:-64kb} queue=${4:-fifo}
+    case $queue in
+    fifo)
+        tbf "$p-h$i" eth0 "$rate" "$burst"
+        tbf "$p-sw" "h$i" "$rate" "$burst"
+        ;;
+    prio)
+        tbf_prio "$p-h$i" eth0 "$rate" "$burst"
+        tbf_prio "$p-sw" "h$i" "$rate" "$burst"
+        ;;
+    *)
+        echo "net.sh: cap: queue $queue is not fifo or prio" >&2
+        exit 2
+        ;;
+    esac
     ;;
 racks)
     in=${1:?rate within a rack} cross=${2:?rate across racks}

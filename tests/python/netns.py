@@ -58,14 +58,18 @@ class CappedCluster:
     """A scheduler and `nodes` node daemons, node i alone on host i
     (namespace PREFIX-h<i>, address 10.77.0.<i+1>), every host's link
     capped at rate_mbit Mbit/s each way (tbf, net.sh's 64 kB burst and
-    200 ms of queue); sock[i] is node i's socket. The interface of
-    cluster.Cluster: sock, log(who), stop()."""
+    200 ms of queue; queue "prio": packets marked low-delay, as the
+    daemons mark their scheduler and express connections', go before
+    the others, as pfifo_fast sends them); sock[i] is node i's
+    socket. The interface of cluster.Cluster: sock, log(who),
+    stop()."""
 
     def __init__(self, tmp, nodes, sched_sets=(), node_sets=(),
-                 rate_mbit=100):
+                 rate_mbit=100, queue="fifo"):
         self.dir, self.procs, self.sock = str(tmp), [], []
         self.prefix = f"prbt{os.getpid()}"
         self.rate_mbit = rate_mbit
+        self.queue = queue
         self._net_up = False
         try:
             self._start(nodes, sched_sets, node_sets)
@@ -83,7 +87,8 @@ class CappedCluster:
         self._net_up = True
         net("up", self.prefix, nodes)
         for i in range(nodes):
-            net("cap", self.prefix, i, f"{self.rate_mbit}mbit")
+            net("cap", self.prefix, i, f"{round(self.rate_mbit * 1000)}kbit",
+                "64kb", self.queue)
         ns0, addr0 = self.host(0)
         sched = f"{addr0}:{free_port()}"
         self._spawn("sched", ns0, ["--role", "scheduler", "--set",

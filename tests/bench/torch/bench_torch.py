@@ -36,6 +36,7 @@ nodes' sockets); DDP runs stay on loopback, uncapped. The wire encodings
     bench_torch.py [--workload transformer|mlp] [--repeats 3]
                    [--seconds S] [--target T] [--quick] [--configs A,B]
                    [--profiles P] [--anchor NAME] [--cap-mbit R]
+                   [--link-queue fifo|prio]
 """
 
 import argparse
@@ -148,16 +149,17 @@ WORKLOADS = {
 }
 
 
-def run_once(w, cfg, profile, seconds, tmp, cap_mbit=None):
+def run_once(w, cfg, profile, seconds, tmp, cap_mbit=None, queue="fifo"):
     """One run: the workers' JSON lines, by worker. With cap_mbit the
-    node daemons are on two hosts capped at that rate (DDP stays on
-    loopback)."""
+    node daemons are on two hosts capped at that rate, their links'
+    queue `queue` (DDP stays on loopback)."""
     name, backend, sched_sets, opts = cfg[:4]
     node_sets = cfg[4] if len(cfg) > 4 else ()
+    queue = cfg[5] if len(cfg) > 5 else queue
     cluster = None
     if backend == "preduce" and cap_mbit:
         cluster = netns.CappedCluster(tmp, 2, sched_sets, node_sets,
-                                      cap_mbit)
+                                      cap_mbit, queue)
     elif backend == "preduce":
         cluster = Cluster(tmp, 2, sched_sets, node_sets)
     master = f"127.0.0.1:{free_port()}"
@@ -290,7 +292,12 @@ def at_step(run, step):
     return statistics.median(vals) if vals else None
 
 
-def table(w, results, target, seconds, repeats, anchor, cap_mbit=None):
+# The capped links' queues (--link-queue), as the table names them.
+QUEUES = {"fifo": "tbf, one queue", "prio": "htb, low-delay packets first"}
+
+
+def table(w, results, target, seconds, repeats, anchor, cap_mbit=None,
+          queue="fifo"):
     """The Markdown table of every profile: times to target with ranges
     and ratios against `anchor`, the metric at the end and at a common
     step, the group sizes."""
@@ -303,7 +310,10 @@ def table(w, results, target, seconds, repeats, anchor, cap_mbit=None):
            "its speed)."]
     if cap_mbit:
         out[0] += (f" preduce: 2 hosts (network namespaces), each link "
-                   f"capped at {cap_mbit:g} Mbit/s each way (tbf)")
+                   f"capped at {cap_mbit:g} Mbit/s each way ("
+                   + (QUEUES[queue] if queue in QUEUES else "; ".join(
+                       f"{q}: {QUEUES[q]}" for q in queue.split(",")))
+                   + ")")
         if any(c[1] != "preduce" for c in w["configs"]):
             out[0] += "; ddp: loopback, uncapped"
         out[0] += "."
@@ -423,6 +433,13 @@ def main(argv):
                    help="preduce runs on 2 hosts (network namespaces, "
                    "root) whose links are capped at R Mbit/s each way; "
                    "ddp runs stay on loopback")
+    p.add_argument("--link-queue", default="fifo",
+                   help="with --cap-mbit, the capped links' queue: one "
+                   "FIFO of 200 ms (fifo), or low-delay packets (the "
+                   "daemons' scheduler and express connections) before "
+                   "the others (prio), as pfifo_fast sends them; "
+                   "'fifo,prio' runs each configuration on both, in turn "
+                   "(named '<configuration> <queue>')")
     p.add_argument("--out", default=os.path.join(TOP, "build",
                                                  "bench-torch"))
     a = p.parse_args(argv)
@@ -436,6 +453,15 @@ def main(argv):
     anchor = a.anchor or w["configs"][0][0]
     pick(w, a.configs or ",".join(DEFAULT_CONFIGS.get(a.workload, [])),
          a.profiles, anchor)
+    queues = a.link_queue.split(",")
+    if not set(queues) <= set(QUEUES) or len(set(queues)) != len(queues):
+        sys.exit(f"bench_torch: --link-queue {a.link_queue}: fifo, prio "
+                 "or both, comma-separated")
+    if len(queues) > 1:
+        anchor = f"{anchor} {queues[0]}"
+        w["configs"] = [(f"{c[0]} {q}", c[1], c[2], c[3],
+                         c[4] if len(c) > 4 else (), q)
+                        for c in w["configs"] for q in queues]
     if a.cap_mbit is not None:
         why = netns.unavailable()
         if a.cap_mbit <= 0 or why:
@@ -450,7 +476,8 @@ def main(argv):
             for cfg in w["configs"]:  # in turn: the machine's drift hits all
                 with tempfile.TemporaryDirectory(prefix="preduce-bt-") as d:
                     f = figures(w, run_once(w, cfg, popts, seconds, d,
-                                            a.cap_mbit), target)
+                                            a.cap_mbit, a.link_queue),
+                                target)
                 results[prof][cfg[0]].append(f)
                 print(f"repeat {rep + 1}/{a.repeats}, {prof}, {cfg[0]}: "
                       f"median {f['median']}, every {f['every']}, steps "
@@ -459,7 +486,7 @@ def main(argv):
                       + ", ".join(f"{b * 1e3:.0f}/{s * 1e3:.0f}" for b, s
                                   in f["per_step"].values()), flush=True)
     md = table(w, results, target, seconds, a.repeats, anchor,
-               a.cap_mbit)
+               a.cap_mbit, a.link_queue)
     print(md)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md + "\n")
